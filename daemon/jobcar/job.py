@@ -1,0 +1,161 @@
+"""The job as the rest of jobcar sees it: its states, its stored fields and what enqueue returns.
+
+Only the standard library is imported here: the producer client (and a Spark executor that gets
+jobcar as a zip) depends on this module.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from enum import StrEnum
+from typing import Final
+
+DEFAULT_CONTENT_TYPE: Final = "application/json"
+
+
+class State(StrEnum):
+    """Where a job is. The values are the strings stored in the job hash and returned by the Lua scripts."""
+
+    PENDING = "pending"
+    SCHEDULED = "scheduled"
+    ACTIVE = "active"
+    DEAD = "dead"
+    DONE = "done"  # only seen while a finished job's result is retained
+    CANCELED = "canceled"  # only seen in replies: a canceled job is deleted
+
+
+#: States a job can still leave on its own (the daemon moves it on).
+RUNNABLE: Final = frozenset({State.PENDING, State.SCHEDULED, State.ACTIVE})
+#: States a job never leaves without an operator (requeue) or that end it.
+TERMINAL: Final = frozenset({State.DEAD, State.DONE, State.CANCELED})
+#: The sets that hold job ids in Redis; every stored job id is in exactly one of them.
+STORED_IN_SETS: Final = (State.PENDING, State.SCHEDULED, State.ACTIVE, State.DEAD)
+
+
+class EnqueueStatus(StrEnum):
+    """What an enqueue did."""
+
+    CREATED = "created"  # a new job was stored
+    EXISTS = "exists"  # a job with the caller-chosen id already exists; nothing was written
+    DUPLICATE = "duplicate"  # the unique key is held by another job; nothing was written
+
+
+@dataclass(frozen=True, slots=True)
+class JobInfo:
+    """The answer to an enqueue: the job's id and state (for EXISTS and DUPLICATE, the existing job's)."""
+
+    id: str
+    queue: str
+    state: State
+    status: EnqueueStatus
+
+    @property
+    def created(self) -> bool:
+        return self.status is EnqueueStatus.CREATED
+
+
+@dataclass(frozen=True, slots=True)
+class AttemptError:
+    """One entry of a job's error history: what went wrong in which attempt, at Redis time (ms)."""
+
+    attempt: int
+    at_ms: int
+    error: str
+
+
+def _parse_errors(raw: bytes | None) -> tuple[AttemptError, ...]:
+    if not raw:
+        return ()
+    entries = json.loads(raw.decode("utf-8", "replace"))
+    # Lua's cjson encodes an empty table as an object, never as [].
+    if not isinstance(entries, list):
+        return ()
+    return tuple(AttemptError(int(e["attempt"]), int(e["at"]), str(e["error"])) for e in entries)
+
+
+def _ms_to_datetime(value: int | None) -> datetime | None:
+    return None if value is None else datetime.fromtimestamp(value / 1000, tz=UTC)
+
+
+@dataclass(frozen=True, slots=True)
+class Job:
+    """A job as stored in its hash (see docs/protocol.md for the fields)."""
+
+    id: str
+    queue: str
+    type: str
+    payload: bytes
+    state: State
+    content_type: str = DEFAULT_CONTENT_TYPE
+    attempt: int = 0
+    max_attempts: int | None = None
+    timeout_ms: int | None = None
+    created_ms: int = 0
+    run_at_ms: int | None = None
+    started_ms: int | None = None
+    finished_ms: int | None = None
+    token: str | None = None
+    errors: tuple[AttemptError, ...] = ()
+    unique_key: str | None = None
+    traceparent: str | None = None
+    meta: dict[str, str] = field(default_factory=dict)
+    batch: str | None = None
+    result: bytes | None = None
+    cancel_requested: bool = False
+
+    @property
+    def last_error(self) -> str | None:
+        return self.errors[-1].error if self.errors else None
+
+    @property
+    def created_at(self) -> datetime:
+        return datetime.fromtimestamp(self.created_ms / 1000, tz=UTC)
+
+    @property
+    def run_at(self) -> datetime | None:
+        return _ms_to_datetime(self.run_at_ms)
+
+    @property
+    def ready_ms(self) -> int:
+        """When the job became runnable: its run-at if it was delayed, else its enqueue time."""
+        return self.run_at_ms if self.run_at_ms is not None else self.created_ms
+
+    @classmethod
+    def from_hash(cls, job_id: str, queue: str, fields: dict[bytes, bytes]) -> Job:
+        """Build a Job from an HGETALL reply (bytes keys and values)."""
+        text = {k.decode(): v for k, v in fields.items()}
+
+        def opt_str(name: str) -> str | None:
+            raw = text.get(name)
+            return None if raw is None else raw.decode("utf-8", "replace")
+
+        def opt_int(name: str) -> int | None:
+            raw = text.get(name)
+            return None if raw is None else int(raw)
+
+        meta_raw = text.get("meta")
+        return cls(
+            id=job_id,
+            queue=queue,
+            type=opt_str("type") or "",
+            payload=text.get("payload", b""),
+            state=State(opt_str("state") or State.PENDING.value),
+            content_type=opt_str("content_type") or DEFAULT_CONTENT_TYPE,
+            attempt=opt_int("attempt") or 0,
+            max_attempts=opt_int("max_attempts"),
+            timeout_ms=opt_int("timeout"),
+            created_ms=opt_int("created") or 0,
+            run_at_ms=opt_int("run_at"),
+            started_ms=opt_int("started"),
+            finished_ms=opt_int("finished"),
+            token=opt_str("token"),
+            errors=_parse_errors(text.get("errors")),
+            unique_key=opt_str("unique"),
+            traceparent=opt_str("traceparent"),
+            meta=json.loads(meta_raw) if meta_raw else {},
+            batch=opt_str("batch"),
+            result=text.get("result"),
+            cancel_requested=text.get("cancel") == b"1",
+        )

@@ -1,0 +1,94 @@
+-- _lib.lua: helpers shared by every transition. store.py inserts this file right after each
+-- script's shebang line, so a script is still a single, self-contained EVAL body.
+--
+-- Key layout (docs/protocol.md): every key of a queue starts with the queue's prefix
+-- "<ns>:{<queue>}:" (ARGV[1] of every script), so all keys of a queue hash to one Cluster slot and
+-- scripts may build job, unique-lock and batch keys from it without crossing slots.
+
+-- Redis time in integer milliseconds: the only clock jobcar trusts (no skew between hosts).
+local function now_ms()
+  local t = redis.call('TIME')
+  return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+end
+
+-- Append one entry to the job's bounded error history (a JSON array in the "errors" field).
+local MAX_ERRORS_KEPT = 20
+local function record_error(job_key, attempt, now, message)
+  local raw = redis.call('HGET', job_key, 'errors')
+  local errors = {}
+  if raw then errors = cjson.decode(raw) end
+  errors[#errors + 1] = {attempt = attempt, at = now, error = message}
+  while #errors > MAX_ERRORS_KEPT do table.remove(errors, 1) end
+  redis.call('HSET', job_key, 'errors', cjson.encode(errors))
+end
+
+-- Drop the job's unique lock, but only while it still points at this job (it may have expired and
+-- been taken by a newer job with the same key).
+local function release_unique(prefix, job_key, id)
+  local unique = redis.call('HGET', job_key, 'unique')
+  if unique then
+    local lock = prefix .. 'unique:' .. unique
+    if redis.call('GET', lock) == id then redis.call('DEL', lock) end
+  end
+end
+
+-- Count an outcome in the job's batch, if it belongs to one (Spark producers wait on these).
+local BATCH_TTL_MS = 7 * 86400 * 1000
+local function count_in_batch(prefix, job_key, field, by)
+  local batch = redis.call('HGET', job_key, 'batch')
+  if batch then
+    local key = prefix .. 'batch:' .. batch
+    redis.call('HINCRBY', key, field, by)
+    redis.call('PEXPIRE', key, BATCH_TTL_MS)
+  end
+end
+
+-- Wake daemons blocked on the queue (they wait with BLMOVE wake wake, which does not consume it).
+local function wake(wake_key)
+  if redis.call('EXISTS', wake_key) == 0 then redis.call('RPUSH', wake_key, '1') end
+end
+
+-- Keep the dead set within max_jobs and max_age_ms, deleting the trimmed jobs' hashes. Bounded per
+-- call so one transition never runs long; every later death trims a little more.
+local TRIM_BATCH = 500
+local function trim_dead(prefix, dead_key, max_jobs, max_age_ms, now)
+  local victims = {}
+  if max_age_ms > 0 then
+    victims = redis.call('ZRANGEBYSCORE', dead_key, '-inf', '(' .. (now - max_age_ms), 'LIMIT', 0, TRIM_BATCH)
+  end
+  if #victims == 0 and max_jobs > 0 then
+    local excess = redis.call('ZCARD', dead_key) - max_jobs
+    if excess > 0 then
+      victims = redis.call('ZRANGE', dead_key, 0, math.min(excess, TRIM_BATCH) - 1)
+    end
+  end
+  if #victims > 0 then
+    for _, id in ipairs(victims) do redis.call('DEL', prefix .. 'job:' .. id) end
+    redis.call('ZREM', dead_key, unpack(victims))
+  end
+end
+
+-- Move a job (already removed from its previous set) to the dead-letter set.
+local function move_to_dead(prefix, dead_key, job_key, id, now, reason, dead_max, dead_age_ms)
+  local attempt = tonumber(redis.call('HGET', job_key, 'attempt') or '0')
+  record_error(job_key, attempt, now, reason)
+  redis.call('HSET', job_key, 'state', 'dead', 'finished', now)
+  redis.call('HDEL', job_key, 'token', 'cancel')
+  redis.call('ZADD', dead_key, now, id)
+  release_unique(prefix, job_key, id)
+  count_in_batch(prefix, job_key, 'dead', 1)
+  trim_dead(prefix, dead_key, dead_max, dead_age_ms, now)
+end
+
+-- Put a job (already removed from its previous set) back at the tail of the pending list.
+local function move_to_pending(job_key, pending_key, id)
+  redis.call('HSET', job_key, 'state', 'pending')
+  redis.call('HDEL', job_key, 'token', 'started')
+  redis.call('LPUSH', pending_key, id)
+end
+
+-- True when the caller still holds the lease: the job is active and carries the caller's token.
+local function holds_lease(active_key, job_key, id, token)
+  local fields = redis.call('HMGET', job_key, 'state', 'token')
+  return fields[1] == 'active' and fields[2] == token and redis.call('ZSCORE', active_key, id) ~= false
+end

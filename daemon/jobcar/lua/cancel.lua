@@ -1,0 +1,34 @@
+#!lua flags=allow-oom
+-- cancel: stop a job from running. A waiting job is deleted; a running one is flagged, and the
+-- daemon running it sees the flag at its next heartbeat, stops the handler and acks it "canceled".
+--
+-- KEYS[1] pending    LIST
+-- KEYS[2] scheduled  ZSET
+-- KEYS[3] job        HASH  <prefix>job:<id>
+-- ARGV[1] the queue's key prefix
+-- ARGV[2] id
+-- Touches <prefix>unique:<key> (released), <prefix>batch:<batch> (canceled += 1).
+-- Returns {result, state before}:
+--   {"canceled", "pending"|"scheduled"}  deleted
+--   {"cancel_requested", "active"}       flagged; the running daemon finishes it
+--   {"not_cancelable", "dead"|"done"|"canceled"}  already finished; nothing changed
+--   {"missing", ""}                      no such job
+
+local prefix, id = ARGV[1], ARGV[2]
+local state = redis.call('HGET', KEYS[3], 'state')
+if not state then return {'missing', ''} end
+if state == 'active' then
+  redis.call('HSET', KEYS[3], 'cancel', '1')
+  return {'cancel_requested', state}
+end
+if state == 'pending' then
+  redis.call('LREM', KEYS[1], -1, id)
+elseif state == 'scheduled' then
+  redis.call('ZREM', KEYS[2], id)
+else
+  return {'not_cancelable', state}
+end
+release_unique(prefix, KEYS[3], id)
+count_in_batch(prefix, KEYS[3], 'canceled', 1)
+redis.call('DEL', KEYS[3])
+return {'canceled', state}

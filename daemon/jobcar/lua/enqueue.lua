@@ -1,0 +1,105 @@
+#!lua
+-- enqueue: store one or more new jobs of one queue, each runnable now or scheduled for later.
+--
+-- KEYS[1] pending    LIST  ids ready to run (LPUSH in, RPOP out)
+-- KEYS[2] scheduled  ZSET  id -> run-at ms
+-- KEYS[3] wake       LIST  non-empty while there may be work; blocked daemons wake when it appears
+-- ARGV[1] the queue's key prefix "<ns>:{<queue>}:"
+-- ARGV[2..] one record per job, back to back:
+--   id, type, payload, run_at_ms ("0": none), delay_ms ("0": none), unique_key ("": none),
+--   unique_ttl_ms, n, then n field/value pairs of optional fields: content_type, max_attempts,
+--   timeout (ms), traceparent, meta (JSON object of strings), batch
+-- A malformed record, an unknown field or a bad value fails the whole call before anything is written.
+-- Touches per job: <prefix>job:<id> HASH (created), <prefix>unique:<key> STRING (SET NX PX),
+--   <prefix>batch:<batch> HASH (HINCRBY total) when the job names a batch.
+-- Returns an array with one entry per job, in order:
+--   "pending" | "scheduled"                  created, in that state
+--   {"exists", id, state}                    a job with this id exists (nothing written)
+--   {"duplicate", holder's id, holder's state}  the unique key is held (nothing written)
+-- A run-at in the past makes the job runnable now. Time is Redis time.
+
+local OPTIONAL = {content_type = true, max_attempts = true, timeout = true, traceparent = true, meta = true,
+  batch = true}
+
+-- Parse and check every record before writing anything: a script that fails half-way keeps the
+-- writes it already made, so a malformed call must fail before its first write.
+local records = {}
+local i = 2
+while i <= #ARGV do
+  local nextra = tonumber(ARGV[i + 7])
+  if not nextra or i + 7 + 2 * nextra > #ARGV then
+    return redis.error_reply('ERR jobcar enqueue: malformed record at ARGV[' .. i .. ']')
+  end
+  if not tonumber(ARGV[i + 3]) or not tonumber(ARGV[i + 4]) then
+    return redis.error_reply('ERR jobcar enqueue: run_at_ms and delay_ms must be numbers at ARGV[' .. i .. ']')
+  end
+  if ARGV[i + 5] ~= '' and not ((tonumber(ARGV[i + 6]) or 0) > 0) then
+    return redis.error_reply('ERR jobcar enqueue: a unique key needs a positive unique_ttl_ms at ARGV[' .. i .. ']')
+  end
+  for f = i + 8, i + 7 + 2 * nextra, 2 do
+    local name, value = ARGV[f], ARGV[f + 1]
+    if not OPTIONAL[name] then
+      return redis.error_reply('ERR jobcar enqueue: unknown job field "' .. name .. '"')
+    end
+    if (name == 'max_attempts' or name == 'timeout') and not ((tonumber(value) or 0) >= 1) then
+      return redis.error_reply('ERR jobcar enqueue: ' .. name .. ' must be a positive number')
+    end
+    if name == 'meta' and not pcall(cjson.decode, value) then
+      return redis.error_reply('ERR jobcar enqueue: meta must be a JSON object')
+    end
+  end
+  records[#records + 1] = i
+  i = i + 8 + 2 * nextra
+end
+
+local prefix = ARGV[1]
+local now = now_ms()
+local replies = {}
+local woken = false
+for _, r in ipairs(records) do
+  local id, job_type, payload = ARGV[r], ARGV[r + 1], ARGV[r + 2]
+  local run_at, delay = tonumber(ARGV[r + 3]), tonumber(ARGV[r + 4])
+  local unique, unique_ttl = ARGV[r + 5], ARGV[r + 6]
+  local nextra = tonumber(ARGV[r + 7])
+
+  local job_key = prefix .. 'job:' .. id
+  local existing = redis.call('HGET', job_key, 'state')
+  local holder = nil
+  if not existing and unique ~= '' then
+    local lock = prefix .. 'unique:' .. unique
+    if not redis.call('SET', lock, id, 'NX', 'PX', unique_ttl) then
+      holder = redis.call('GET', lock)
+    end
+  end
+
+  if existing then
+    replies[#replies + 1] = {'exists', id, existing}
+  elseif holder then
+    replies[#replies + 1] = {'duplicate', holder, redis.call('HGET', prefix .. 'job:' .. holder, 'state') or 'pending'}
+  else
+    if run_at == 0 and delay > 0 then run_at = now + delay end
+    local state = 'pending'
+    if run_at > now then state = 'scheduled' end
+    redis.call('HSET', job_key, 'type', job_type, 'payload', payload, 'state', state, 'created', now)
+    if nextra > 0 then redis.call('HSET', job_key, unpack(ARGV, r + 8, r + 7 + 2 * nextra)) end
+    if unique ~= '' then redis.call('HSET', job_key, 'unique', unique) end
+    if state == 'scheduled' then
+      redis.call('HSET', job_key, 'run_at', run_at)
+      redis.call('ZADD', KEYS[2], run_at, id)
+      -- A job due before everything else must shorten the sleep of idle daemons.
+      if not woken and redis.call('ZRANGE', KEYS[2], 0, 0)[1] == id then
+        wake(KEYS[3])
+        woken = true
+      end
+    else
+      redis.call('LPUSH', KEYS[1], id)
+      if not woken then
+        wake(KEYS[3])
+        woken = true
+      end
+    end
+    count_in_batch(prefix, job_key, 'total', 1)
+    replies[#replies + 1] = state
+  end
+end
+return replies

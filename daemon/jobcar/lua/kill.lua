@@ -1,0 +1,19 @@
+#!lua flags=allow-oom
+-- kill: move a leased job straight to the dead-letter set (a permanent failure, or no handler).
+--
+-- KEYS[1] active  ZSET
+-- KEYS[2] dead    ZSET  id -> died-at ms
+-- KEYS[3] job     HASH  <prefix>job:<id>
+-- ARGV[1] the queue's key prefix
+-- ARGV[2] id
+-- ARGV[3] lease token
+-- ARGV[4] reason, recorded in the job's error history
+-- ARGV[5] dead set max jobs, ARGV[6] dead set max age ms
+-- Touches <prefix>unique:<key> (released), <prefix>batch:<batch> (dead += 1), trimmed jobs' hashes.
+-- Returns 1 when moved, 0 when the lease was lost (nothing changed).
+
+local prefix, id, token = ARGV[1], ARGV[2], ARGV[3]
+if not holds_lease(KEYS[1], KEYS[3], id, token) then return 0 end
+redis.call('ZREM', KEYS[1], id)
+move_to_dead(prefix, KEYS[2], KEYS[3], id, now_ms(), ARGV[4], tonumber(ARGV[5]), tonumber(ARGV[6]))
+return 1

@@ -1,0 +1,85 @@
+#!lua
+-- lease: promote due scheduled jobs, then take up to N pending jobs and lease them to the caller.
+--
+-- KEYS[1] pending    LIST
+-- KEYS[2] scheduled  ZSET  id -> run-at ms
+-- KEYS[3] active     ZSET  id -> lease deadline ms
+-- KEYS[4] wake       LIST  cleared here when the caller finds nothing to do, so it can block on it
+-- KEYS[5] paused     STRING present while the queue is paused
+-- ARGV[1] the queue's key prefix
+-- ARGV[2] N, the most jobs to lease (the caller's free slots)
+-- ARGV[3] lease length in ms
+-- ARGV[4] token base: a random string from the caller; job i of this call gets token "<base>.<i>"
+-- ARGV[5] default max_attempts, stored on a job that has none of its own
+-- ARGV[6] JSON object type -> max_attempts overriding ARGV[5] for those types ("{}" for none)
+-- Touches <prefix>job:<id> HASH: state=active, attempt+1, token, started, max_attempts (if absent).
+-- Returns {now_ms, next_due_in_ms (-1: nothing scheduled), paused (0/1), missing, job...}
+--   missing: array of ids that were popped but had no job hash (reported, not runnable)
+--   job: {id, token, field1, value1, ...} with every field of the job hash
+-- Attempts count here, at lease time: a job that kills its daemon every time still reaches the DLQ.
+
+local prefix = ARGV[1]
+local count = tonumber(ARGV[2])
+local lease_ms = tonumber(ARGV[3])
+local token_base = ARGV[4]
+local default_max = ARGV[5]
+local max_by_type = cjson.decode(ARGV[6])
+local now = now_ms()
+
+local function next_due_in()
+  local head = redis.call('ZRANGE', KEYS[2], 0, 0, 'WITHSCORES')
+  if #head == 0 then return -1 end
+  return math.max(0, tonumber(head[2]) - now)
+end
+
+if redis.call('EXISTS', KEYS[5]) == 1 then
+  redis.call('DEL', KEYS[4])
+  return {now, next_due_in(), 1, {}}
+end
+
+-- Promote due scheduled jobs in run-at order, behind the jobs already pending. Bounded so that one
+-- call stays short under a huge backlog of due retries; the next call promotes more.
+local due = redis.call('ZRANGEBYSCORE', KEYS[2], '-inf', now, 'LIMIT', 0, 1000)
+if #due > 0 then
+  for _, id in ipairs(due) do
+    -- An id without a hash is dropped, not given a stray hash; the lease reports nothing for it.
+    if redis.call('EXISTS', prefix .. 'job:' .. id) == 1 then
+      redis.call('HSET', prefix .. 'job:' .. id, 'state', 'pending')
+      redis.call('LPUSH', KEYS[1], id)
+    end
+  end
+  redis.call('ZREM', KEYS[2], unpack(due))
+end
+
+local reply = {now, 0, 0, {}}
+local missing = reply[4]
+local deadline = now + lease_ms
+local leased = 0
+if count > 0 then
+  local ids = redis.call('RPOP', KEYS[1], count)
+  if ids then
+    for _, id in ipairs(ids) do
+      local job_key = prefix .. 'job:' .. id
+      local job_type = redis.call('HGET', job_key, 'type')
+      if not job_type then
+        missing[#missing + 1] = id
+      else
+        leased = leased + 1
+        local token = token_base .. '.' .. leased
+        local max_attempts = max_by_type[job_type] or default_max
+        redis.call('HSETNX', job_key, 'max_attempts', max_attempts)
+        redis.call('HINCRBY', job_key, 'attempt', 1)
+        redis.call('HSET', job_key, 'state', 'active', 'token', token, 'started', now)
+        redis.call('ZADD', KEYS[3], deadline, id)
+        local job = redis.call('HGETALL', job_key)
+        table.insert(job, 1, token)
+        table.insert(job, 1, id)
+        reply[#reply + 1] = job
+      end
+    end
+  end
+end
+
+if leased == 0 and redis.call('LLEN', KEYS[1]) == 0 then redis.call('DEL', KEYS[4]) end
+reply[2] = next_due_in()
+return reply

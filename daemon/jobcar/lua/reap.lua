@@ -1,0 +1,51 @@
+#!lua flags=allow-oom
+-- reap: recover jobs whose lease expired (their daemon died, stalled or lost Redis): back to
+-- pending, or to the DLQ when their attempts are spent.
+--
+-- KEYS[1] active   ZSET  id -> lease deadline ms
+-- KEYS[2] pending  LIST
+-- KEYS[3] dead     ZSET
+-- KEYS[4] wake     LIST
+-- ARGV[1] the queue's key prefix
+-- ARGV[2] the most jobs to reap in this call
+-- ARGV[3] dead set max jobs, ARGV[4] dead set max age ms
+-- ARGV[5] default max_attempts for a job that has none stored
+-- Returns a flat array of id, result pairs; result is "pending", "dead" or "missing" (an id in the
+-- active set without a job hash: removed from the set and reported).
+-- State and deadline are read inside this script, at Redis time, so a job acked or renewed a moment
+-- ago is never reaped, and two reapers running at once cannot recover the same lease twice.
+
+local prefix = ARGV[1]
+local now = now_ms()
+local expired = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', '(' .. now, 'LIMIT', 0, tonumber(ARGV[2]))
+local reply = {}
+local requeued = false
+for _, id in ipairs(expired) do
+  local job_key = prefix .. 'job:' .. id
+  redis.call('ZREM', KEYS[1], id)
+  local fields = redis.call('HMGET', job_key, 'type', 'attempt', 'max_attempts')
+  local result
+  if not fields[1] then
+    result = 'missing'
+  else
+    local attempt = tonumber(fields[2] or '0') or 0
+    local max_attempts = tonumber(fields[3] or ARGV[5]) or tonumber(ARGV[5])
+    if attempt >= max_attempts then
+      local reason = 'lease expired: the daemon running attempt ' .. attempt ..
+        ' stopped renewing it (attempts exhausted: ' .. attempt .. ' of ' .. max_attempts .. ')'
+      move_to_dead(prefix, KEYS[3], job_key, id, now, reason, tonumber(ARGV[3]), tonumber(ARGV[4]))
+      result = 'dead'
+    else
+      record_error(job_key, attempt, now, 'lease expired: the daemon running attempt ' .. attempt ..
+        ' stopped renewing it')
+      redis.call('HSET', job_key, 'run_at', now)
+      move_to_pending(job_key, KEYS[2], id)
+      requeued = true
+      result = 'pending'
+    end
+  end
+  reply[#reply + 1] = id
+  reply[#reply + 1] = result
+end
+if requeued then wake(KEYS[4]) end
+return reply

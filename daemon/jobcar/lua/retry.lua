@@ -1,0 +1,58 @@
+#!lua flags=allow-oom
+-- retry: give back a leased job that failed, to run again after a delay, or to the DLQ once its
+-- attempts are spent.
+--
+-- KEYS[1] active     ZSET
+-- KEYS[2] pending    LIST
+-- KEYS[3] scheduled  ZSET  id -> run-at ms
+-- KEYS[4] dead       ZSET  id -> died-at ms
+-- KEYS[5] wake       LIST
+-- KEYS[6] job        HASH  <prefix>job:<id>
+-- ARGV[1] the queue's key prefix
+-- ARGV[2] id
+-- ARGV[3] lease token
+-- ARGV[4] delay in ms before the next attempt (0: pending now)
+-- ARGV[5] error text, recorded in the job's error history
+-- ARGV[6] "1" spends the attempt; "0" gives it back (the handler only asked for a later slot:
+--         HTTP 429/503 with Retry-After, or the daemon is draining)
+-- ARGV[7] dead set max jobs, ARGV[8] dead set max age ms (trimming when the job dies)
+-- ARGV[9] how many attempts a job may give back in its life ("0": no limit); past it, a give-back
+--         spends the attempt after all, so a handler answering 429 forever cannot park a job forever
+-- Touches <prefix>job:<id> HASH (errors, attempt, deferrals, state, run_at).
+-- Returns 1 retried (scheduled or pending), 2 attempts spent: moved to dead, 0 lease lost (nothing changed).
+
+local prefix, id, token = ARGV[1], ARGV[2], ARGV[3]
+local delay = tonumber(ARGV[4])
+local job_key = KEYS[6]
+if not holds_lease(KEYS[1], job_key, id, token) then return 0 end
+
+local now = now_ms()
+-- Read everything before the first write: a script that fails half-way keeps its writes.
+local attempt = tonumber(redis.call('HGET', job_key, 'attempt') or '0') or 0
+local max_attempts = tonumber(redis.call('HGET', job_key, 'max_attempts') or '1') or 1
+redis.call('ZREM', KEYS[1], id)
+local spend = ARGV[6] == '1'
+local max_free = tonumber(ARGV[9])
+if not spend and max_free > 0 and redis.call('HINCRBY', job_key, 'deferrals', 1) > max_free then
+  spend = true
+end
+if spend and attempt >= max_attempts then
+  local reason = ARGV[5] .. ' (attempts exhausted: ' .. attempt .. ' of ' .. max_attempts .. ')'
+  move_to_dead(prefix, KEYS[4], job_key, id, now, reason, tonumber(ARGV[7]), tonumber(ARGV[8]))
+  return 2
+end
+
+record_error(job_key, attempt, now, ARGV[5])
+if not spend then redis.call('HINCRBY', job_key, 'attempt', -1) end
+redis.call('HDEL', job_key, 'token', 'started')
+if delay > 0 then
+  local run_at = now + delay
+  redis.call('HSET', job_key, 'state', 'scheduled', 'run_at', run_at)
+  redis.call('ZADD', KEYS[3], run_at, id)
+  if redis.call('ZRANGE', KEYS[3], 0, 0)[1] == id then wake(KEYS[5]) end
+else
+  redis.call('HSET', job_key, 'run_at', now)
+  move_to_pending(job_key, KEYS[2], id)
+  wake(KEYS[5])
+end
+return 1

@@ -1,0 +1,609 @@
+"""The Redis state machine: key layout, the Lua transitions, and how they are called.
+
+Every transition that changes a job's state is one Lua script in `lua/` (see docs/protocol.md for
+each script's KEYS/ARGV/return contract). This module builds the calls and parses the replies as
+plain functions, so that the synchronous producer client, the asynchronous client and the daemon
+share one implementation and differ only in how they send a batch of calls (`execute` and
+`execute_async`).
+
+Only the standard library and redis-py are imported: the producer client runs where nothing else is
+installed (a Spark executor that gets jobcar as a zip).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import json
+import secrets
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from enum import IntEnum, StrEnum
+from functools import cache
+from importlib import resources
+from typing import Any, Final, TypeAlias
+
+import redis
+import redis.asyncio
+from redis.exceptions import NoScriptError
+
+from jobcar.job import EnqueueStatus, Job, JobInfo, State
+
+SyncRedis: TypeAlias = "redis.Redis | redis.RedisCluster"
+AsyncRedis: TypeAlias = "redis.asyncio.Redis | redis.asyncio.RedisCluster"
+Arg: TypeAlias = bytes | str | int | float
+Reply: TypeAlias = object
+
+DEFAULT_NAMESPACE: Final = "jobcar"
+DEFAULT_QUEUE: Final = "default"
+#: Jobs per enqueue script call in enqueue_many: big enough to amortise the round trip, small enough
+#: that one call never blocks the server for long.
+ENQUEUE_CHUNK: Final = 500
+#: Jobs moved per requeue/purge call; "all" repeats the call until nothing is left.
+BULK_LIMIT: Final = 1000
+
+# ---------------------------------------------------------------------------------------------
+# Key layout
+
+
+def queues_key(namespace: str) -> str:
+    """The SET of known queue names (written by producers outside the scripts: it crosses slots)."""
+    return f"{namespace}:queues"
+
+
+@dataclass(frozen=True, slots=True)
+class QueueKeys:
+    """Every key of one queue. All carry the hash tag `{<queue>}`, so they live in one Cluster slot."""
+
+    namespace: str
+    queue: str
+    prefix: str
+    pending: str
+    scheduled: str
+    active: str
+    dead: str
+    wake: str
+    paused: str
+
+    @classmethod
+    def of(cls, namespace: str, queue: str) -> QueueKeys:
+        prefix = f"{namespace}:{{{queue}}}:"
+        return cls(
+            namespace=namespace,
+            queue=queue,
+            prefix=prefix,
+            pending=prefix + "pending",
+            scheduled=prefix + "scheduled",
+            active=prefix + "active",
+            dead=prefix + "dead",
+            wake=prefix + "wake",
+            paused=prefix + "paused",
+        )
+
+    def job(self, job_id: str) -> str:
+        return f"{self.prefix}job:{job_id}"
+
+    def unique(self, unique_key: str) -> str:
+        return f"{self.prefix}unique:{unique_key}"
+
+    def batch(self, batch_id: str) -> str:
+        return f"{self.prefix}batch:{batch_id}"
+
+
+# ---------------------------------------------------------------------------------------------
+# Scripts
+
+
+@dataclass(frozen=True, slots=True)
+class Script:
+    name: str
+    source: str
+    sha: str
+
+
+@cache
+def script(name: str) -> Script:
+    """Load `lua/<name>.lua` with the shared helpers of `lua/_lib.lua` inserted after its shebang.
+
+    Read through importlib.resources so it also works when jobcar is imported from a zip file.
+    """
+    lua = resources.files("jobcar") / "lua"
+    body = (lua / f"{name}.lua").read_text(encoding="utf-8")
+    shebang, _, rest = body.partition("\n")
+    if not shebang.startswith("#!lua"):
+        raise RuntimeError(f"lua/{name}.lua must start with a #!lua shebang line")
+    source = f"{shebang}\n{(lua / '_lib.lua').read_text(encoding='utf-8')}\n{rest}"
+    return Script(name, source, hashlib.sha1(source.encode()).hexdigest())
+
+
+@dataclass(frozen=True, slots=True)
+class ScriptCall:
+    script: Script
+    keys: tuple[str, ...]
+    args: tuple[Arg, ...]
+
+    def command(self) -> tuple[Arg, ...]:
+        return ("EVALSHA", self.script.sha, len(self.keys), *self.keys, *self.args)
+
+
+def call(name: str, keys: Sequence[str], args: Sequence[Arg]) -> ScriptCall:
+    return ScriptCall(script(name), tuple(keys), tuple(args))
+
+
+def execute(client: SyncRedis, calls: Sequence[ScriptCall]) -> list[Reply]:
+    """Run script calls in one round trip (a non-transactional pipeline); replies in call order.
+
+    A NOSCRIPT reply (a restarted or new server) means that call did not run: the scripts are loaded
+    and just those calls are sent again. Any other error is raised after the batch completes.
+    """
+    pipe = client.pipeline(transaction=False)
+    for c in calls:
+        pipe.execute_command(*c.command())
+    replies: list[Reply] = pipe.execute(raise_on_error=False)
+    retry = [i for i, r in enumerate(replies) if isinstance(r, NoScriptError)]
+    if retry:
+        for s in {calls[i].script for i in retry}:
+            client.script_load(s.source)
+        pipe = client.pipeline(transaction=False)
+        for i in retry:
+            pipe.execute_command(*calls[i].command())
+        for i, reply in zip(retry, pipe.execute(raise_on_error=False), strict=True):
+            replies[i] = reply
+    _raise_first_error(replies)
+    return replies
+
+
+async def execute_async(client: AsyncRedis, calls: Sequence[ScriptCall], *, raise_on_error: bool = True) -> list[Reply]:
+    """`execute` for redis.asyncio clients. With raise_on_error=False a failed call's reply is its
+    exception, and the other calls' replies stand."""
+    pipe = client.pipeline(transaction=False)
+    for c in calls:
+        pipe.execute_command(*c.command())
+    replies: list[Reply] = await pipe.execute(raise_on_error=False)
+    retry = [i for i, r in enumerate(replies) if isinstance(r, NoScriptError)]
+    if retry:
+        for s in {calls[i].script for i in retry}:
+            await client.script_load(s.source)
+        pipe = client.pipeline(transaction=False)
+        for i in retry:
+            pipe.execute_command(*calls[i].command())
+        for i, reply in zip(retry, await pipe.execute(raise_on_error=False), strict=True):
+            replies[i] = reply
+    if raise_on_error:
+        _raise_first_error(replies)
+    return replies
+
+
+class CallBatcher:
+    """Coalesces script calls made by many tasks into one pipeline per round trip.
+
+    While one batch is on the wire, new calls wait and go together in the next one: under load a
+    round trip carries many calls (one per finished job), and an idle daemon still sends each call at
+    once. A connection failure fails every call of its batch; callers retry as they would alone.
+    """
+
+    def __init__(self, client: AsyncRedis) -> None:
+        self.client = client
+        self._waiting: list[tuple[ScriptCall, asyncio.Future[Reply]]] = []
+        self._sender: asyncio.Task[None] | None = None
+
+    async def call(self, script_call: ScriptCall) -> Reply:
+        future: asyncio.Future[Reply] = asyncio.get_running_loop().create_future()
+        self._waiting.append((script_call, future))
+        if self._sender is None or self._sender.done():
+            self._sender = asyncio.create_task(self._send(), name="script call batcher")
+        return await future
+
+    async def _send(self) -> None:
+        while self._waiting:
+            batch, self._waiting = self._waiting, []
+            try:
+                replies = await execute_async(self.client, [c for c, _ in batch], raise_on_error=False)
+            except Exception as exc:
+                replies = [exc] * len(batch)
+            except asyncio.CancelledError:
+                for _, future in batch:
+                    future.cancel()
+                raise
+            for (_, future), reply in zip(batch, replies, strict=True):
+                if future.done():
+                    continue  # its caller was cancelled meanwhile
+                if isinstance(reply, Exception):
+                    future.set_exception(reply)
+                else:
+                    future.set_result(reply)
+
+
+def _raise_first_error(replies: Sequence[Reply]) -> None:
+    for reply in replies:
+        if isinstance(reply, Exception):
+            raise reply
+
+
+# ---------------------------------------------------------------------------------------------
+# enqueue
+
+
+@dataclass(frozen=True, slots=True)
+class EnqueueRecord:
+    """One job to store, already validated and encoded by the client."""
+
+    id: str
+    queue: str
+    type: str
+    payload: bytes
+    content_type: str | None = None  # None: the default, application/json (not stored)
+    run_at_ms: int = 0  # absolute run-at, producer's clock; 0: none
+    delay_ms: int = 0  # relative to Redis time; 0: none
+    unique_key: str | None = None
+    unique_ttl_ms: int = 0
+    max_attempts: int | None = None
+    timeout_ms: int | None = None
+    traceparent: str | None = None
+    meta: Mapping[str, str] = field(default_factory=dict)
+    batch: str | None = None
+
+    def optional_fields(self) -> list[Arg]:
+        """Hash fields beyond type and payload, only those given (every field costs memory per job)."""
+        out: list[Arg] = []
+        optional: tuple[tuple[str, Arg | None], ...] = (
+            ("content_type", self.content_type),
+            ("max_attempts", self.max_attempts),
+            ("timeout", self.timeout_ms),
+            ("traceparent", self.traceparent),
+            ("meta", json.dumps(dict(self.meta), separators=(",", ":")) if self.meta else None),
+            ("batch", self.batch),
+        )
+        for name, value in optional:
+            if value is not None:
+                out += [name, value]
+        return out
+
+
+def _by_queue(records: Sequence[EnqueueRecord]) -> dict[str, list[int]]:
+    """Record indexes grouped per queue, queues in first-seen order, records in order within each."""
+    groups: dict[str, list[int]] = {}
+    for index, r in enumerate(records):
+        groups.setdefault(r.queue, []).append(index)
+    return groups
+
+
+def enqueue_calls(namespace: str, records: Sequence[EnqueueRecord]) -> list[ScriptCall]:
+    """One enqueue call per queue and chunk of ENQUEUE_CHUNK records (a call touches one queue/slot)."""
+    calls: list[ScriptCall] = []
+    for queue, indexes in _by_queue(records).items():
+        keys = QueueKeys.of(namespace, queue)
+        for start in range(0, len(indexes), ENQUEUE_CHUNK):
+            args: list[Arg] = [keys.prefix]
+            for index in indexes[start : start + ENQUEUE_CHUNK]:
+                r = records[index]
+                extra = r.optional_fields()
+                args += [r.id, r.type, r.payload, r.run_at_ms, r.delay_ms, r.unique_key or "", r.unique_ttl_ms]
+                args.append(len(extra) // 2)
+                args += extra
+            calls.append(call("enqueue", (keys.pending, keys.scheduled, keys.wake), args))
+    return calls
+
+
+def parse_enqueue(records: Sequence[EnqueueRecord], replies: Sequence[Reply]) -> list[JobInfo]:
+    """Pair the replies of `enqueue_calls(records)` with the records, in the records' order."""
+    entries = [entry for reply in replies for entry in _list(reply)]
+    order = [index for indexes in _by_queue(records).values() for index in indexes]
+    infos: list[JobInfo | None] = [None] * len(records)
+    for index, entry in zip(order, entries, strict=True):
+        record = records[index]
+        if isinstance(entry, bytes):  # the common case, kept cheap: created, in this state
+            infos[index] = JobInfo(record.id, record.queue, State(entry.decode()), EnqueueStatus.CREATED)
+        else:
+            status, job_id, state = (_text(x) for x in _list(entry))
+            infos[index] = JobInfo(job_id, record.queue, State(state), EnqueueStatus(status))
+    return [info for info in infos if info is not None]
+
+
+# ---------------------------------------------------------------------------------------------
+# Daemon transitions
+
+
+@dataclass(frozen=True, slots=True)
+class LeasedJob:
+    job: Job
+    token: str
+
+
+@dataclass(frozen=True, slots=True)
+class LeaseResult:
+    now_ms: int
+    jobs: list[LeasedJob]
+    #: Milliseconds until the earliest scheduled job is due; None when nothing is scheduled.
+    next_due_ms: int | None
+    paused: bool
+    #: Ids that were in the pending list without a job hash (corruption; reported, not runnable).
+    missing: list[str]
+    #: Leased jobs whose hash cannot be read (a producer wrote bad fields): (id, token, problem).
+    #: The caller should kill them; they are leased, so nothing else will run them meanwhile.
+    malformed: list[tuple[str, str, str]]
+
+
+def lease_call(
+    keys: QueueKeys, count: int, lease_ms: int, default_max_attempts: int, max_attempts_by_type: str = "{}"
+) -> ScriptCall:
+    """`max_attempts_by_type` is a JSON object type -> max_attempts (encode it once per config)."""
+    token_base = secrets.token_hex(8)
+    return call(
+        "lease",
+        (keys.pending, keys.scheduled, keys.active, keys.wake, keys.paused),
+        (keys.prefix, count, lease_ms, token_base, default_max_attempts, max_attempts_by_type),
+    )
+
+
+def parse_lease(keys: QueueKeys, reply: Reply) -> LeaseResult:
+    now, next_due, paused, missing, *jobs = _list(reply)
+    leased = []
+    malformed = []
+    for raw in jobs:
+        job_id, token, *flat = _list(raw)
+        fields = {_bytes(flat[i]): _bytes(flat[i + 1]) for i in range(0, len(flat), 2)}
+        try:
+            leased.append(LeasedJob(Job.from_hash(_text(job_id), keys.queue, fields), _text(token)))
+        except (ValueError, KeyError, TypeError) as exc:
+            malformed.append((_text(job_id), _text(token), str(exc)))
+    due = _int(next_due)
+    return LeaseResult(
+        now_ms=_int(now),
+        jobs=leased,
+        next_due_ms=None if due < 0 else due,
+        paused=_int(paused) == 1,
+        missing=[_text(m) for m in _list(missing)],
+        malformed=malformed,
+    )
+
+
+class ExtendStatus(IntEnum):
+    LOST = 0
+    RENEWED = 1
+    CANCEL_REQUESTED = 2
+
+
+def extend_call(keys: QueueKeys, lease_ms: int, leases: Iterable[tuple[str, str]]) -> ScriptCall:
+    args: list[Arg] = [keys.prefix, lease_ms]
+    for job_id, token in leases:
+        args += [job_id, token]
+    return call("extend", (keys.active,), args)
+
+
+def parse_extend(reply: Reply) -> list[ExtendStatus]:
+    """One status per lease passed to extend_call, in order."""
+    _now, *statuses = _list(reply)
+    return [ExtendStatus(_int(s)) for s in statuses]
+
+
+def ack_call(
+    keys: QueueKeys,
+    job_id: str,
+    token: str,
+    *,
+    result: bytes | None = None,
+    retention_ms: int = 0,
+    final: State = State.DONE,
+) -> ScriptCall:
+    if final not in (State.DONE, State.CANCELED):
+        raise ValueError(f"ack finishes a job as done or canceled, not {final}")
+    args = (keys.prefix, job_id, token, final.value, retention_ms, result or b"")
+    return call("ack", (keys.active, keys.job(job_id)), args)
+
+
+@dataclass(frozen=True, slots=True)
+class DeadLetterLimits:
+    max_jobs: int = 10_000
+    max_age_ms: int = 180 * 86400 * 1000
+
+
+class RetryResult(IntEnum):
+    LOST = 0
+    RETRIED = 1
+    DEAD = 2
+
+
+def retry_call(
+    keys: QueueKeys,
+    job_id: str,
+    token: str,
+    *,
+    delay_ms: int,
+    error: str,
+    spend_attempt: bool = True,
+    max_free_retries: int = 0,
+    dead: DeadLetterLimits = DeadLetterLimits(),
+) -> ScriptCall:
+    """`max_free_retries` bounds how many attempts a job may give back in its life (0: no bound)."""
+    return call(
+        "retry",
+        (keys.active, keys.pending, keys.scheduled, keys.dead, keys.wake, keys.job(job_id)),
+        (keys.prefix, job_id, token, max(0, delay_ms), error, "1" if spend_attempt else "0",
+         dead.max_jobs, dead.max_age_ms, max_free_retries),
+    )  # fmt: skip
+
+
+def kill_call(
+    keys: QueueKeys, job_id: str, token: str, reason: str, dead: DeadLetterLimits = DeadLetterLimits()
+) -> ScriptCall:
+    return call(
+        "kill",
+        (keys.active, keys.dead, keys.job(job_id)),
+        (keys.prefix, job_id, token, reason, dead.max_jobs, dead.max_age_ms),
+    )
+
+
+def reap_call(
+    keys: QueueKeys, *, limit: int = 1000, default_max_attempts: int = 10, dead: DeadLetterLimits = DeadLetterLimits()
+) -> ScriptCall:
+    return call(
+        "reap",
+        (keys.active, keys.pending, keys.dead, keys.wake),
+        (keys.prefix, limit, dead.max_jobs, dead.max_age_ms, default_max_attempts),
+    )
+
+
+def parse_reap(reply: Reply) -> dict[str, str]:
+    """job id -> where it went: "pending", "dead" or "missing"."""
+    flat = [_text(x) for x in _list(reply)]
+    return dict(zip(flat[::2], flat[1::2], strict=True))
+
+
+def requeue_call(keys: QueueKeys, job_ids: Sequence[str] = (), limit: int = BULK_LIMIT) -> ScriptCall:
+    return call("requeue", (keys.dead, keys.pending, keys.wake), (keys.prefix, limit, *job_ids))
+
+
+def purge_call(keys: QueueKeys, job_ids: Sequence[str] = (), limit: int = BULK_LIMIT) -> ScriptCall:
+    return call("purge", (keys.dead,), (keys.prefix, limit, *job_ids))
+
+
+class CancelResult(StrEnum):
+    CANCELED = "canceled"
+    CANCEL_REQUESTED = "cancel_requested"
+    NOT_CANCELABLE = "not_cancelable"
+    MISSING = "missing"
+
+
+def cancel_call(keys: QueueKeys, job_id: str) -> ScriptCall:
+    return call("cancel", (keys.pending, keys.scheduled, keys.job(job_id)), (keys.prefix, job_id))
+
+
+def parse_cancel(reply: Reply) -> tuple[CancelResult, State | None]:
+    """(what cancel did, the job's state before it; None for a missing job)."""
+    result, state = (_text(x) for x in _list(reply))
+    return CancelResult(result), State(state) if state else None
+
+
+def pause_call(keys: QueueKeys, paused: bool) -> ScriptCall:
+    return call("pause", (keys.paused, keys.wake), (keys.prefix, "1" if paused else "0"))
+
+
+@dataclass(frozen=True, slots=True)
+class QueueStats:
+    queue: str
+    now_ms: int
+    pending: int
+    scheduled: int
+    active: int
+    dead: int
+    paused: bool
+    #: When the longest-waiting runnable job became runnable (None: nothing waits).
+    oldest_ready_ms: int | None
+
+    @property
+    def latency_s(self) -> float:
+        """Age of the oldest runnable job, in seconds (0 when nothing waits)."""
+        return 0.0 if self.oldest_ready_ms is None else max(0, self.now_ms - self.oldest_ready_ms) / 1000
+
+
+def stats_call(keys: QueueKeys) -> ScriptCall:
+    return call("stats", (keys.pending, keys.scheduled, keys.active, keys.dead, keys.paused), (keys.prefix,))
+
+
+def parse_stats(keys: QueueKeys, reply: Reply) -> QueueStats:
+    now, pending, scheduled, active, dead, paused, oldest = (_int(x) for x in _list(reply))
+    return QueueStats(
+        queue=keys.queue,
+        now_ms=now,
+        pending=pending,
+        scheduled=scheduled,
+        active=active,
+        dead=dead,
+        paused=paused == 1,
+        oldest_ready_ms=None if oldest < 0 else oldest,
+    )
+
+
+# ---------------------------------------------------------------------------------------------
+# Reads (plain commands: reading never changes state)
+
+
+def parse_job(job_id: str, queue: str, fields: Mapping[Any, Any]) -> Job:
+    """A Job from an HGETALL reply."""
+    return Job.from_hash(job_id, queue, {_bytes(k): _bytes(v) for k, v in fields.items()})
+
+
+def decode_names(members: Iterable[Any]) -> list[str]:
+    """Sorted text of a SMEMBERS reply (the known queues)."""
+    return sorted(_text(m) for m in members)
+
+
+#: The counters of a batch hash (`<prefix>batch:<id>`), in the order `parse_batch` returns them.
+BATCH_FIELDS: Final = ("total", "done", "dead", "canceled")
+
+
+def parse_batch(reply: Reply) -> tuple[int, int, int, int]:
+    """(total, done, dead, canceled) from `HMGET <prefix>batch:<id> total done dead canceled`; a counter
+    that was never incremented (or a batch hash that is gone) reads as 0."""
+    values = [0 if v is None else _int(v) for v in _list(reply)]
+    if len(values) != len(BATCH_FIELDS):
+        raise TypeError(f"expected {len(BATCH_FIELDS)} batch counters, got {reply!r}")
+    return values[0], values[1], values[2], values[3]
+
+
+def known_queues(client: SyncRedis, namespace: str) -> list[str]:
+    """The queue names producers have registered in `<ns>:queues`, sorted."""
+    return decode_names(client.smembers(queues_key(namespace)))
+
+
+def list_job_ids(client: SyncRedis, keys: QueueKeys, state: State, limit: int) -> list[str]:
+    """Up to `limit` ids of the jobs in one of the four sets, in the order they will leave it: pending in
+    run order (the daemon pops the right end of the list first), the sorted sets by score (run-at,
+    lease deadline, died-at)."""
+    if limit <= 0:
+        return []
+    if state is State.PENDING:
+        return [_text(m) for m in reversed(client.lrange(keys.pending, -limit, -1))]
+    sets = {State.SCHEDULED: keys.scheduled, State.ACTIVE: keys.active, State.DEAD: keys.dead}
+    if state not in sets:
+        raise ValueError(f"jobs in state {state.value} are in no set")
+    return [_text(m) for m in client.zrange(sets[state], 0, limit - 1)]
+
+
+def job_hashes(client: SyncRedis, keys: QueueKeys, job_ids: Sequence[str]) -> list[dict[bytes, bytes]]:
+    """The hashes of these jobs in one round trip, in order; an empty dict for a job that is gone."""
+    pipe = client.pipeline(transaction=False)
+    for job_id in job_ids:
+        pipe.hgetall(keys.job(job_id))
+    return [{_bytes(k): _bytes(v) for k, v in reply.items()} for reply in pipe.execute()]
+
+
+def find_job(client: SyncRedis, namespace: str, job_id: str, queues: Iterable[str]) -> dict[str, str]:
+    """queue -> the job's state, for each of `queues` that holds a job with this id (ids are unique
+    within a queue only, so there may be several), in the order of `queues`."""
+    names = list(dict.fromkeys(queues))
+    pipe = client.pipeline(transaction=False)
+    for queue in names:
+        pipe.hget(QueueKeys.of(namespace, queue).job(job_id), "state")
+    return {queue: _text(state) for queue, state in zip(names, pipe.execute(), strict=True) if state is not None}
+
+
+# ---------------------------------------------------------------------------------------------
+# Reply decoding (clients are created with decode_responses=False: payloads are bytes)
+
+
+def _list(reply: Reply) -> list[Reply]:
+    if not isinstance(reply, list):
+        raise TypeError(f"expected an array reply from a jobcar script, got {reply!r}")
+    return reply
+
+
+def _bytes(reply: Reply) -> bytes:
+    if isinstance(reply, bytes):
+        return reply
+    if isinstance(reply, str):
+        return reply.encode()
+    if isinstance(reply, int):
+        return str(reply).encode()
+    raise TypeError(f"expected a string reply, got {reply!r}")
+
+
+def _text(reply: Reply) -> str:
+    return _bytes(reply).decode("utf-8", "replace")
+
+
+def _int(reply: Reply) -> int:
+    if isinstance(reply, int):
+        return reply
+    return int(_bytes(reply))

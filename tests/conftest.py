@@ -1,0 +1,57 @@
+"""Session-wide fixtures: one real server per test session (per xdist worker), a namespace per test."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import redis
+
+from tests.servers import RedisServer, find_server_binary, start_cluster
+
+
+@pytest.fixture(scope="session")
+def server_binary() -> str:
+    return find_server_binary()
+
+
+@pytest.fixture(scope="session")
+def redis_server(server_binary: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisServer]:
+    server = RedisServer(server_binary, tmp_path_factory.mktemp("redis")).start()
+    yield server
+    server.stop()
+
+
+@pytest.fixture(scope="session")
+def redis_cluster(server_binary: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[list[RedisServer]]:
+    nodes = start_cluster(server_binary, Path(tmp_path_factory.mktemp("cluster")))
+    yield nodes
+    for node in nodes:
+        node.stop()
+
+
+@pytest.fixture
+def namespace() -> str:
+    """Tests share a server; each works in its own namespace, so they can run in parallel."""
+    return f"t{uuid.uuid4().hex[:12]}"
+
+
+@pytest.fixture
+def r(redis_server: RedisServer) -> Iterator[redis.Redis]:
+    with redis_server.client() as client:
+        yield client
+
+
+@pytest.fixture(params=["standalone", pytest.param("cluster", marks=pytest.mark.cluster)])
+def any_redis(request: pytest.FixtureRequest) -> Iterator[redis.Redis | redis.RedisCluster]:
+    """The same test against a standalone server and against the 3-master Cluster."""
+    client: redis.Redis | redis.RedisCluster
+    if request.param == "standalone":
+        client = request.getfixturevalue("redis_server").client()
+    else:
+        nodes: list[RedisServer] = request.getfixturevalue("redis_cluster")
+        client = redis.RedisCluster(host="127.0.0.1", port=nodes[0].port)
+    yield client
+    client.close()

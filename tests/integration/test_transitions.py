@@ -1,0 +1,375 @@
+"""Every transition of the state machine, against a standalone server and against a Redis Cluster."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import redis
+
+from jobcar import EnqueueStatus, State, store
+from jobcar.store import CancelResult, ExtendStatus, RetryResult
+from tests.integration.driver import QueueDriver
+from tests.servers import wait_for
+
+
+@pytest.fixture
+def q(any_redis: redis.Redis | redis.RedisCluster, namespace: str) -> QueueDriver:
+    return QueueDriver(any_redis, namespace)
+
+
+def test_enqueue_stores_a_pending_job_with_its_fields(q: QueueDriver) -> None:
+    info = q.enqueue("email.welcome", {"user": 42}, max_attempts=4, timeout=10, meta={"tenant": "a"})
+    assert info.status is EnqueueStatus.CREATED and info.state is State.PENDING and info.queue == "default"
+    job = q.job(info.id)
+    assert job is not None
+    assert (job.type, job.payload, job.max_attempts, job.timeout_ms) == ("email.welcome", b'{"user":42}', 4, 10_000)
+    assert job.meta == {"tenant": "a"} and job.attempt == 0 and job.content_type == "application/json"
+    assert q.where(info.id) is State.PENDING
+    assert q.redis.exists(q.keys.wake) == 1, "an enqueue must wake blocked daemons"
+    assert q.redis.smembers(store.queues_key(q.keys.namespace)) == {b"default"}
+
+
+def test_raw_bytes_payload_keeps_its_bytes_and_content_type(q: QueueDriver) -> None:
+    raw = b"\x00\xff\xfe; $(rm -rf /) `id`\n"
+    info = q.enqueue("blob", raw, content_type="application/x-thing")
+    job = q.lease_one().job
+    assert job.id == info.id and job.payload == raw and job.content_type == "application/x-thing"
+
+
+def test_delayed_job_waits_in_scheduled_then_is_promoted_when_due(q: QueueDriver) -> None:
+    info = q.enqueue("later", delay=0.3)
+    assert info.state is State.SCHEDULED and q.where(info.id) is State.SCHEDULED
+    early = q.lease()
+    assert early.jobs == [] and early.next_due_ms is not None and 0 < early.next_due_ms <= 300
+    assert q.redis.exists(q.keys.wake) == 0, "a lease that finds nothing clears wake so the daemon can block"
+    leased: list[store.LeasedJob] = []
+    wait_for(lambda: leased.extend(q.lease().jobs) or leased, what="the delayed job to become due")
+    assert leased[0].job.id == info.id and leased[0].job.run_at_ms is not None
+    assert leased[0].job.started_ms is not None and leased[0].job.started_ms >= leased[0].job.run_at_ms
+
+
+def test_run_at_in_the_past_is_runnable_now(q: QueueDriver) -> None:
+    assert q.enqueue("t", run_at=1_000_000.0).state is State.PENDING
+
+
+def test_caller_chosen_id_is_add_if_absent(q: QueueDriver) -> None:
+    first = q.enqueue("order.ship", {"v": 1}, job_id="order-17")
+    again = q.enqueue("order.ship", {"v": 2}, job_id="order-17")
+    assert first.status is EnqueueStatus.CREATED
+    assert (again.status, again.id, again.state) == (EnqueueStatus.EXISTS, "order-17", State.PENDING)
+    job = q.job("order-17")
+    assert job is not None and job.payload == b'{"v":1}'
+    assert q.redis.llen(q.keys.pending) == 1
+
+
+def test_unique_key_admits_one_job_until_it_finishes(q: QueueDriver) -> None:
+    first = q.enqueue("sync", {"a": 1}, unique_key="acct-1", unique_for=60)
+    dup = q.enqueue("sync", {"a": 2}, unique_key="acct-1", unique_for=60)
+    assert (dup.status, dup.id, dup.state) == (EnqueueStatus.DUPLICATE, first.id, State.PENDING)
+    assert 59_000 < q.redis.pttl(q.keys.unique("acct-1")) <= 60_000
+    leased = q.lease_one()
+    assert q.enqueue("sync", unique_key="acct-1", unique_for=60).state is State.ACTIVE
+    assert q.ack(leased.job.id, leased.token) == 1
+    assert q.redis.exists(q.keys.unique("acct-1")) == 0, "success releases the lock"
+    assert q.enqueue("sync", unique_key="acct-1", unique_for=60).status is EnqueueStatus.CREATED
+
+
+def test_unique_for_without_key_dedups_same_type_and_payload(q: QueueDriver) -> None:
+    a = q.enqueue("report", {"day": 1}, unique_for=60)
+    assert q.enqueue("report", {"day": 1}, unique_for=60).status is EnqueueStatus.DUPLICATE
+    assert q.enqueue("report", {"day": 2}, unique_for=60).status is EnqueueStatus.CREATED
+    assert a.created
+
+
+def test_lease_takes_fifo_up_to_n_with_fresh_tokens_and_counts_the_attempt(q: QueueDriver) -> None:
+    ids = [q.enqueue("t", n).id for n in range(5)]
+    result = q.lease(count=2, lease_ms=10_000, max_attempts=7)
+    assert [j.job.id for j in result.jobs] == ids[:2]
+    assert result.next_due_ms is None and not result.paused and result.missing == []
+    assert len({j.token for j in result.jobs}) == 2
+    for leased in result.jobs:
+        assert leased.job.attempt == 1 and leased.job.state is State.ACTIVE
+        assert leased.job.max_attempts == 7, "the daemon's default is stored when the job has none"
+        assert leased.job.token == leased.token
+        deadline = q.redis.zscore(q.keys.active, leased.job.id)
+        assert deadline is not None and deadline - result.now_ms == 10_000
+    assert q.redis.llen(q.keys.pending) == 3
+
+
+def test_lease_uses_per_type_max_attempts_but_never_overrides_the_job(q: QueueDriver) -> None:
+    typed = q.enqueue("typed").id
+    own = q.enqueue("typed", max_attempts=2).id
+    jobs = {j.job.id: j.job for j in q.lease(by_type=json.dumps({"typed": 5})).jobs}
+    assert jobs[typed].max_attempts == 5 and jobs[own].max_attempts == 2
+
+
+def test_lease_on_an_empty_queue_reports_the_next_due_job(q: QueueDriver) -> None:
+    assert q.lease().next_due_ms is None
+    q.enqueue("t", delay=60)
+    due = q.lease().next_due_ms
+    assert due is not None and 59_000 < due <= 60_000
+
+
+def test_extend_renews_only_the_callers_lease_and_reports_cancel(q: QueueDriver) -> None:
+    q.enqueue()
+    q.enqueue()
+    a, b = q.lease(count=2, lease_ms=5_000).jobs
+    before = q.redis.zscore(q.keys.active, a.job.id)
+    assert q.extend([(a.job.id, a.token), (b.job.id, "stale")], lease_ms=60_000) == [
+        ExtendStatus.RENEWED,
+        ExtendStatus.LOST,
+    ]
+    after = q.redis.zscore(q.keys.active, a.job.id)
+    assert before is not None and after is not None and after > before + 50_000
+    q.run(store.cancel_call(q.keys, b.job.id))
+    assert q.extend([(b.job.id, b.token)]) == [ExtendStatus.CANCEL_REQUESTED]
+
+
+def test_ack_deletes_the_job_or_keeps_its_result(q: QueueDriver) -> None:
+    q.enqueue(job_id="plain")
+    q.enqueue(job_id="kept")
+    leased = {j.job.id: j for j in q.lease().jobs}
+    assert q.ack("plain", leased["plain"].token) == 1
+    assert q.where("plain") is None and q.redis.exists(q.keys.job("plain")) == 0
+    assert q.ack("kept", leased["kept"].token, result=b"42", retention_ms=60_000) == 1
+    job = q.job("kept")
+    assert job is not None and job.state is State.DONE and job.result == b"42" and job.token is None
+    assert 59_000 < q.redis.pttl(q.keys.job("kept")) <= 60_000
+    assert q.redis.zcard(q.keys.active) == 0
+
+
+def test_ack_as_canceled(q: QueueDriver) -> None:
+    info = q.enqueue(batch="b1")
+    leased = q.lease_one()
+    assert q.ack(info.id, leased.token, final=State.CANCELED, retention_ms=1000) == 1
+    job = q.job(info.id)
+    assert job is not None and job.state is State.CANCELED
+    assert q.redis.hgetall(q.keys.batch("b1")) == {b"total": b"1", b"canceled": b"1"}
+
+
+def test_retry_schedules_the_next_attempt_and_records_the_error(q: QueueDriver) -> None:
+    info = q.enqueue()
+    leased = q.lease_one()
+    assert q.retry(info.id, leased.token, delay_ms=30_000, error="HTTP 500: oops") == RetryResult.RETRIED
+    job = q.job(info.id)
+    assert job is not None and q.where(info.id) is State.SCHEDULED
+    assert job.last_error == "HTTP 500: oops" and job.errors[0].attempt == 1 and job.token is None
+    score = q.redis.zscore(q.keys.scheduled, info.id)
+    assert score is not None and job.run_at_ms == int(score)
+
+
+def test_retry_without_delay_goes_straight_to_pending(q: QueueDriver) -> None:
+    info = q.enqueue()
+    assert q.retry(info.id, q.lease_one().token, delay_ms=0) == RetryResult.RETRIED
+    assert q.where(info.id) is State.PENDING
+    assert q.lease_one().job.attempt == 2
+
+
+def test_retry_without_spending_gives_the_attempt_back(q: QueueDriver) -> None:
+    info = q.enqueue(max_attempts=1)
+    for _ in range(3):  # a handler may say "later" (429 + Retry-After) without exhausting the job
+        assert q.retry(info.id, q.lease_one().token, spend=False) == RetryResult.RETRIED
+    job = q.job(info.id)
+    assert job is not None and job.attempt == 0 and q.where(info.id) is State.PENDING
+
+
+def test_giving_attempts_back_is_bounded(q: QueueDriver) -> None:
+    info = q.enqueue(max_attempts=1)
+    for _ in range(2):
+        assert q.retry(info.id, q.lease_one().token, spend=False, max_free=2) == RetryResult.RETRIED
+    assert q.retry(info.id, q.lease_one().token, spend=False, max_free=2) == RetryResult.DEAD
+    job = q.job(info.id)
+    assert job is not None and "attempts exhausted: 1 of 1" in (job.last_error or "")
+
+
+def test_retry_with_attempts_spent_moves_to_dead(q: QueueDriver) -> None:
+    info = q.enqueue(max_attempts=2, unique_for=60)
+    assert q.retry(info.id, q.lease_one().token, error="first") == RetryResult.RETRIED
+    assert q.retry(info.id, q.lease_one().token, error="second") == RetryResult.DEAD
+    job = q.job(info.id)
+    assert job is not None and q.where(info.id) is State.DEAD
+    assert [e.error for e in job.errors] == ["first", "second (attempts exhausted: 2 of 2)"]
+    assert [e.attempt for e in job.errors] == [1, 2]
+    assert q.redis.exists(q.keys.unique(job.unique_key or "")) == 0, "death releases the unique lock"
+
+
+def test_kill_moves_to_dead_with_the_reason(q: QueueDriver) -> None:
+    info = q.enqueue("nobody.handles.this")
+    assert q.kill(info.id, q.lease_one().token, reason="no handler for type nobody.handles.this") == 1
+    job = q.job(info.id)
+    assert job is not None and q.where(info.id) is State.DEAD
+    assert job.last_error == "no handler for type nobody.handles.this" and job.finished_ms is not None
+
+
+def test_stale_tokens_are_rejected_with_no_state_change(q: QueueDriver) -> None:
+    info = q.enqueue()
+    old = q.lease_one(lease_ms=1)
+    wait_for(lambda: q.reap(), what="the short lease to expire and be reaped")
+    new = q.lease_one()
+    assert new.token != old.token
+    before = q.snapshot()
+    assert q.extend([(info.id, old.token)]) == [ExtendStatus.LOST]
+    assert q.ack(info.id, old.token) == 0
+    assert q.retry(info.id, old.token) == RetryResult.LOST
+    assert q.kill(info.id, old.token) == 0
+    assert q.snapshot() == before
+    assert q.ack(info.id, new.token) == 1, "the current holder is unaffected"
+
+
+def test_reap_returns_expired_leases_to_pending_and_spent_ones_to_dead(q: QueueDriver) -> None:
+    again = q.enqueue(max_attempts=2).id
+    spent = q.enqueue(max_attempts=1).id
+    live = q.enqueue().id
+    leased = {j.job.id: j for j in q.lease(count=2, lease_ms=1).jobs}
+    q.lease_one(lease_ms=60_000)
+    reaped: dict[str, str] = {}
+    wait_for(lambda: reaped.update(q.reap()) or len(reaped) == 2, what="both short leases to be reaped")
+    assert reaped == {again: "pending", spent: "dead"}
+    assert q.where(again) is State.PENDING and q.where(spent) is State.DEAD and q.where(live) is State.ACTIVE
+    job = q.job(again)
+    assert job is not None and job.token is None and "lease expired" in (job.last_error or "")
+    assert q.ack(again, leased[again].token) == 0, "the reaped lease is fenced off"
+    assert q.lease_one().job.attempt == 2
+
+
+def test_requeue_from_dead_resets_attempts(q: QueueDriver) -> None:
+    ids = [q.enqueue(max_attempts=1).id for _ in range(3)]
+    for leased in q.lease().jobs:
+        q.kill(leased.job.id, leased.token)
+    assert q.run(store.requeue_call(q.keys, [ids[0], "not-dead"])) == 1
+    assert q.where(ids[0]) is State.PENDING
+    assert q.run(store.requeue_call(q.keys, limit=1)) == 1
+    assert q.run(store.requeue_call(q.keys, limit=1)) == 1
+    assert q.run(store.requeue_call(q.keys, limit=1)) == 0
+    for i in ids:
+        job = q.job(i)
+        assert job is not None and job.attempt == 0 and q.where(i) is State.PENDING
+
+
+def test_purge_deletes_dead_jobs(q: QueueDriver) -> None:
+    ids = [q.enqueue().id for _ in range(3)]
+    for leased in q.lease().jobs:
+        q.kill(leased.job.id, leased.token)
+    assert q.run(store.purge_call(q.keys, [ids[0]])) == 1
+    assert q.run(store.purge_call(q.keys)) == 2
+    assert all(q.job(i) is None for i in ids) and q.redis.zcard(q.keys.dead) == 0
+
+
+def test_dead_set_is_trimmed_by_size_and_age(q: QueueDriver) -> None:
+    q.dead_limits = store.DeadLetterLimits(max_jobs=2, max_age_ms=180 * 86400 * 1000)
+    ids = [q.enqueue().id for _ in range(4)]
+    for leased in q.lease().jobs:
+        # One death per Redis millisecond, so "oldest" is well defined (equal scores sort by id).
+        started = _redis_ms(q)
+        wait_for(lambda started=started: _redis_ms(q) > started, what="the next Redis millisecond")
+        q.kill(leased.job.id, leased.token)
+    assert q.redis.zrange(q.keys.dead, 0, -1) == [i.encode() for i in ids[2:]]
+    assert q.job(ids[0]) is None and q.job(ids[1]) is None, "trimmed jobs' hashes go too"
+    q.dead_limits = store.DeadLetterLimits(max_jobs=100, max_age_ms=1)
+    last = q.enqueue().id
+    died_at = int(q.redis.zscore(q.keys.dead, ids[3]) or 0)
+    wait_for(lambda: _redis_ms(q) > died_at + 1, what="the dead jobs to be older than max_age")
+    q.kill(last, q.lease_one().token)
+    assert q.redis.zrange(q.keys.dead, 0, -1) == [last.encode()]
+
+
+def _redis_ms(q: QueueDriver) -> int:
+    seconds, micros = q.redis.time()
+    return int(seconds) * 1000 + int(micros) // 1000
+
+
+def test_cancel_deletes_waiting_jobs_and_flags_running_ones(q: QueueDriver) -> None:
+    pending = q.enqueue(unique_for=60).id
+    scheduled = q.enqueue(delay=60, batch="b").id
+    assert store.parse_cancel(q.run(store.cancel_call(q.keys, pending))) == (CancelResult.CANCELED, State.PENDING)
+    assert q.job(pending) is None and q.redis.llen(q.keys.pending) == 0
+    assert q.redis.keys(q.keys.prefix + "unique:*") == []
+    assert store.parse_cancel(q.run(store.cancel_call(q.keys, scheduled))) == (CancelResult.CANCELED, State.SCHEDULED)
+    assert q.redis.hget(q.keys.batch("b"), "canceled") == b"1"
+    running = q.enqueue().id
+    leased = q.lease_one()
+    result = store.parse_cancel(q.run(store.cancel_call(q.keys, running)))
+    assert result == (CancelResult.CANCEL_REQUESTED, State.ACTIVE)
+    job = q.job(running)
+    assert job is not None and job.cancel_requested and q.where(running) is State.ACTIVE
+    q.kill(running, leased.token)
+    assert store.parse_cancel(q.run(store.cancel_call(q.keys, running))) == (CancelResult.NOT_CANCELABLE, State.DEAD)
+    assert store.parse_cancel(q.run(store.cancel_call(q.keys, "nope"))) == (CancelResult.MISSING, None)
+
+
+def test_pause_stops_leasing_and_resume_wakes(q: QueueDriver) -> None:
+    info = q.enqueue()
+    assert q.run(store.pause_call(q.keys, True)) == 1
+    assert q.run(store.pause_call(q.keys, True)) == 0
+    paused = q.lease()
+    assert paused.paused and paused.jobs == [] and q.redis.exists(q.keys.wake) == 0
+    q.enqueue()
+    assert q.run(store.pause_call(q.keys, False)) == 1
+    assert q.redis.exists(q.keys.wake) == 1
+    assert q.lease(count=1).jobs[0].job.id == info.id
+
+
+def test_stats_counts_every_state_and_the_oldest_wait(q: QueueDriver) -> None:
+    empty = store.parse_stats(q.keys, q.run(store.stats_call(q.keys)))
+    assert (empty.pending, empty.scheduled, empty.active, empty.dead, empty.latency_s) == (0, 0, 0, 0, 0.0)
+    first = q.enqueue().id
+    q.enqueue()
+    q.enqueue(delay=60)
+    dead = q.enqueue().id
+    leased = {j.job.id: j for j in q.lease(count=1).jobs}
+    q.enqueue()
+    stats = store.parse_stats(q.keys, q.run(store.stats_call(q.keys)))
+    assert first in leased
+    assert (stats.pending, stats.scheduled, stats.active, stats.dead, stats.paused) == (3, 1, 1, 0, False)
+    oldest = q.job(q.redis.lindex(q.keys.pending, -1).decode())  # type: ignore[union-attr]
+    assert oldest is not None and stats.oldest_ready_ms == oldest.created_ms
+    assert dead
+
+
+def test_batch_counters_follow_the_jobs(q: QueueDriver) -> None:
+    ids = [q.enqueue(batch="spark-1", max_attempts=1).id for _ in range(3)]
+    leased = {j.job.id: j for j in q.lease().jobs}
+    q.ack(ids[0], leased[ids[0]].token)
+    q.kill(ids[1], leased[ids[1]].token)
+    assert q.redis.hgetall(q.keys.batch("spark-1")) == {b"total": b"3", b"done": b"1", b"dead": b"1"}
+    q.run(store.requeue_call(q.keys, [ids[1]]))
+    assert q.redis.hget(q.keys.batch("spark-1"), "dead") == b"0"
+    assert q.redis.pttl(q.keys.batch("spark-1")) > 0
+
+
+def test_scripts_reload_after_the_server_forgets_them(q: QueueDriver) -> None:
+    q.redis.script_flush()
+    assert q.enqueue().created
+    assert len(q.lease().jobs) == 1
+
+
+def test_a_malformed_enqueue_call_writes_nothing(q: QueueDriver) -> None:
+    """A producer in another language calling the script wrongly gets an error and no half-write."""
+    good = [q.keys.prefix, "ok-1", "t", b"{}", 0, 0, "", 0, 0]
+    sneaky = ["bad-1", "t", b"{}", 0, 0, "", 0, 1, "attempt", "99"]
+    call = store.ScriptCall(store.script("enqueue"), (q.keys.pending, q.keys.scheduled, q.keys.wake), (*good, *sneaky))
+    with pytest.raises(redis.ResponseError, match='unknown job field "attempt"'):
+        store.execute(q.redis, [call])
+    truncated = store.ScriptCall(call.script, call.keys, (*good, "bad-2", "t"))
+    with pytest.raises(redis.ResponseError, match="malformed record"):
+        store.execute(q.redis, [truncated])
+    bad_values = [
+        (["bad-3", "t", b"{}", "soon", 0, "", 0, 0], "must be numbers"),
+        (["bad-4", "t", b"{}", 0, 0, "lock", 0, 0], "positive unique_ttl_ms"),
+        (["bad-5", "t", b"{}", 0, 0, "", 0, 1, "max_attempts", "five"], "max_attempts must be a positive number"),
+        (["bad-6", "t", b"{}", 0, 0, "", 0, 1, "meta", "{not json"], "meta must be a JSON object"),
+    ]
+    for record, message in bad_values:
+        bad = store.ScriptCall(call.script, call.keys, (*good, *record))
+        with pytest.raises(redis.ResponseError, match=message):
+            store.execute(q.redis, [bad])
+    assert q.snapshot() == {}
+
+
+def test_requeue_moves_an_id_named_twice_only_once(q: QueueDriver) -> None:
+    info = q.enqueue()
+    q.kill(info.id, q.lease_one().token)
+    assert q.run(store.requeue_call(q.keys, [info.id, info.id])) == 1
+    assert q.where(info.id) is State.PENDING
+    assert q.run(store.purge_call(q.keys, [info.id, info.id])) == 0

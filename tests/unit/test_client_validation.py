@@ -1,0 +1,96 @@
+"""The producer client's validation: every bad job is an InvalidJob with a message that says what to fix."""
+
+from __future__ import annotations
+
+import re
+from datetime import UTC, datetime, timedelta
+
+import pytest
+
+from jobcar import InvalidJob, PayloadTooLarge
+from jobcar.client import ID_PATTERN, build_record, build_records, encode_payload, new_job_id
+
+MIB = 1024 * 1024
+
+
+def test_json_payload_is_compact_utf8_and_default_content_type_is_not_stored() -> None:
+    record = build_record("email.welcome", {"name": "Zoë", "n": [1, 2]}, MIB)
+    assert record.payload == '{"name":"Zoë","n":[1,2]}'.encode()
+    assert record.content_type is None and record.queue == "default"
+
+
+def test_bytes_payload_is_raw_with_a_content_type() -> None:
+    assert encode_payload(b"\x00\x01", None, MIB) == (b"\x00\x01", "application/octet-stream")
+    assert encode_payload(b"<a/>", "text/xml", MIB) == (b"<a/>", "text/xml")
+    assert encode_payload(b'{"pre":1}', "application/json", MIB) == (b'{"pre":1}', None)
+
+
+def test_delay_run_at_and_durations() -> None:
+    assert build_record("t", None, MIB, delay=timedelta(seconds=1.5)).delay_ms == 1500
+    at = datetime(2030, 1, 1, tzinfo=UTC)
+    assert build_record("t", None, MIB, run_at=at).run_at_ms == int(at.timestamp() * 1000)
+    assert build_record("t", None, MIB, run_at=1_900_000_000).run_at_ms == 1_900_000_000_000
+    assert build_record("t", None, MIB, timeout=30).timeout_ms == 30_000
+
+
+def test_unique_for_alone_derives_the_key_from_type_and_payload() -> None:
+    a = build_record("t", {"x": 1}, MIB, unique_for=60)
+    b = build_record("t", {"x": 1}, MIB, unique_for=60)
+    c = build_record("t", {"x": 2}, MIB, unique_for=60)
+    assert a.unique_key == b.unique_key != c.unique_key
+    assert a.unique_ttl_ms == 60_000
+
+
+@pytest.mark.parametrize(
+    ("args", "options", "message"),
+    [
+        (("", None), {}, "invalid job type ''"),
+        (("has space", None), {}, "invalid job type"),
+        (("t", None), {"queue": "a{b}"}, "invalid queue name"),
+        (("t", None), {"queue": "x" * 101}, "invalid queue name"),
+        (("t", object()), {}, "payload is not JSON-serialisable"),
+        (("t", float("nan")), {}, "payload is not JSON-serialisable"),
+        (("t", {"a": 1}), {"content_type": "text/plain"}, "needs a bytes payload"),
+        (("t", None), {"delay": 1, "run_at": 2}, "give delay or run_at, not both"),
+        (("t", None), {"delay": -1}, "delay must be a finite number of seconds"),
+        (("t", None), {"delay": float("inf")}, "delay must be a finite number of seconds"),
+        (("t", None), {"delay": float("nan")}, "delay must be a finite number of seconds"),
+        (("t", None), {"delay": 10**12}, "delay must be a finite number of seconds"),
+        (("t", None), {"delay": "10s"}, "delay must be seconds"),
+        (("t", None), {"run_at": datetime(2030, 1, 1)}, "timezone-aware"),
+        (("t", None), {"unique_key": "k"}, "unique_key needs unique_for"),
+        (("t", None), {"unique_for": 0}, "unique_for must be positive"),
+        (("t", None), {"max_attempts": 0}, "max_attempts must be a positive integer"),
+        (("t", None), {"max_attempts": 2.5}, "max_attempts must be a positive integer"),
+        (("t", None), {"timeout": 0}, "timeout must be positive"),
+        (("t", None), {"job_id": "a b"}, "invalid job_id"),
+        (("t", None), {"job_id": "x" * 201}, "invalid job_id"),
+        (("t", None), {"traceparent": "nope"}, "not a W3C trace context"),
+        (("t", None), {"meta": {"a": 1}}, "meta must be a mapping of strings"),
+        (("t", None), {"priority": 1}, "unknown enqueue option(s): priority"),
+    ],
+)
+def test_invalid_jobs_are_rejected_with_a_clear_message(
+    args: tuple[str, object], options: dict[str, object], message: str
+) -> None:
+    with pytest.raises(InvalidJob, match=re.escape(message)):
+        build_record(*args, MIB, **options)
+
+
+def test_payload_limit() -> None:
+    build_record("t", b"x" * 100, 100)
+    with pytest.raises(PayloadTooLarge, match="101 bytes, over the limit of 100 bytes"):
+        build_record("t", b"x" * 101, 100)
+
+
+def test_enqueue_many_names_the_bad_item() -> None:
+    with pytest.raises(InvalidJob, match=r"job #1: invalid job type"):
+        build_records([("ok", 1), ("bad type", 2)], MIB)
+    with pytest.raises(InvalidJob, match=r"job #0: expected \(type, payload\)"):
+        build_records([("only-type",)], MIB)  # type: ignore[list-item]
+
+
+def test_job_ids_are_short_and_unique() -> None:
+    ids = {new_job_id() for _ in range(10_000)}
+    assert len(ids) == 10_000
+    assert all(len(i) == 20 and ID_PATTERN.fullmatch(i) and not i.startswith("-") for i in ids)
