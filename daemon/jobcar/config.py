@@ -1,0 +1,488 @@
+"""Load the YAML config file into the frozen dataclasses of `config_types`.
+
+The file is composed into PyYAML's node tree instead of being constructed into Python objects, so every
+value keeps its line and column: each problem is reported as `file:line:col key.path: message`, all of
+them at once, so that one `jobcar check` lists everything there is to fix. `yaml_reader` walks the nodes;
+this module says what each key accepts. Each scalar is interpolated from the environment (`${VAR}`,
+`${VAR:-default}`, `${VAR:?message}`, `$$`) before it is converted, so `concurrency: ${WORKERS:-20}`
+works; durations ("30s") and sizes ("1MiB") are normalised here; unknown keys are rejected, because in a
+config file they are nearly always typos.
+
+Values are read from their text, not from YAML's guess at their type: `namespace: 123` is the string
+"123", `command: [resize, --quality, 80]` passes "80", and `concurrency: "20"` is the integer 20.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import json
+import os
+import re
+import shlex
+from collections.abc import Callable, Mapping
+from dataclasses import replace
+from pathlib import Path
+from typing import Any, Final, TypeVar
+from urllib.parse import urlsplit
+
+import yaml
+
+from jobcar.config_types import (
+    Backoff,
+    BackoffStrategy,
+    CommandHandler,
+    Config,
+    DeadLetter,
+    Defaults,
+    Handler,
+    HttpHandler,
+    RedisSettings,
+)
+from jobcar.errors import JobcarError
+from jobcar.units import parse_duration, parse_size
+from jobcar.yaml_reader import Converter, Invalid, KeyPath, Reader, did_you_mean, is_null, line_col, syntax_error
+
+__all__ = ["KNOWN_KEYS", "ConfigError", "load_config", "parse_config"]
+
+_NAME: Final = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,99}")
+_NAME_RULE: Final = "use 1 to 100 letters, digits, '.', '_' or '-', starting with a letter or digit"
+_TYPE_NAME: Final = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:-]{0,199}")
+_TYPE_RULE: Final = "use 1 to 200 letters, digits, '.', '_', ':' or '-', starting with a letter or digit"
+_HEADER_NAME: Final = re.compile(r"[!#$%&'*+.^_`|~0-9A-Za-z-]+")  # an RFC 9110 token
+_ENV_NAME: Final = re.compile(r"[^=\0]+")
+_HOST: Final = re.compile(r"[A-Za-z0-9]([A-Za-z0-9.-]*[A-Za-z0-9])?")
+_BOOLEANS: Final = {"true": True, "yes": True, "on": True, "false": False, "no": False, "off": False}
+_LOG_LEVELS: Final = ("debug", "info", "warning", "error")
+_LOG_FORMATS: Final = ("auto", "json", "console")
+
+_T = TypeVar("_T")
+
+
+class ConfigError(JobcarError):
+    """The config cannot be used. `errors` holds every problem found, each one line naming its place."""
+
+    def __init__(self, errors: list[str]) -> None:
+        super().__init__("\n".join(errors))
+        self.errors = errors
+
+
+def load_config(path: str | os.PathLike[str], environ: Mapping[str, str] | None = None) -> Config:
+    """Read and validate the config file at `path`, interpolating from `environ` (default `os.environ`)."""
+    source = os.fspath(path)
+    try:
+        data = Path(source).read_bytes()
+    except FileNotFoundError:
+        raise ConfigError([f"{source}: no such file"]) from None
+    except OSError as exc:
+        raise ConfigError([f"{source}: cannot read: {exc.strerror or exc}"]) from None
+    try:
+        text = data.decode("utf-8-sig")
+    except UnicodeDecodeError as exc:
+        line, col = line_col(data[: exc.start].decode("utf-8", "replace"), exc.start)
+        raise ConfigError([f"{source}:{line}:{col}: not UTF-8 text (byte 0x{data[exc.start]:02x})"]) from None
+    # Same newline handling as text mode, so that \r\n files report the same columns.
+    text = text.replace("\r\n", "\n")
+    return parse_config(text, source, os.environ if environ is None else environ)
+
+
+def parse_config(text: str, source: str, environ: Mapping[str, str]) -> Config:
+    """Validate the YAML `text` (read from `source`, named in messages) into a Config, or raise ConfigError."""
+    try:
+        root = yaml.compose(text, Loader=yaml.SafeLoader)
+    except yaml.MarkedYAMLError as exc:
+        raise ConfigError([syntax_error(source, exc)]) from None
+    except yaml.reader.ReaderError as exc:
+        line, col = line_col(text, exc.position)
+        raise ConfigError([f"{source}:{line}:{col}: {exc.reason} (character #x{exc.character:04x})"]) from None
+    except (yaml.YAMLError, RecursionError) as exc:
+        raise ConfigError([f"{source}: not a usable YAML file: {exc}"]) from None
+    reader = Reader(source, environ)
+    values = _top_level(reader, root) if root is not None else {}
+    if reader.problems:
+        raise ConfigError(reader.messages())
+    return Config(source=source, **values)
+
+
+# -- scalar converters --------------------------------------------------------------------------------
+
+
+def _string(r: Reader, node: yaml.Node, path: KeyPath) -> str:
+    text = r.text(node, "a string")
+    if not text:
+        raise Invalid("must not be empty")
+    return text
+
+
+def _optional_string(r: Reader, node: yaml.Node, path: KeyPath) -> str | None:
+    return r.scalar(node, "a string") or None  # "" (e.g. from ${TOKEN:-}) means not set
+
+
+def _boolean(r: Reader, node: yaml.Node, path: KeyPath) -> bool:
+    text = r.text(node, "true or false")
+    if text.lower() not in _BOOLEANS:
+        raise Invalid(f"must be true or false, not {text!r}")
+    return _BOOLEANS[text.lower()]
+
+
+def _parse_int(text: str, minimum: int, maximum: int | None = None) -> int:
+    if len(text) > 100 or not re.fullmatch(r"[-+]?[0-9](_?[0-9])*", text.strip()):
+        raise Invalid(f"must be an integer, not {text!r}")
+    number = int(text.strip().replace("_", ""))
+    if number < minimum or (maximum is not None and number > maximum):
+        bounds = f"from {minimum} to {maximum}" if maximum is not None else f"at least {minimum}"
+        raise Invalid(f"must be {bounds}, not {number}")
+    return number
+
+
+def _integer(minimum: int, *, optional: bool = False) -> Converter:
+    def convert(r: Reader, node: yaml.Node, path: KeyPath) -> int | None:
+        text = r.scalar(node, "an integer")
+        if text is None or (optional and not text):
+            if optional:
+                return None
+            raise Invalid("must be an integer, not empty")
+        return _parse_int(text, minimum)
+
+    return convert
+
+
+def _duration(minimum: float = 0.0, *, exclusive: bool = False) -> Converter:
+    def convert(r: Reader, node: yaml.Node, path: KeyPath) -> float:
+        text = r.text(node, "a duration")
+        try:
+            seconds = parse_duration(text)
+        except ValueError as exc:
+            raise Invalid(str(exc)) from None
+        if seconds < minimum or (exclusive and seconds == minimum):
+            raise Invalid(f"must be {'more than' if exclusive else 'at least'} {minimum:g}s, not {text!r}")
+        return seconds
+
+    return convert
+
+
+def _size(minimum: int = 0) -> Converter:
+    def convert(r: Reader, node: yaml.Node, path: KeyPath) -> int:
+        text = r.text(node, "a size")
+        try:
+            size = parse_size(text)
+        except ValueError as exc:
+            raise Invalid(str(exc)) from None
+        if size < minimum:
+            raise Invalid(f"must be at least {minimum} byte{'' if minimum == 1 else 's'}, not {text!r}")
+        return size
+
+    return convert
+
+
+def _choice(options: tuple[str, ...]) -> Converter:
+    def convert(r: Reader, node: yaml.Node, path: KeyPath) -> str:
+        text = r.text(node, "one of " + ", ".join(options))
+        if text.lower() not in options:
+            raise Invalid(f"must be one of {', '.join(options)}, not {text!r}" + did_you_mean(text, options))
+        return text.lower()
+
+    return convert
+
+
+_strategy_name: Final = _choice(tuple(strategy.value for strategy in BackoffStrategy))
+
+
+def _strategy(r: Reader, node: yaml.Node, path: KeyPath) -> BackoffStrategy:
+    return BackoffStrategy(_strategy_name(r, node, path))
+
+
+def _name(r: Reader, node: yaml.Node, path: KeyPath) -> str:
+    text = r.text(node, "a name")
+    if not _NAME.fullmatch(text):
+        raise Invalid(f"invalid name {text!r}: {_NAME_RULE}")
+    return text
+
+
+def _check_url(text: str) -> str:
+    try:
+        parts = urlsplit(text)
+        parts.port  # noqa: B018 -- raises ValueError for a port that is not a number in range
+    except ValueError as exc:
+        raise Invalid(f"invalid URL {text!r}: {exc}") from None
+    if parts.scheme not in ("http", "https") or not parts.hostname or re.search(r"\s", text):
+        raise Invalid(f"must be an http:// or https:// URL, not {text!r}")
+    return text
+
+
+def _url(r: Reader, node: yaml.Node, path: KeyPath) -> str:
+    return _check_url(r.text(node, "a URL"))
+
+
+def _optional_url(r: Reader, node: yaml.Node, path: KeyPath) -> str | None:
+    text = r.scalar(node, "a URL")
+    return _check_url(text) if text else None
+
+
+def _listen(r: Reader, node: yaml.Node, path: KeyPath) -> str:
+    text = r.text(node, "host:port")
+    host, colon, port = text.rpartition(":")
+    if host.startswith("[") and host.endswith("]"):
+        try:
+            ipaddress.IPv6Address(host[1:-1])
+        except ValueError:
+            raise Invalid(f"invalid IPv6 address in {text!r}") from None
+    elif ":" in host:
+        raise Invalid(f"must be host:port with an IPv6 address in brackets, like [::1]:9321, not {text!r}")
+    elif not colon or not _HOST.fullmatch(host):
+        raise Invalid(f"must be host:port, like 127.0.0.1:9321 or [::1]:9321, not {text!r}")
+    if not re.fullmatch(r"[0-9]{1,5}", port) or int(port) > 65535:
+        raise Invalid(f"port must be a number from 0 to 65535, not {port!r}")
+    return text
+
+
+# -- collection converters ----------------------------------------------------------------------------
+
+
+def _queues(r: Reader, node: yaml.Node, path: KeyPath) -> dict[str, int]:
+    entries = r.entries(node, path, what="a mapping of queue names to weights, like {critical: 6, default: 3}")
+    if not entries:
+        raise Invalid("must name at least one queue, like {default: 1}")
+    weights: dict[str, int] = {}
+    for name, entry in entries.items():
+        if not _NAME.fullmatch(name):
+            r.error(entry.key, (*path, name), f"invalid queue name: {_NAME_RULE}")
+        try:
+            weights[name] = _parse_int(r.text(entry.value, "a weight (a positive integer)"), 1)
+        except Invalid as exc:
+            r.error(entry.value, (*path, name), exc.message)
+    return weights
+
+
+def _string_map(key: re.Pattern[str], key_rule: str, forbidden: str, forbidden_rule: str) -> Converter:
+    def convert(r: Reader, node: yaml.Node, path: KeyPath) -> dict[str, str]:
+        result: dict[str, str] = {}
+        for name, entry in r.entries(node, path).items():
+            if not key.fullmatch(name):
+                r.error(entry.key, (*path, name), f"invalid name: {key_rule}")
+            try:
+                value = r.text(entry.value, "a string")
+                if any(char in value for char in forbidden):
+                    raise Invalid(forbidden_rule)
+                result[name] = value
+            except Invalid as exc:
+                r.error(entry.value, (*path, name), exc.message)
+        return result
+
+    return convert
+
+
+_headers: Final = _string_map(_HEADER_NAME, "not a valid HTTP header name", "\r\n\0", "must not contain line breaks")
+_env: Final = _string_map(_ENV_NAME, "must not be empty or contain '='", "\0", "must not contain NUL characters")
+
+
+def _items(r: Reader, node: yaml.Node, path: KeyPath, what: str, convert: Callable[[str], _T]) -> list[_T] | None:
+    """Each scalar of a list, converted; None when any of them was reported."""
+    items: list[_T] = []
+    ok = True
+    for index, item in enumerate(r.sequence(node, what)):
+        try:
+            items.append(convert(r.text(item, "a string")))
+        except Invalid as exc:
+            r.error(item, (*path, f"[{index}]"), exc.message)
+            ok = False
+    return items if ok else None
+
+
+def _arg(text: str) -> str:
+    if "\0" in text:
+        raise Invalid("must not contain NUL characters")
+    return text
+
+
+def _argv(r: Reader, node: yaml.Node, path: KeyPath) -> tuple[str, ...]:
+    if isinstance(node, yaml.ScalarNode) and not is_null(node):
+        message = "must be an argv list, not a string: jobcar never runs a shell"
+        try:
+            words = shlex.split(str(node.value))
+        except ValueError:
+            words = []
+        if words and not any(set(word) & set("|&;<>()$`*?") for word in words):
+            message += f"; write {json.dumps(words)}"
+        raise Invalid(message)
+    args = _items(r, node, path, "an argv list like [/usr/local/bin/resize, --quality, '80']", _arg)
+    if args is not None and (not args or not args[0]):
+        raise Invalid("must name the program to run, like [/usr/local/bin/resize, --quality, '80']")
+    return tuple(args or ())
+
+
+def _env_name(text: str) -> str:
+    if not _ENV_NAME.fullmatch(text):
+        raise Invalid(f"invalid environment variable name {text!r}")
+    return text
+
+
+def _env_allow(r: Reader, node: yaml.Node, path: KeyPath) -> tuple[str, ...]:
+    return tuple(_items(r, node, path, "a list of environment variable names", _env_name) or ())
+
+
+def _exit_codes(r: Reader, node: yaml.Node, path: KeyPath) -> frozenset[int]:
+    codes = _items(r, node, path, "a list of exit codes, like [64, 65]", lambda text: _parse_int(text, 1, 255))
+    return frozenset(codes or ())
+
+
+# -- sections -----------------------------------------------------------------------------------------
+
+_BACKOFF_FIELDS: Final[Mapping[str, Converter]] = {
+    "strategy": _strategy,
+    "base": _duration(),
+    "max": _duration(),
+}
+
+
+def _backoff(r: Reader, node: yaml.Node, path: KeyPath) -> dict[str, Any]:
+    """Only the keys given: a handler's `backoff: {base: 2s}` is merged over the defaults' backoff."""
+    return r.fields(r.entries(node, path, _BACKOFF_FIELDS), path, _BACKOFF_FIELDS)
+
+
+_DEFAULTS_FIELDS: Final[Mapping[str, Converter]] = {
+    "timeout": _duration(0.0, exclusive=True),
+    "max_attempts": _integer(1),
+    "backoff": _backoff,
+    "max_retry_after": _duration(),
+}
+
+
+def _defaults(r: Reader, node: yaml.Node, path: KeyPath) -> Defaults:
+    values = r.fields(r.entries(node, path, _DEFAULTS_FIELDS), path, _DEFAULTS_FIELDS)
+    return Defaults(**{**values, "backoff": Backoff(**values.get("backoff", {}))})
+
+
+def _section(cls: Callable[..., Any], table: Mapping[str, Converter]) -> Converter:
+    def convert(r: Reader, node: yaml.Node, path: KeyPath) -> Any:
+        return cls(**r.fields(r.entries(node, path, table), path, table))
+
+    return convert
+
+
+_REDIS_FIELDS: Final[Mapping[str, Converter]] = {
+    "url": _string,
+    "cluster": _boolean,
+    "strict": _boolean,
+    "data_dir": _string,
+}
+_DEAD_LETTER_FIELDS: Final[Mapping[str, Converter]] = {
+    "max_jobs": _integer(1),
+    "max_age": _duration(0.0, exclusive=True),
+}
+
+_HANDLER_FIELDS: Final[Mapping[str, Converter]] = {
+    **_DEFAULTS_FIELDS,
+    "concurrency": _integer(1, optional=True),
+}
+_HTTP_FIELDS: Final[Mapping[str, Converter]] = {
+    "url": _url,
+    **_HANDLER_FIELDS,
+    "headers": _headers,
+    "signing_secret": _optional_string,
+    "max_response_bytes": _size(),
+}
+_COMMAND_FIELDS: Final[Mapping[str, Converter]] = {
+    "command": _argv,
+    **_HANDLER_FIELDS,
+    "env": _env,
+    "env_allow": _env_allow,
+    "permanent_exit_codes": _exit_codes,
+    "kill_grace": _duration(),
+    "max_output_bytes": _size(),
+    "cwd": _optional_string,
+}
+_HTTP_ONLY: Final = {
+    key: "only applies to HTTP handlers (this one has a command)" for key in _HTTP_FIELDS.keys() - _COMMAND_FIELDS
+}
+_COMMAND_ONLY: Final = {
+    key: "only applies to command handlers (this one has a url)" for key in _COMMAND_FIELDS.keys() - _HTTP_FIELDS
+}
+
+
+def _handler(r: Reader, node: yaml.Node, path: KeyPath, name: str, defaults: Defaults) -> Handler | None:
+    entries = r.entries(node, path, what="a mapping with url (an HTTP handler) or command (a command handler)")
+    if "url" in entries and "command" in entries:
+        r.error(entries["command"].key, path, "has both url and command: a handler is one or the other")
+        r.reject_unknown(entries, path, {**_HTTP_FIELDS, **_COMMAND_FIELDS})
+    elif "url" not in entries and "command" not in entries:
+        r.error(node, path, "needs url (an HTTP handler) or command (a command handler)")
+        r.reject_unknown(entries, path, {**_HTTP_FIELDS, **_COMMAND_FIELDS})
+    elif "url" in entries:
+        r.reject_unknown(entries, path, _HTTP_FIELDS, _COMMAND_ONLY)
+    else:
+        r.reject_unknown(entries, path, _COMMAND_FIELDS, _HTTP_ONLY)
+    cls, table = (HttpHandler, _HTTP_FIELDS) if "url" in entries else (CommandHandler, _COMMAND_FIELDS)
+    values = r.fields(entries, path, table)
+    if r.problems:
+        return None  # the config is rejected anyway; the values may be incomplete
+    backoff = replace(defaults.backoff, **values.pop("backoff", {}))
+    inherited = {
+        "timeout": defaults.timeout,
+        "max_attempts": defaults.max_attempts,
+        "max_retry_after": defaults.max_retry_after,
+    }
+    handler: Handler = cls(type=name, backoff=backoff, **{**inherited, **values})
+    return handler
+
+
+def _handlers(r: Reader, node: yaml.Node, path: KeyPath, defaults: Defaults) -> dict[str, Handler]:
+    handlers: dict[str, Handler] = {}
+    for name, entry in r.entries(node, path, what="a mapping of job types to handlers").items():
+        if not _TYPE_NAME.fullmatch(name):
+            r.error(entry.key, (*path, name), f"invalid job type name: {_TYPE_RULE}")
+        try:
+            handler = _handler(r, entry.value, (*path, name), name, defaults)
+        except Invalid as exc:
+            r.error(entry.value, (*path, name), exc.message)
+            continue
+        if handler is not None:
+            handlers[name] = handler
+    return handlers
+
+
+_TOP_FIELDS: Final[Mapping[str, Converter]] = {
+    "redis": _section(RedisSettings, _REDIS_FIELDS),
+    "namespace": _name,
+    "queues": _queues,
+    "strict_priority": _boolean,
+    "concurrency": _integer(1),
+    "lease": _duration(1.0),
+    "shutdown_timeout": _duration(),
+    "listen": _listen,
+    "api_token": _optional_string,
+    "health_url": _optional_url,
+    "log_level": _choice(_LOG_LEVELS),
+    "log_format": _choice(_LOG_FORMATS),
+    "result_ttl": _duration(),
+    "max_payload_bytes": _size(1),
+    "defaults": _defaults,
+    "dead_letter": _section(DeadLetter, _DEAD_LETTER_FIELDS),
+}
+
+#: The keys the loader accepts in each part of the file (the JSON Schema in config/schema.json must match).
+KNOWN_KEYS: Final[Mapping[str, tuple[str, ...]]] = {
+    "": (*_TOP_FIELDS, "handlers"),
+    "redis": tuple(_REDIS_FIELDS),
+    "defaults": tuple(_DEFAULTS_FIELDS),
+    "backoff": tuple(_BACKOFF_FIELDS),
+    "dead_letter": tuple(_DEAD_LETTER_FIELDS),
+    "http handler": tuple(_HTTP_FIELDS),
+    "command handler": tuple(_COMMAND_FIELDS),
+}
+
+
+def _top_level(r: Reader, root: yaml.Node) -> dict[str, Any]:
+    try:
+        entries = r.entries(root, (), KNOWN_KEYS[""], what="a mapping of settings")
+    except Invalid as exc:
+        r.error(root, (), "the config " + exc.message)
+        return {}
+    values = r.fields(entries, (), _TOP_FIELDS)
+    if "handlers" in entries:
+        # Handlers need the defaults, so they are read after every other key, wherever they stand in the file.
+        node = entries["handlers"].value
+        try:
+            values["handlers"] = _handlers(r, node, ("handlers",), values.get("defaults", Defaults()))
+        except Invalid as exc:
+            r.error(node, ("handlers",), exc.message)
+    return values

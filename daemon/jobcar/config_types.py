@@ -1,0 +1,120 @@
+"""The daemon's configuration as frozen dataclasses. `config.py` builds them from YAML.
+
+Durations are float seconds and sizes int bytes: they are normalised at the edge (config.py), so the
+rest of the daemon never parses "30s" or "1MiB".
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import StrEnum
+
+#: Variables of the daemon's own environment that every command handler receives (DESIGN §3).
+DEFAULT_ENV_ALLOW: tuple[str, ...] = ("PATH", "HOME", "LANG", "LC_ALL", "LC_CTYPE", "TZ", "TMPDIR", "USER")
+
+
+class BackoffStrategy(StrEnum):
+    EXPONENTIAL = "exponential"  # base * 2^(attempt-1), full jitter, capped at max
+    LINEAR = "linear"  # base * attempt, full jitter, capped at max
+    CONSTANT = "constant"  # base, no jitter
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Backoff:
+    strategy: BackoffStrategy = BackoffStrategy.EXPONENTIAL
+    base: float = 1.0
+    max: float = 3600.0
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Defaults:
+    """Per-handler settings that apply unless a handler overrides them."""
+
+    timeout: float = 60.0
+    max_attempts: int = 10
+    backoff: Backoff = field(default_factory=Backoff)
+    #: Longest `Retry-After` a handler may ask for; a larger one is cut to this (a handler cannot park a
+    #: job forever without spending attempts).
+    max_retry_after: float = 3600.0
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class HandlerBase:
+    type: str
+    timeout: float
+    max_attempts: int
+    backoff: Backoff
+    max_retry_after: float
+    #: At most this many jobs of this type run at once in this daemon (None: only the global limit).
+    concurrency: int | None = None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class HttpHandler(HandlerBase):
+    url: str
+    headers: dict[str, str] = field(default_factory=dict)
+    #: When set, each request carries `Jobcar-Signature` (HMAC-SHA256 over timestamp and body).
+    signing_secret: str | None = None
+    #: Response bodies are read up to this many bytes (kept as the job's result on success).
+    max_response_bytes: int = 64 * 1024
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class CommandHandler(HandlerBase):
+    command: tuple[str, ...]
+    env: dict[str, str] = field(default_factory=dict)
+    #: Names of the daemon's own environment variables passed on, in addition to DEFAULT_ENV_ALLOW.
+    env_allow: tuple[str, ...] = ()
+    permanent_exit_codes: frozenset[int] = frozenset()
+    #: Time between SIGTERM and SIGKILL to the handler's process group on timeout, cancel or drain.
+    kill_grace: float = 5.0
+    #: stdout and stderr are each captured up to this many bytes; the rest is read and dropped.
+    max_output_bytes: int = 64 * 1024
+    cwd: str | None = None
+
+
+Handler = HttpHandler | CommandHandler
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RedisSettings:
+    #: redis://, rediss://, redis+sentinel://, or "embedded" (a bundled server, for development).
+    url: str = "redis://127.0.0.1:6379/0"
+    #: The url names a node of a Redis Cluster.
+    cluster: bool = False
+    #: Refuse to start (instead of warning) when the server's eviction policy is not noeviction or AOF is off.
+    strict: bool = False
+    #: Data directory of the embedded server.
+    data_dir: str = ".jobcar-data"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class DeadLetter:
+    max_jobs: int = 10_000
+    max_age: float = 180 * 86400.0
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Config:
+    source: str  # the file it was read from, for messages
+    redis: RedisSettings = field(default_factory=RedisSettings)
+    namespace: str = "jobcar"
+    queues: dict[str, int] = field(default_factory=lambda: {"default": 1})
+    strict_priority: bool = False
+    concurrency: int = 20
+    lease: float = 30.0
+    #: Time in-flight jobs get to finish on SIGTERM. Keep it below the platform's own deadline:
+    #: Kubernetes terminationGracePeriodSeconds, `docker stop -t`/compose stop_grace_period, systemd TimeoutStopSec.
+    shutdown_timeout: float = 30.0
+    listen: str = "127.0.0.1:9321"
+    api_token: str | None = None
+    #: While this URL of the app does not answer 2xx, no jobs are leased (app health gates leasing).
+    health_url: str | None = None
+    log_level: str = "info"
+    log_format: str = "auto"  # auto (JSON unless stdout is a terminal), json, console
+    #: How long a finished job and its result stay readable; 0 deletes a job when it succeeds.
+    result_ttl: float = 0.0
+    max_payload_bytes: int = 1024 * 1024
+    defaults: Defaults = field(default_factory=Defaults)
+    dead_letter: DeadLetter = field(default_factory=DeadLetter)
+    handlers: dict[str, Handler] = field(default_factory=dict)

@@ -1,0 +1,333 @@
+"""The command executor: run the handler's program with the payload on stdin (DESIGN §3).
+
+Each job gets its own process group (`start_new_session`, so pgid == pid). On timeout, cancel or drain
+the whole group gets SIGTERM, then SIGKILL after `kill_grace`; after the leader exits, the group gets
+SIGKILL anyway, so nothing a handler forked outlives its job. stdout and stderr are read continuously
+into bounded buffers: a handler writing gigabytes neither blocks on a full pipe nor grows the daemon.
+
+Outcomes: exit 0 → success with stdout as the result; an exit code in `permanent_exit_codes` → fail;
+any other exit, death by a signal or a timeout → retry. The tail of stderr becomes the error text.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import signal
+import subprocess
+import time
+from collections.abc import Coroutine
+from typing import Any, Final, TypeVar, cast
+
+from jobcar.config_types import DEFAULT_ENV_ALLOW, CommandHandler
+from jobcar.executors import rfc3339
+from jobcar.executors.guardian import Guardian, pdeathsig_preexec
+from jobcar.job import Job
+from jobcar.outcome import MAX_ERROR_CHARS, Outcome
+
+__all__ = ["CommandExecutor"]
+
+_T = TypeVar("_T")
+
+#: How often the remaining members of a group are checked for after its leader exited on SIGTERM.
+_GROUP_POLL: Final = 0.02
+#: Time the output pipes get to reach EOF once the group is dead. Only a process that left the group
+#: (setsid) can hold them open longer, and it is not worth waiting for.
+_PIPE_GRACE: Final = 1.0
+
+#: Cleanup tasks that outlive a cancelled job task; kept here so they are never garbage-collected early.
+_CLEANUPS: set[asyncio.Task[Any]] = set()
+
+
+class _Capture:
+    """A bounded copy of one output stream: the first or the last `limit` bytes, and the total count."""
+
+    def __init__(self, limit: int, *, keep_tail: bool) -> None:
+        self.limit = max(0, limit)
+        self.keep_tail = keep_tail
+        self.total = 0
+        self._kept = bytearray()
+
+    def feed(self, chunk: bytes) -> None:
+        self.total += len(chunk)
+        if self.keep_tail:
+            self._kept += chunk
+            excess = len(self._kept) - self.limit
+            if excess > 0:
+                # Deleting from the front of a bytearray is cheap (CPython moves its start pointer).
+                del self._kept[:excess]
+        else:
+            room = self.limit - len(self._kept)
+            if room > 0:
+                self._kept += chunk[:room]
+
+    @property
+    def data(self) -> bytes:
+        return bytes(self._kept)
+
+    @property
+    def truncated(self) -> bool:
+        return self.total > len(self._kept)
+
+
+class CommandExecutor:
+    """Runs jobs of one command handler. `guardian` (shared by the daemon) may be None: then only
+    `PR_SET_PDEATHSIG` protects against handler processes outliving a killed daemon."""
+
+    def __init__(self, handler: CommandHandler, guardian: Guardian | None) -> None:
+        self.handler = handler
+        self._guardian = guardian
+        names = (*DEFAULT_ENV_ALLOW, *handler.env_allow)
+        # Read once: an allow-list, so the daemon's secrets, NOTIFY_SOCKET and WATCHDOG_* never reach a
+        # handler unless named.
+        self._base_env = {name: os.environ[name] for name in names if name in os.environ}
+
+    def _environment(self, job: Job, *, deadline: float, max_attempts: int) -> dict[str, str]:
+        env = dict(self._base_env)
+        env.update(self.handler.env)
+        env.update(
+            {
+                "JOBCAR_JOB_ID": job.id,
+                "JOBCAR_JOB_TYPE": job.type,
+                "JOBCAR_QUEUE": job.queue,
+                "JOBCAR_ATTEMPT": str(job.attempt),
+                "JOBCAR_MAX_ATTEMPTS": str(max_attempts),
+                "JOBCAR_DEADLINE": rfc3339(deadline),
+                "JOBCAR_ENQUEUED_AT": rfc3339(job.created_ms / 1000),
+                "JOBCAR_CONTENT_TYPE": job.content_type,
+            }
+        )
+        if job.traceparent:
+            env["TRACEPARENT"] = job.traceparent
+        return env
+
+    async def run(self, job: Job, *, deadline: float, max_attempts: int) -> Outcome:
+        handler = self.handler
+        budget = min(handler.timeout, deadline - time.time())
+        if budget <= 0:
+            return Outcome.retry("timeout: the job's deadline passed before the command started")
+        env = self._environment(job, deadline=deadline, max_attempts=max_attempts)
+        stdout = _Capture(handler.max_output_bytes, keep_tail=False)
+        stderr = _Capture(handler.max_output_bytes, keep_tail=True)
+        protocol = _HandlerProtocol(stdout, stderr)
+        # Spawning runs in its own task: cancelled halfway, asyncio would SIGKILL only the leader and
+        # then wait for pipes that whatever it already forked keeps open. Let it finish instead, then
+        # stop the whole group like any other cancellation.
+        start = _background(self._spawn(protocol, env))
+        try:
+            transport = await _run_to_end(start)
+        except asyncio.CancelledError:
+            if not start.cancelled() and start.exception() is None:
+                await _run_to_end(_background(self._stop(start.result(), protocol, terminate=True)))
+            raise
+        except (OSError, ValueError, subprocess.SubprocessError) as exc:
+            return Outcome.fail(f"cannot start command: {exc}")
+        _feed(transport, job.payload)
+        timed_out = False
+        try:
+            try:
+                async with asyncio.timeout(budget):
+                    await protocol.exited.wait()
+            except TimeoutError:
+                timed_out = True
+        except asyncio.CancelledError:
+            await _run_to_end(_background(self._stop(transport, protocol, terminate=True)))
+            raise
+        forced = await _run_to_end(_background(self._stop(transport, protocol, terminate=timed_out)))
+
+        code = transport.get_returncode()
+        if timed_out:
+            head = f"timeout after {budget:.1f}s"
+            if forced:
+                head += f" (still running {handler.kill_grace:g}s after SIGTERM; killed with SIGKILL)"
+            return Outcome.retry(_error_text(head, stdout, stderr))
+        if code == 0:
+            result = stdout.data
+            if stdout.truncated:
+                result += f"\n[jobcar: stdout truncated: kept {len(result)} of {stdout.total} bytes]".encode()
+            return Outcome.success(result)
+        if code is not None and code < 0:
+            return Outcome.retry(_error_text(f"killed by signal {_signal_name(-code)}", stdout, stderr))
+        if code in handler.permanent_exit_codes:
+            return Outcome.fail(_error_text(f"exit code {code}", stdout, stderr))
+        return Outcome.retry(_error_text(f"exit code {code}", stdout, stderr))
+
+    async def _spawn(self, protocol: _HandlerProtocol, env: dict[str, str]) -> asyncio.SubprocessTransport:
+        program, *args = self.handler.command
+        transport, _ = await asyncio.get_running_loop().subprocess_exec(
+            lambda: protocol,
+            program,
+            *args,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            env=env,
+            cwd=self.handler.cwd,
+            start_new_session=True,
+            preexec_fn=pdeathsig_preexec(),
+        )
+        # No await between the spawn and guarding it: nothing can come in between.
+        if self._guardian is not None:
+            self._guardian.guard(transport.get_pid())
+        return transport
+
+    async def _stop(
+        self, transport: asyncio.SubprocessTransport, protocol: _HandlerProtocol, *, terminate: bool
+    ) -> bool:
+        """Kill the job's group, wait for its leader to be reaped and its output to end. True if SIGKILL
+        was needed to end a group that had been sent SIGTERM."""
+        pgid = transport.get_pid()
+        forced = False
+        try:
+            if terminate:
+                _signal_group(pgid, signal.SIGTERM)
+                forced = not await _wait_group_exit(pgid, protocol, self.handler.kill_grace)
+            # Stragglers: whatever the leader forked must not outlive the job, even after a clean exit.
+            _signal_group(pgid, signal.SIGKILL)
+            await protocol.exited.wait()
+            try:
+                async with asyncio.timeout(_PIPE_GRACE):
+                    await protocol.closed.wait()
+            except TimeoutError:
+                pass  # a process that left the group (setsid) holds the pipes; stop reading instead
+        except BaseException:
+            # Torn down mid-cleanup (event loop shutdown): at least leave nothing running.
+            _signal_group(pgid, signal.SIGKILL)
+            raise
+        finally:
+            transport.close()
+            if self._guardian is not None:
+                self._guardian.release(pgid)
+        return forced
+
+
+class _HandlerProtocol(asyncio.SubprocessProtocol):
+    """Consumes the handler's output as it arrives, straight into the bounded captures.
+
+    A protocol rather than stream readers: every chunk is kept or dropped the moment it arrives (no
+    intermediate buffer, no flow control to stall the child), and `process_exited` tells when the
+    leader exited even while a forked child still holds the pipes (`Process.wait()` on CPython 3.11
+    also waits for the pipes to close, so it would not return until the job's timeout).
+    """
+
+    def __init__(self, stdout: _Capture, stderr: _Capture) -> None:
+        self._captures = {1: stdout, 2: stderr}
+        self.exited = asyncio.Event()
+        self.closed = asyncio.Event()
+
+    def pipe_data_received(self, fd: int, data: bytes | str) -> None:
+        capture = self._captures.get(fd)
+        if capture is not None and isinstance(data, bytes):
+            capture.feed(data)
+
+    def process_exited(self) -> None:
+        self.exited.set()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.closed.set()
+
+
+def _background(work: Coroutine[object, object, _T]) -> asyncio.Task[_T]:
+    task = asyncio.create_task(work)
+    _CLEANUPS.add(task)
+    task.add_done_callback(_CLEANUPS.discard)
+    return task
+
+
+async def _run_to_end(task: asyncio.Task[_T]) -> _T:
+    """Wait for `task` to finish even if the caller is cancelled meanwhile, then re-raise the cancellation.
+
+    The kill must complete before the job's task ends: a drain that sees the task done may return the
+    job to pending at once, and its handler must not still be running then.
+    """
+    cancelled = False
+    while not task.done():
+        try:
+            # wait() never cancels what it waits for, and never raises what the task raised.
+            await asyncio.wait({task})
+        except asyncio.CancelledError:
+            cancelled = True
+    if cancelled:
+        raise asyncio.CancelledError
+    return task.result()
+
+
+async def _wait_group_exit(pgid: int, protocol: _HandlerProtocol, grace: float) -> bool:
+    """Wait up to `grace` seconds for the whole group to exit; True if it did."""
+    loop = asyncio.get_running_loop()
+    until = loop.time() + grace
+    try:
+        async with asyncio.timeout(grace):
+            await protocol.exited.wait()
+    except TimeoutError:
+        return False
+    # The leader is gone; the others got the same SIGTERM and may still be cleaning up (a shell
+    # wrapper dies at once, the program it runs may not). Without a handle on them, checking the
+    # group is the only way to give them the rest of the grace. An exited member still counts until
+    # its new parent reaps it: under an init that reaps late or never (jobcar as PID 1 without tini),
+    # this waits out the grace, never longer.
+    while _group_exists(pgid):
+        if loop.time() >= until:
+            return False
+        await asyncio.sleep(_GROUP_POLL)
+    return True
+
+
+def _group_exists(pgid: int) -> bool:
+    try:
+        os.killpg(pgid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def _signal_group(pgid: int, signum: signal.Signals) -> None:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(pgid, signum)
+
+
+def _feed(transport: asyncio.SubprocessTransport, payload: bytes) -> None:
+    """Hand the payload to stdin and close it once written. The event loop writes it in the background;
+    a handler that exits without reading it all only makes the loop drop the rest (EPIPE is quiet)."""
+    # Typed as a BaseTransport; with stdin=PIPE it is the pipe's write transport on every loop.
+    stdin = cast(asyncio.WriteTransport, transport.get_pipe_transport(0))
+    # A handler that exits at once (before reading stdin) may already have closed the pipe: uvloop
+    # then raises RuntimeError instead of quietly dropping the write.
+    with contextlib.suppress(RuntimeError, ConnectionError):
+        if not stdin.is_closing():
+            if payload:
+                stdin.write(payload)
+            stdin.close()
+
+
+def _signal_name(signum: int) -> str:
+    try:
+        return signal.Signals(signum).name
+    except ValueError:
+        return f"signal {signum}"
+
+
+def _error_text(head: str, stdout: _Capture, stderr: _Capture) -> str:
+    """`head`, truncation notes, then the end of stderr (or the start of stdout if stderr is empty),
+    cut so that `head` survives `Outcome`'s bound on error length."""
+    notes = [
+        f"{name} truncated: {capture.total} bytes"
+        for name, capture in (("stdout", stdout), ("stderr", stderr))
+        if capture.truncated
+    ]
+    prefix = head + (f" ({'; '.join(notes)})" if notes else "")
+    detail = stderr.data.decode("utf-8", errors="replace").strip()
+    from_stdout = not detail
+    if from_stdout:
+        detail = stdout.data.decode("utf-8", errors="replace").strip()
+        if detail:
+            detail = "stdout: " + detail
+    if not detail:
+        return prefix
+    room = MAX_ERROR_CHARS - len(prefix) - 2
+    if len(detail) > room:
+        detail = detail[: room - 1] + "…" if from_stdout else "…" + detail[-(room - 1) :]
+    return f"{prefix}: {detail}"

@@ -1,0 +1,62 @@
+"""Fixtures shared by integration tests: daemons on the session's server, a queue driver, and the CLI
+tests' config file and producer."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import redis
+
+from jobcar import Client
+from tests.integration.daemon_harness import DaemonProcess
+from tests.integration.daemon_harness import write_config as write_daemon_config
+from tests.integration.driver import QueueDriver
+from tests.integration.test_cli import write_config
+from tests.servers import RedisServer
+
+
+@pytest.fixture
+def config(tmp_path: Path, redis_server: RedisServer, namespace: str) -> Path:
+    return write_config(
+        tmp_path / "jobcar.yaml",
+        f"""\
+        redis: {{url: "{redis_server.url}"}}
+        namespace: {namespace}
+        queues: {{default: 1, low: 1}}
+        handlers:
+          t.echo:
+            command: [cat]
+        """,
+    )
+
+
+@pytest.fixture
+def client(redis_server: RedisServer, namespace: str) -> Iterator[Client]:
+    with Client.from_url(redis_server.url, namespace=namespace) as c:
+        yield c
+
+
+StartDaemon = Callable[..., DaemonProcess]
+
+
+@pytest.fixture
+def start_daemon(redis_server: RedisServer, namespace: str, tmp_path: Path) -> Iterator[StartDaemon]:
+    """Start `jobcar run` on a config for the session's server; every daemon is stopped afterwards."""
+    started: list[DaemonProcess] = []
+
+    def start(handlers: dict[str, Any], **top: Any) -> DaemonProcess:
+        daemon = DaemonProcess(write_daemon_config(tmp_path, redis_server.url, namespace, handlers, **top)).start()
+        started.append(daemon)
+        return daemon
+
+    yield start
+    for daemon in started:
+        daemon.stop()
+
+
+@pytest.fixture
+def q(r: redis.Redis, namespace: str) -> QueueDriver:
+    return QueueDriver(r, namespace)

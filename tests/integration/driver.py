@@ -1,0 +1,86 @@
+"""A thin synchronous driver over one queue's transitions, for the state-machine tests."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import redis
+
+from jobcar import store
+from jobcar.client import Client
+from jobcar.job import Job, JobInfo, State
+from jobcar.store import DeadLetterLimits, LeaseResult, QueueKeys, ScriptCall
+
+
+class QueueDriver:
+    def __init__(self, client: redis.Redis | redis.RedisCluster, namespace: str, queue: str = "default") -> None:
+        self.redis = client
+        self.keys = QueueKeys.of(namespace, queue)
+        self.producer = Client(client, namespace=namespace)
+        self.dead_limits = DeadLetterLimits()
+
+    def run(self, call: ScriptCall) -> Any:
+        return store.execute(self.redis, [call])[0]
+
+    def enqueue(self, job_type: str = "t", payload: Any = None, **options: Any) -> JobInfo:
+        options.setdefault("queue", self.keys.queue)
+        return self.producer.enqueue(job_type, payload, **options)
+
+    def lease(self, count: int = 10, lease_ms: int = 30_000, max_attempts: int = 3, by_type: str = "{}") -> LeaseResult:
+        return store.parse_lease(
+            self.keys, self.run(store.lease_call(self.keys, count, lease_ms, max_attempts, by_type))
+        )
+
+    def lease_one(self, **kwargs: Any) -> store.LeasedJob:
+        result = self.lease(count=1, **kwargs)
+        assert len(result.jobs) == 1, f"expected one leased job, got {result}"
+        return result.jobs[0]
+
+    def extend(self, leases: list[tuple[str, str]], lease_ms: int = 30_000) -> list[store.ExtendStatus]:
+        return store.parse_extend(self.run(store.extend_call(self.keys, lease_ms, leases)))
+
+    def ack(self, job_id: str, token: str, **kwargs: Any) -> int:
+        return int(self.run(store.ack_call(self.keys, job_id, token, **kwargs)))
+
+    def retry(
+        self, job_id: str, token: str, delay_ms: int = 0, error: str = "boom", spend: bool = True, max_free: int = 0
+    ) -> int:
+        call = store.retry_call(
+            self.keys, job_id, token, delay_ms=delay_ms, error=error, spend_attempt=spend,
+            max_free_retries=max_free, dead=self.dead_limits,
+        )  # fmt: skip
+        return int(self.run(call))
+
+    def kill(self, job_id: str, token: str, reason: str = "bad") -> int:
+        return int(self.run(store.kill_call(self.keys, job_id, token, reason, self.dead_limits)))
+
+    def reap(self, default_max_attempts: int = 3) -> dict[str, str]:
+        call = store.reap_call(self.keys, default_max_attempts=default_max_attempts, dead=self.dead_limits)
+        return store.parse_reap(self.run(call))
+
+    def job(self, job_id: str) -> Job | None:
+        fields = self.redis.hgetall(self.keys.job(job_id))
+        return store.parse_job(job_id, self.keys.queue, fields) if fields else None
+
+    def sets_of(self, job_id: str) -> list[State]:
+        """Every state set that holds this id (the invariant says: exactly one while the job exists)."""
+        found = [State.PENDING] * self.redis.lrange(self.keys.pending, 0, -1).count(job_id.encode())
+        for state, key in ((State.SCHEDULED, self.keys.scheduled), (State.ACTIVE, self.keys.active),
+                           (State.DEAD, self.keys.dead)):  # fmt: skip
+            if self.redis.zscore(key, job_id) is not None:
+                found.append(state)
+        return found
+
+    def where(self, job_id: str) -> State | None:
+        """The job's state, after checking that its hash and its set agree."""
+        sets = self.sets_of(job_id)
+        job = self.job(job_id)
+        if job is None or job.state in (State.DONE, State.CANCELED):
+            assert sets == [], f"{job_id} has no runnable hash but is in {sets}"
+            return None if job is None else job.state
+        assert sets == [job.state], f"{job_id}: hash says {job.state}, sets say {sets}"
+        return job.state
+
+    def snapshot(self) -> dict[bytes, bytes]:
+        """Every key of the queue, DUMPed: to prove a rejected call changed nothing."""
+        return {k: self.redis.dump(k) for k in self.redis.scan_iter(match=self.keys.prefix + "*")}  # type: ignore[misc]

@@ -1,0 +1,625 @@
+"""The command executor and the guardian with real processes (RELIABILITY 1, 10, 14).
+
+"Gone" means no /proc entry or a zombie: a zombie has ended and only waits to be reaped by its
+parent. Orphans are reparented to PID 1, and in some containers and sandboxes PID 1 never reaps, so
+requiring the /proc entry itself to vanish would test the machine, not jobcar.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Callable, Coroutine, Iterator
+from pathlib import Path
+from typing import Any, TypeVar
+
+import pytest
+import uvloop
+
+from jobcar.config_types import Backoff, CommandHandler
+from jobcar.executors.command import CommandExecutor
+from jobcar.executors.guardian import Guardian
+from jobcar.job import Job, State
+from jobcar.outcome import Outcome, OutcomeKind
+from tests.servers import wait_for
+
+T = TypeVar("T")
+LoopRunner = Callable[[Coroutine[Any, Any, T]], T]
+
+TRACEPARENT = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
+
+# A handler that ignores SIGTERM and forks a child that ignores it too, then publishes both pids.
+STUBBORN = f"""#!{sys.executable}
+import os, signal, time
+signal.signal(signal.SIGTERM, signal.SIG_IGN)
+child = os.fork()
+if child == 0:
+    while True:
+        time.sleep(1)
+path = os.environ["PIDS_FILE"]
+with open(path + ".tmp", "w") as f:
+    f.write(f"{{os.getpid()}} {{child}}")
+os.rename(path + ".tmp", path)
+while True:
+    time.sleep(1)
+"""
+
+# A shell handler that leaves a child in the background and waits for it.
+FORKING = """#!/bin/sh
+sleep 300 &
+echo "$$ $!" > "$PIDS_FILE.tmp" && mv "$PIDS_FILE.tmp" "$PIDS_FILE"
+wait
+"""
+
+
+def make_handler(command: list[str] | str, **overrides: Any) -> CommandHandler:
+    fields: dict[str, Any] = {
+        "type": "image.resize",
+        "timeout": 30.0,
+        "max_attempts": 5,
+        "backoff": Backoff(),
+        "max_retry_after": 3600.0,
+        "command": (command,) if isinstance(command, str) else tuple(command),
+    }
+    fields.update(overrides)
+    return CommandHandler(**fields)
+
+
+def make_job(payload: bytes = b"", **overrides: Any) -> Job:
+    fields: dict[str, Any] = {
+        "id": "job-7",
+        "queue": "default",
+        "type": "image.resize",
+        "payload": payload,
+        "state": State.ACTIVE,
+        "attempt": 1,
+        "created_ms": 1_700_000_000_123,
+    }
+    fields.update(overrides)
+    return Job(**fields)
+
+
+@pytest.fixture(params=["asyncio", "uvloop"])
+def run_loop(request: pytest.FixtureRequest) -> LoopRunner[Any]:
+    """Run a coroutine on the default asyncio loop or on uvloop (the daemon uses uvloop when present)."""
+
+    def run(coro: Coroutine[Any, Any, T]) -> T:
+        if request.param == "uvloop":
+            with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
+                return runner.run(coro)
+        return asyncio.run(coro)
+
+    return run
+
+
+def execute(handler: CommandHandler, job: Job | None = None, *, guardian: Guardian | None = None) -> Outcome:
+    async def scenario() -> Outcome:
+        executor = CommandExecutor(handler, guardian)
+        return await executor.run(job or make_job(), deadline=time.time() + 60, max_attempts=5)
+
+    return asyncio.run(scenario())
+
+
+def script(tmp_path: Path, text: str, name: str = "handler") -> str:
+    path = tmp_path / name
+    path.write_text(text)
+    path.chmod(0o755)
+    return str(path)
+
+
+def is_gone(pid: int) -> bool:
+    try:
+        status = Path(f"/proc/{pid}/status").read_text()
+    except OSError:
+        return True
+    return re.search(r"^State:\s+Z", status, re.MULTILINE) is not None
+
+
+def live_group_members(pgid: int) -> list[int]:
+    """Every process of group `pgid` that has not exited, from /proc."""
+    members = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+        except OSError:
+            continue
+        fields = stat.rsplit(")", 1)[1].split()
+        if int(fields[2]) == pgid and fields[0] != "Z":
+            members.append(int(entry.name))
+    return members
+
+
+async def eventually(condition: Callable[[], object], within: float = 10.0, what: str = "condition") -> None:
+    """`wait_for` for async code: poll `condition` without blocking the loop; fail after `within` s."""
+    try:
+        async with asyncio.timeout(within):
+            while True:
+                if condition():
+                    return
+                await asyncio.sleep(0.01)
+    except TimeoutError:
+        raise AssertionError(f"timed out after {within}s waiting for {what}") from None
+
+
+def read_pids(path: Path) -> list[int]:
+    wait_for(path.exists, timeout=10, what=f"{path.name} written by the handler")
+    return [int(pid) for pid in path.read_text().split()]
+
+
+@pytest.fixture
+def pids_file(tmp_path: Path) -> Iterator[Path]:
+    """Where handlers publish their pids; whatever is listed is killed after the test, pass or fail."""
+    path = tmp_path / "pids"
+    yield path
+    if path.exists():
+        for pid in path.read_text().split():
+            for kill in (os.killpg, os.kill):
+                with contextlib.suppress(ProcessLookupError, PermissionError):
+                    kill(int(pid), signal.SIGKILL)
+
+
+def test_payload_reaches_stdin_byte_identical_and_nothing_else_runs(tmp_path: Path) -> None:
+    marker = tmp_path / "X"
+    payload = (
+        f"; touch {marker}; $(touch {marker}) `touch {marker}` && touch {marker} | touch {marker}\n".encode()
+        + b"\x00\xff\xfe\x80 $HOME ${PATH} 'quoted' \"double\" \\ \r\n\x00"
+    )
+    outcome = execute(make_handler(["cat"]), make_job(payload))
+    assert outcome.kind is OutcomeKind.SUCCESS, outcome
+    assert outcome.result == payload
+    assert not marker.exists(), "a payload must never be interpreted by a shell"
+
+
+def test_large_payload_to_a_handler_that_does_not_read_stdin() -> None:
+    payload = os.urandom(8 * 1024 * 1024)
+    assert execute(make_handler(["true"]), make_job(payload)).kind is OutcomeKind.SUCCESS
+    echoed = execute(
+        make_handler([sys.executable, "-c", "import sys; print(len(sys.stdin.buffer.read()))"]), make_job(payload)
+    )
+    assert echoed.result == f"{len(payload)}\n".encode()
+
+
+def test_environment_holds_job_metadata_and_only_allow_listed_variables(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("JOBCAR_TEST_SECRET", "hunter2")
+    monkeypatch.setenv("NOTIFY_SOCKET", "/run/systemd/notify")
+    monkeypatch.setenv("WATCHDOG_USEC", "1000000")
+    monkeypatch.setenv("JOBCAR_TEST_ALLOWED", "passed on")
+    monkeypatch.setenv("TZ", "Europe/Paris")
+    dump = (
+        f"#!{sys.executable}\nimport json, os\n"
+        "print(json.dumps([dict(os.environ), os.getcwd(), os.getpgid(0), os.getsid(0), os.getpid()]))\n"
+    )
+    handler = make_handler(
+        script(tmp_path, dump),
+        env={"TMPDIR": "/var/tmp", "EXTRA": "1"},
+        env_allow=("JOBCAR_TEST_ALLOWED",),
+        cwd=str(tmp_path),
+    )
+    outcome = execute(handler, make_job(content_type="application/x-thing", traceparent=TRACEPARENT))
+    assert outcome.kind is OutcomeKind.SUCCESS, outcome
+    assert outcome.result is not None
+    env, cwd, pgid, sid, pid = json.loads(outcome.result)
+    assert env["JOBCAR_JOB_ID"] == "job-7"
+    assert env["JOBCAR_JOB_TYPE"] == "image.resize"
+    assert env["JOBCAR_QUEUE"] == "default"
+    assert env["JOBCAR_ATTEMPT"] == "1"
+    assert env["JOBCAR_MAX_ATTEMPTS"] == "5"
+    assert env["JOBCAR_ENQUEUED_AT"] == "2023-11-14T22:13:20.123Z"
+    assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z", env["JOBCAR_DEADLINE"])
+    assert env["JOBCAR_CONTENT_TYPE"] == "application/x-thing"
+    assert env["TRACEPARENT"] == TRACEPARENT
+    assert env["PATH"] == os.environ["PATH"] and env["TZ"] == "Europe/Paris"
+    assert env["JOBCAR_TEST_ALLOWED"] == "passed on"
+    assert env["TMPDIR"] == "/var/tmp" and env["EXTRA"] == "1"
+    for leaked in ("JOBCAR_TEST_SECRET", "NOTIFY_SOCKET", "WATCHDOG_USEC"):
+        assert leaked not in env, f"{leaked} must not reach a handler"
+    assert "hunter2" not in outcome.result.decode()
+    assert cwd == str(tmp_path)
+    assert pgid == pid and sid == pid, "each job runs in its own session and process group"
+
+
+def test_exit_0_is_success_with_stdout_as_result(run_loop: LoopRunner[Outcome], tmp_path: Path) -> None:
+    handler = make_handler(script(tmp_path, "#!/bin/sh\necho resized; echo 'a warning' >&2\n"))
+    outcome = run_loop(CommandExecutor(handler, None).run(make_job(), deadline=time.time() + 30, max_attempts=5))
+    assert outcome.kind is OutcomeKind.SUCCESS, outcome
+    assert outcome.result == b"resized\n"
+
+
+def test_permanent_exit_code_fails(tmp_path: Path) -> None:
+    handler = make_handler(
+        script(tmp_path, "#!/bin/sh\necho 'bad input: no width' >&2\nexit 65\n"),
+        permanent_exit_codes=frozenset({64, 65}),
+    )
+    outcome = execute(handler)
+    assert outcome.kind is OutcomeKind.FAIL
+    assert outcome.error == "exit code 65: bad input: no width"
+
+
+def test_other_exit_code_retries_with_the_stderr_tail(tmp_path: Path) -> None:
+    text = (
+        '#!/bin/sh\ni=0\nwhile [ $i -lt 5000 ]; do echo "noise line $i" >&2; i=$((i+1)); done\n'
+        "echo 'the real cause' >&2\nexit 3\n"
+    )
+    outcome = execute(make_handler(script(tmp_path, text), permanent_exit_codes=frozenset({65}), max_output_bytes=4096))
+    assert outcome.kind is OutcomeKind.RETRY and outcome.spend_attempt
+    assert outcome.error is not None
+    assert outcome.error.startswith("exit code 3 (stderr truncated: "), outcome.error
+    assert outcome.error.endswith("the real cause"), "the end of stderr says the most"
+    assert len(outcome.error) <= 2000
+
+
+def test_stdout_is_the_error_detail_when_stderr_is_empty(tmp_path: Path) -> None:
+    outcome = execute(make_handler(script(tmp_path, "#!/bin/sh\necho 'printed to stdout'\nexit 1\n")))
+    assert outcome.kind is OutcomeKind.RETRY
+    assert outcome.error == "exit code 1: stdout: printed to stdout"
+
+
+def test_death_by_signal_retries(tmp_path: Path) -> None:
+    outcome = execute(make_handler(script(tmp_path, "#!/bin/sh\necho dying >&2\nkill -KILL $$\n")))
+    assert outcome.kind is OutcomeKind.RETRY
+    assert outcome.error == "killed by signal SIGKILL: dying"
+
+
+def test_captured_stdout_is_capped_and_marked_truncated(tmp_path: Path) -> None:
+    writer = f"#!{sys.executable}\nimport sys\nsys.stdout.write('0123456789' * 20000)\n"
+    outcome = execute(make_handler(script(tmp_path, writer), max_output_bytes=1000))
+    assert outcome.kind is OutcomeKind.SUCCESS
+    assert outcome.result is not None
+    assert outcome.result.startswith(b"0123456789" * 100)
+    assert outcome.result[1000:] == b"\n[jobcar: stdout truncated: kept 1000 of 200000 bytes]"
+
+
+def test_timeout_kills_a_group_that_ignores_sigterm_within_grace(
+    run_loop: LoopRunner[Outcome], tmp_path: Path, pids_file: Path
+) -> None:
+    timeout, grace = 1.0, 1.0
+    handler = make_handler(
+        script(tmp_path, STUBBORN), timeout=timeout, kill_grace=grace, env={"PIDS_FILE": str(pids_file)}
+    )
+    started = time.monotonic()
+    outcome = run_loop(CommandExecutor(handler, None).run(make_job(), deadline=time.time() + 60, max_attempts=5))
+    leader, child = read_pids(pids_file)
+    remaining = started + timeout + grace + 1.0 - time.monotonic()
+    wait_for(lambda: is_gone(leader) and is_gone(child), timeout=max(remaining, 0.0), what="the group to be gone")
+    assert live_group_members(leader) == []
+    assert outcome.kind is OutcomeKind.RETRY and outcome.spend_attempt
+    assert outcome.error is not None and outcome.error.startswith("timeout after 1.0s"), outcome.error
+    assert "SIGKILL" in outcome.error
+
+
+def test_stragglers_are_killed_after_a_clean_exit(tmp_path: Path, pids_file: Path) -> None:
+    text = '#!/bin/sh\nsleep 300 &\necho "$$ $!" > "$PIDS_FILE"\necho done\n'
+    outcome = execute(make_handler(script(tmp_path, text), env={"PIDS_FILE": str(pids_file)}))
+    assert outcome.kind is OutcomeKind.SUCCESS and outcome.result == b"done\n"
+    leader, child = read_pids(pids_file)
+    wait_for(lambda: is_gone(child), timeout=2, what="the background child to be killed")
+    assert live_group_members(leader) == []
+
+
+def test_a_group_that_exits_on_sigterm_is_not_killed_harder(tmp_path: Path) -> None:
+    outcome = execute(make_handler(["sleep", "300"], timeout=0.3, kill_grace=10.0))
+    assert outcome.error == "timeout after 0.3s", "sleep exits on SIGTERM: no SIGKILL, no grace spent"
+
+
+def read_rss_kib(field: str) -> int:
+    match = re.search(rf"^{field}:\s+(\d+) kB", Path("/proc/self/status").read_text(), re.MULTILINE)
+    assert match is not None
+    return int(match.group(1))
+
+
+def test_an_output_flood_keeps_memory_bounded(run_loop: LoopRunner[Outcome]) -> None:
+    gib = 1024**3
+    command = ["sh", "-c", f"head -c {gib} /dev/zero & head -c {gib} /dev/zero >&2; wait"]
+    handler = make_handler(command, max_output_bytes=64 * 1024, timeout=60.0)
+    # Reset the peak-RSS watermark (VmHWM) so the peak during this job can be read afterwards.
+    try:
+        Path("/proc/self/clear_refs").write_text("5")
+        peak_measurable = True
+    except OSError:
+        peak_measurable = False  # then VmHWM is the lifetime peak, which earlier tests may have set
+    before = read_rss_kib("VmRSS")
+    outcome = run_loop(CommandExecutor(handler, None).run(make_job(), deadline=time.time() + 60, max_attempts=5))
+    peak_growth_mib = (read_rss_kib("VmHWM") - before) / 1024
+    growth_mib = (read_rss_kib("VmRSS") - before) / 1024
+    assert growth_mib < 64, f"RSS grew {growth_mib:.1f} MiB"
+    if peak_measurable:
+        assert peak_growth_mib < 64, f"RSS peaked {peak_growth_mib:.1f} MiB above the start"
+    assert outcome.kind is OutcomeKind.SUCCESS
+    assert outcome.result is not None and outcome.result.startswith(b"\0" * 65536)
+    assert outcome.result[65536:] == f"\n[jobcar: stdout truncated: kept 65536 of {gib} bytes]".encode()
+
+
+def test_cancelling_the_run_kills_the_group(run_loop: LoopRunner[None], tmp_path: Path, pids_file: Path) -> None:
+    handler = make_handler(script(tmp_path, FORKING), kill_grace=5.0, env={"PIDS_FILE": str(pids_file)})
+
+    async def scenario() -> None:
+        task = asyncio.create_task(
+            CommandExecutor(handler, None).run(make_job(), deadline=time.time() + 60, max_attempts=5)
+        )
+        await eventually(pids_file.exists, what="the handler's pids file")
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+
+    run_loop(scenario())
+    leader, child = read_pids(pids_file)
+    # The task only ends once the group is dead: nothing to wait for beyond signal delivery.
+    wait_for(lambda: is_gone(leader) and is_gone(child), timeout=1, what="the group to be gone")
+    assert live_group_members(leader) == []
+
+
+def test_a_second_cancel_does_not_cut_the_kill_short(tmp_path: Path, pids_file: Path) -> None:
+    grace = 1.0
+    handler = make_handler(script(tmp_path, STUBBORN), kill_grace=grace, env={"PIDS_FILE": str(pids_file)})
+    ended: list[float] = []
+
+    async def scenario() -> None:
+        task = asyncio.create_task(
+            CommandExecutor(handler, None).run(make_job(), deadline=time.time() + 60, max_attempts=5)
+        )
+        task.add_done_callback(lambda _: ended.append(time.monotonic()))
+        await eventually(pids_file.exists, what="the handler's pids file")
+        cancelled_at = time.monotonic()
+        task.cancel()
+        await asyncio.sleep(0.1)
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        assert ended[0] - cancelled_at >= grace * 0.9, "the task ended before the group was killed"
+
+    asyncio.run(scenario())
+    leader, child = read_pids(pids_file)
+    wait_for(lambda: is_gone(leader) and is_gone(child), timeout=1, what="the group to be gone")
+
+
+def live_with_marker(marker: str) -> list[int]:
+    """Processes (not zombies) whose environment holds `marker`: every process a handler started."""
+    found = []
+    needle = marker.encode()
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            if needle in (entry / "environ").read_bytes() and not is_gone(int(entry.name)):
+                found.append(int(entry.name))
+        except OSError:
+            continue
+    return found
+
+
+def test_a_cancel_while_spawning_still_kills_the_whole_group(run_loop: LoopRunner[None], tmp_path: Path) -> None:
+    marker = f"JOBCAR_TEST_MARK_{uuid.uuid4().hex}"
+    forking = script(tmp_path, FORKING)
+
+    async def scenario() -> None:
+        loop = asyncio.get_running_loop()
+        for turns in range(8):
+            handler = make_handler(forking, kill_grace=0.2, env={"PIDS_FILE": str(tmp_path / "pids"), marker: "1"})
+            task = asyncio.create_task(
+                CommandExecutor(handler, None).run(make_job(), deadline=time.time() + 60, max_attempts=5)
+            )
+            for _ in range(turns):  # cancel at different points of the spawn
+                await asyncio.sleep(0)
+            # A stalled loop (a busy daemon) lets the handler fork before asyncio has finished spawning
+            # it; cancelled then, asyncio alone kills only the leader and waits for the pipes forever.
+            loop.call_soon(time.sleep, 0.05)
+            await asyncio.sleep(0)
+            task.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                async with asyncio.timeout(10):
+                    await task
+            await eventually(lambda: not live_with_marker(marker), within=1, what="the group to be gone")
+
+    try:
+        run_loop(scenario())
+    finally:
+        for pid in live_with_marker(marker):
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+
+
+def test_a_command_that_cannot_start_fails(tmp_path: Path) -> None:
+    missing = execute(make_handler(["/nonexistent/jobcar-handler", "--flag"]))
+    assert missing.kind is OutcomeKind.FAIL
+    assert missing.error is not None and missing.error.startswith("cannot start command: ")
+    not_executable = tmp_path / "handler.sh"
+    not_executable.write_text("#!/bin/sh\nexit 0\n")
+    denied = execute(make_handler([str(not_executable)]))
+    assert denied.kind is OutcomeKind.FAIL
+    assert denied.error is not None and "Permission denied" in denied.error
+
+
+PDEATHSIG = f"""#!{sys.executable}
+import ctypes
+value = ctypes.c_int()
+ctypes.CDLL(None).prctl(2, ctypes.byref(value), 0, 0, 0)  # PR_GET_PDEATHSIG
+print(value.value)
+"""
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="PR_SET_PDEATHSIG is Linux only")
+def test_handlers_get_sigkill_as_parent_death_signal(run_loop: LoopRunner[Outcome], tmp_path: Path) -> None:
+    handler = make_handler(script(tmp_path, PDEATHSIG))
+    outcome = run_loop(CommandExecutor(handler, None).run(make_job(), deadline=time.time() + 30, max_attempts=5))
+    assert outcome.result == f"{int(signal.SIGKILL)}\n".encode()
+
+
+DAEMON = """
+import asyncio, sys, time
+from pathlib import Path
+
+from jobcar.config_types import Backoff, CommandHandler
+from jobcar.executors.command import CommandExecutor
+from jobcar.executors.guardian import Guardian
+from jobcar.job import Job, State
+
+
+async def main(handler_path: str, pids_file: str, guardian_file: str, use_guardian: bool) -> None:
+    guardian = Guardian() if use_guardian else None
+    if guardian is not None:
+        await guardian.start()
+        Path(guardian_file + ".tmp").write_text(str(guardian.pid))
+        Path(guardian_file + ".tmp").rename(guardian_file)
+    handler = CommandHandler(
+        type="t", timeout=300, max_attempts=1, backoff=Backoff(), max_retry_after=1,
+        command=(handler_path,), env={"PIDS_FILE": pids_file},
+    )
+    job = Job(id="j", queue="default", type="t", payload=b"", state=State.ACTIVE, attempt=1)
+    await CommandExecutor(handler, guardian).run(job, deadline=time.time() + 300, max_attempts=1)
+
+
+handler_path, pids_file, guardian_file, loop, use_guardian = sys.argv[1:]
+coro = main(handler_path, pids_file, guardian_file, use_guardian == "yes")
+if loop == "uvloop":
+    import uvloop
+    uvloop.run(coro)
+else:
+    asyncio.run(coro)
+"""
+
+
+@pytest.mark.parametrize("loop", ["asyncio", "uvloop"])
+def test_handlers_die_with_a_sigkilled_daemon(loop: str, tmp_path: Path, pids_file: Path) -> None:
+    daemon_script = tmp_path / "daemon.py"
+    daemon_script.write_text(DAEMON)
+    guardian_file = tmp_path / "guardian"
+    handler = script(tmp_path, FORKING)
+    daemon = subprocess.Popen(
+        [sys.executable, str(daemon_script), handler, str(pids_file), str(guardian_file), loop, "yes"]
+    )
+    try:
+        leader, child = read_pids(pids_file)
+        wait_for(guardian_file.exists, timeout=10, what="the guardian's pid")
+        guardian_pid = int(guardian_file.read_text())
+        assert not is_gone(leader) and not is_gone(child) and not is_gone(guardian_pid)
+        daemon.kill()
+        daemon.wait(timeout=10)
+        wait_for(lambda: is_gone(leader) and is_gone(child), timeout=5, what="the handler and its child to die")
+        assert live_group_members(leader) == []
+        wait_for(lambda: is_gone(guardian_pid), timeout=5, what="the guardian to exit")
+    finally:
+        if daemon.poll() is None:
+            daemon.kill()
+            daemon.wait()
+
+
+def test_without_guardian_parent_death_signal_still_kills_the_direct_child(tmp_path: Path, pids_file: Path) -> None:
+    daemon_script = tmp_path / "daemon.py"
+    daemon_script.write_text(DAEMON)
+    handler = script(tmp_path, FORKING)
+    daemon = subprocess.Popen([sys.executable, str(daemon_script), handler, str(pids_file), "-", "asyncio", "no"])
+    try:
+        leader, _ = read_pids(pids_file)
+        daemon.kill()
+        daemon.wait(timeout=10)
+        wait_for(lambda: is_gone(leader), timeout=5, what="the handler to die with its parent")
+    finally:
+        if daemon.poll() is None:
+            daemon.kill()
+            daemon.wait()
+
+
+def test_closing_the_guardian_kills_groups_still_guarded() -> None:
+    group = subprocess.Popen(["sleep", "300"], start_new_session=True)
+
+    async def scenario() -> int | None:
+        guardian = Guardian()
+        await guardian.start()
+        assert guardian.alive and guardian.pid is not None
+        # Signals that would stop a daemon must not stop its watchdog first.
+        for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+            os.kill(guardian.pid, signum)
+        guardian.guard(group.pid)
+        guardian.guard(4_000_000_000)  # nonsense ids are ignored
+        await guardian.close()
+        return guardian.pid
+
+    try:
+        assert asyncio.run(scenario()) is None
+        assert group.wait(timeout=5) == -signal.SIGKILL
+    finally:
+        if group.poll() is None:
+            group.kill()
+            group.wait()
+
+
+def test_a_released_group_is_left_alone() -> None:
+    group = subprocess.Popen(["sleep", "300"], start_new_session=True)
+
+    async def scenario() -> None:
+        guardian = Guardian()
+        await guardian.start()
+        guardian.guard(group.pid)
+        guardian.release(group.pid)
+        await guardian.close()
+
+    try:
+        asyncio.run(scenario())
+        assert group.poll() is None, "the guardian killed a group it had been told to forget"
+    finally:
+        group.kill()
+        group.wait()
+
+
+def test_jobs_still_run_when_the_guardian_is_dead(caplog: pytest.LogCaptureFixture, tmp_path: Path) -> None:
+    async def scenario() -> Outcome:
+        guardian = Guardian()
+        await guardian.start()
+        assert guardian.pid is not None
+        os.kill(guardian.pid, signal.SIGKILL)
+        await eventually(lambda: not guardian.alive, what="the guardian to be seen dead")
+        outcome = await CommandExecutor(make_handler(["cat"]), guardian).run(
+            make_job(b"still works"), deadline=time.time() + 30, max_attempts=5
+        )
+        await guardian.close()
+        return outcome
+
+    with caplog.at_level(logging.ERROR, logger="jobcar.executors.guardian"):
+        outcome = asyncio.run(scenario())
+    assert outcome.kind is OutcomeKind.SUCCESS and outcome.result == b"still works"
+    assert "guardian" in caplog.text and "is gone" in caplog.text
+
+
+def test_guardian_that_cannot_start_is_logged_not_raised(
+    caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(sys, "executable", "/nonexistent/python")
+
+    async def scenario() -> Guardian:
+        guardian = Guardian()
+        await guardian.start()
+        guardian.guard(12345)
+        guardian.release(12345)
+        await guardian.close()
+        return guardian
+
+    with caplog.at_level(logging.ERROR, logger="jobcar.executors.guardian"):
+        guardian = asyncio.run(scenario())
+    assert not guardian.alive and guardian.pid is None
+    assert "cannot start the handler guardian" in caplog.text
+
+
+def test_handlers_that_exit_without_reading_stdin_succeed_under_load(run_loop: LoopRunner[list[OutcomeKind]]) -> None:
+    """Seen with 100 concurrent jobs on uvloop: the stdin pipe was already closed when the payload was
+    written, and the write raised instead of being dropped."""
+    executor = CommandExecutor(make_handler([sys.executable, "-c", "pass"]), None)
+
+    async def many() -> list[OutcomeKind]:
+        jobs = [make_job(payload=b"x" * 100_000) for _ in range(50)]
+        outcomes = await asyncio.gather(*(executor.run(j, deadline=time.time() + 60, max_attempts=1) for j in jobs))
+        return [o.kind for o in outcomes]
+
+    assert run_loop(many()) == [OutcomeKind.SUCCESS] * 50

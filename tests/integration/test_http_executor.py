@@ -1,0 +1,423 @@
+"""The HTTP executor against real aiohttp servers on 127.0.0.1 (RELIABILITY 11): statuses, headers,
+Retry-After, timeouts, capped bodies, resets mid-body, signing and cancellation."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass, field
+from datetime import datetime
+from email.utils import formatdate
+from typing import Any
+
+import aiohttp
+import pytest
+from aiohttp import web
+
+from jobcar.config_types import Backoff, HttpHandler
+from jobcar.executors.http import HttpExecutor, parse_retry_after, verify_signature
+from jobcar.job import Job, State
+from jobcar.outcome import Outcome, OutcomeKind
+from tests.servers import free_port
+
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+
+TRACEPARENT = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
+BINARY_PAYLOAD = b'\x00\xff\xfe{"user": 42}\x00\x80\xc3\x28 ; $(id) `id`\r\n\x00'
+
+
+def make_handler(url: str, **overrides: Any) -> HttpHandler:
+    fields: dict[str, Any] = {
+        "type": "email.welcome",
+        "timeout": 10.0,
+        "max_attempts": 5,
+        "backoff": Backoff(),
+        "max_retry_after": 3600.0,
+        "url": url,
+    }
+    fields.update(overrides)
+    return HttpHandler(**fields)
+
+
+def make_job(payload: bytes = b'{"user": 42}', **overrides: Any) -> Job:
+    fields: dict[str, Any] = {
+        "id": "job-1",
+        "queue": "critical",
+        "type": "email.welcome",
+        "payload": payload,
+        "state": State.ACTIVE,
+        "attempt": 2,
+        "created_ms": 1_700_000_000_123,
+    }
+    fields.update(overrides)
+    return Job(**fields)
+
+
+@dataclass
+class Seen:
+    """What the test server received, for assertions."""
+
+    requests: list[tuple[dict[str, str], bytes]] = field(default_factory=list)
+    started: asyncio.Event = field(default_factory=asyncio.Event)
+    disconnected: asyncio.Event = field(default_factory=asyncio.Event)
+
+
+@contextlib.asynccontextmanager
+async def serve(handler: Handler) -> AsyncIterator[str]:
+    """A real aiohttp server on a free loopback port answering every POST with `handler`."""
+    app = web.Application()
+    app.router.add_post("/{tail:.*}", handler)
+    # handler_cancellation: a request handler learns (via CancelledError) that the client went away.
+    runner = web.AppRunner(app, handler_cancellation=True, shutdown_timeout=1.0, access_log=None)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    host, port = runner.addresses[0][:2]
+    try:
+        yield f"http://{host}:{port}/jobs/email-welcome"
+    finally:
+        await runner.cleanup()
+
+
+async def post_once(url: str, job: Job | None = None, *, deadline_in: float = 30.0, **overrides: Any) -> Outcome:
+    async with aiohttp.ClientSession() as session:
+        executor = HttpExecutor(make_handler(url, **overrides), session)
+        return await executor.run(job or make_job(), deadline=time.time() + deadline_in, max_attempts=5)
+
+
+def answer(status: int, body: bytes = b"", headers: dict[str, str] | None = None) -> Outcome:
+    """Run one job against a server that always answers `status` with `body` and `headers`."""
+
+    async def handler(request: web.Request) -> web.Response:
+        await request.read()
+        return web.Response(status=status, body=body, headers=headers)
+
+    async def scenario() -> Outcome:
+        async with serve(handler) as url:
+            return await post_once(url)
+
+    return asyncio.run(scenario())
+
+
+def test_2xx_is_success_with_the_body_as_result() -> None:
+    outcome = answer(200, b'{"sent": true}')
+    assert outcome.kind is OutcomeKind.SUCCESS, outcome
+    assert outcome.result == b'{"sent": true}'
+    assert answer(204).kind is OutcomeKind.SUCCESS
+
+
+def test_request_carries_the_exact_body_and_the_job_metadata_headers() -> None:
+    seen = Seen()
+
+    async def handler(request: web.Request) -> web.Response:
+        seen.requests.append((dict(request.headers), await request.read()))
+        return web.Response(text="ok")
+
+    deadline = time.time() + 30
+
+    async def scenario() -> Outcome:
+        async with serve(handler) as url, aiohttp.ClientSession() as session:
+            handler_config = make_handler(url, headers={"Authorization": "Bearer t0k", "Jobcar-Job-Id": "spoofed"})
+            job = make_job(BINARY_PAYLOAD, content_type="application/octet-stream", traceparent=TRACEPARENT)
+            return await HttpExecutor(handler_config, session).run(job, deadline=deadline, max_attempts=7)
+
+    outcome = asyncio.run(scenario())
+    assert outcome.kind is OutcomeKind.SUCCESS, outcome
+    [(headers, body)] = seen.requests
+    assert body == BINARY_PAYLOAD, "the payload must arrive byte for byte"
+    assert headers["Content-Type"] == "application/octet-stream"
+    assert headers["Jobcar-Job-Id"] == "job-1", "configured headers must not override the job's metadata"
+    assert headers["Jobcar-Job-Type"] == "email.welcome"
+    assert headers["Jobcar-Queue"] == "critical"
+    assert headers["Jobcar-Attempt"] == "2"
+    assert headers["Jobcar-Max-Attempts"] == "7"
+    assert headers["Jobcar-Enqueued-At"] == "2023-11-14T22:13:20.123Z"
+    assert headers["traceparent"] == TRACEPARENT
+    assert headers["Authorization"] == "Bearer t0k"
+    sent_deadline = headers["Jobcar-Deadline"]
+    assert sent_deadline.endswith("Z") and len(sent_deadline) == len("2023-11-14T22:13:20.123Z")
+    assert abs(datetime.fromisoformat(sent_deadline).timestamp() - deadline) < 0.001
+    assert "Jobcar-Signature" not in headers, "requests are only signed when a secret is configured"
+
+
+def test_5xx_is_a_retry_with_status_and_body_in_the_error() -> None:
+    outcome = answer(500, b"database is down\n" + b"x" * 2000)
+    assert outcome.kind is OutcomeKind.RETRY and outcome.spend_attempt and outcome.retry_after is None
+    assert outcome.error is not None and outcome.error.startswith("HTTP 500 Internal Server Error: database is down")
+    assert len(outcome.error) < 600, "only the start of the body belongs in the error"
+
+
+def test_429_with_retry_after_seconds_snoozes_without_spending_an_attempt() -> None:
+    outcome = answer(429, b"slow down", {"Retry-After": "7"})
+    assert outcome.kind is OutcomeKind.RETRY
+    assert outcome.retry_after == 7 and outcome.spend_attempt is False
+    assert outcome.error is not None and "429" in outcome.error and "slow down" in outcome.error
+
+
+def test_503_with_an_http_date_retry_after() -> None:
+    outcome = answer(503, b"maintenance", {"Retry-After": formatdate(time.time() + 30, usegmt=True)})
+    assert outcome.kind is OutcomeKind.RETRY and outcome.spend_attempt is False
+    assert outcome.retry_after is not None and 25 <= outcome.retry_after <= 30
+
+
+def test_retry_after_is_capped_by_max_retry_after() -> None:
+    async def handler(request: web.Request) -> web.Response:
+        return web.Response(status=503, headers={"Retry-After": "999999"})
+
+    async def scenario() -> Outcome:
+        async with serve(handler) as url:
+            return await post_once(url, max_retry_after=60.0)
+
+    outcome = asyncio.run(scenario())
+    assert outcome.retry_after == 60.0 and outcome.spend_attempt is False
+
+
+def test_429_or_503_without_a_valid_retry_after_spends_the_attempt() -> None:
+    for outcome in (answer(429), answer(503, headers={"Retry-After": "soon"})):
+        assert outcome.kind is OutcomeKind.RETRY
+        assert outcome.spend_attempt is True and outcome.retry_after is None
+
+
+def test_408_and_425_are_retried() -> None:
+    for status in (408, 425):
+        outcome = answer(status)
+        assert outcome.kind is OutcomeKind.RETRY and outcome.spend_attempt, (status, outcome)
+
+
+def test_other_4xx_fail_permanently() -> None:
+    for status in (400, 404, 422):
+        outcome = answer(status, b'{"error": "no such user"}')
+        assert outcome.kind is OutcomeKind.FAIL, (status, outcome)
+        assert outcome.error is not None and str(status) in outcome.error and "no such user" in outcome.error
+
+
+def test_a_redirect_is_not_followed_and_fails() -> None:
+    outcome = answer(302, headers={"Location": "http://127.0.0.1:1/elsewhere"})
+    assert outcome.kind is OutcomeKind.FAIL
+    assert outcome.error is not None and outcome.error.startswith("HTTP 302")
+
+
+def test_a_slow_handler_times_out_and_is_retried() -> None:
+    seen = Seen()
+
+    async def handler(request: web.Request) -> web.Response:
+        try:
+            await asyncio.sleep(30)
+        except asyncio.CancelledError:
+            seen.disconnected.set()
+            raise
+        return web.Response()
+
+    async def scenario() -> tuple[Outcome, float]:
+        async with serve(handler) as url:
+            started = time.monotonic()
+            outcome = await post_once(url, timeout=0.3)
+            elapsed = time.monotonic() - started
+            async with asyncio.timeout(5):
+                await seen.disconnected.wait()
+            return outcome, elapsed
+
+    outcome, elapsed = asyncio.run(scenario())
+    assert outcome.kind is OutcomeKind.RETRY and outcome.spend_attempt
+    assert outcome.error == "timeout after 0.3s"
+    assert elapsed < 2
+
+
+def test_the_jobs_deadline_bounds_the_request_when_it_is_sooner() -> None:
+    async def handler(request: web.Request) -> web.Response:
+        await asyncio.sleep(30)
+        return web.Response()
+
+    async def scenario() -> Outcome:
+        async with serve(handler) as url:
+            return await post_once(url, deadline_in=0.3, timeout=60.0)
+
+    outcome = asyncio.run(scenario())
+    assert outcome.kind is OutcomeKind.RETRY and outcome.error is not None and "timeout" in outcome.error
+    past = asyncio.run(post_once("http://127.0.0.1:1/", deadline_in=-1))
+    assert past.kind is OutcomeKind.RETRY and past.error is not None and "deadline" in past.error
+
+
+def test_a_large_response_body_is_cut_at_max_response_bytes() -> None:
+    big = b"a" * (10 * 1024 * 1024)
+
+    async def handler(request: web.Request) -> web.Response:
+        return web.Response(body=big)
+
+    async def scenario() -> Outcome:
+        async with serve(handler) as url:
+            return await post_once(url, max_response_bytes=1000)
+
+    outcome = asyncio.run(scenario())
+    assert outcome.kind is OutcomeKind.SUCCESS
+    assert outcome.result == b"a" * 1000
+
+
+def test_an_endless_streamed_body_is_cut_too() -> None:
+    async def handler(request: web.Request) -> web.StreamResponse:
+        response = web.StreamResponse()
+        await response.prepare(request)
+        with contextlib.suppress(ConnectionError, asyncio.CancelledError):
+            while True:
+                await response.write(b"z" * 65536)
+        return response
+
+    async def scenario() -> Outcome:
+        async with serve(handler) as url:
+            return await post_once(url, max_response_bytes=100_000)
+
+    outcome = asyncio.run(scenario())
+    assert outcome.kind is OutcomeKind.SUCCESS and outcome.result == b"z" * 100_000
+
+
+@contextlib.asynccontextmanager
+async def raw_server(respond: Callable[[asyncio.StreamWriter], Awaitable[None]]) -> AsyncIterator[str]:
+    """A bare TCP server that reads one request and lets `respond` write whatever bytes it likes."""
+
+    async def on_connection(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        head = await reader.readuntil(b"\r\n\r\n")
+        length = 0
+        for line in head.split(b"\r\n"):
+            name, _, value = line.partition(b":")
+            if name.strip().lower() == b"content-length":
+                length = int(value)
+        await reader.readexactly(length)
+        await respond(writer)
+
+    server = await asyncio.start_server(on_connection, "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    try:
+        yield f"http://127.0.0.1:{port}/"
+    finally:
+        server.close()
+        await server.wait_closed()
+
+
+def test_a_connection_reset_mid_body_is_retried() -> None:
+    async def respond(writer: asyncio.StreamWriter) -> None:
+        writer.write(b"HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nContent-Length: 100000\r\n\r\n" + b"x" * 1000)
+        await writer.drain()
+        writer.transport.abort()
+
+    async def scenario() -> Outcome:
+        async with raw_server(respond) as url:
+            return await post_once(url)
+
+    outcome = asyncio.run(scenario())
+    assert outcome.kind is OutcomeKind.RETRY and outcome.spend_attempt
+    assert outcome.error is not None and outcome.error.startswith("connection reset"), outcome.error
+
+
+def test_a_connection_closed_before_any_answer_is_retried() -> None:
+    async def respond(writer: asyncio.StreamWriter) -> None:
+        writer.close()
+
+    async def scenario() -> Outcome:
+        async with raw_server(respond) as url:
+            return await post_once(url)
+
+    outcome = asyncio.run(scenario())
+    assert outcome.kind is OutcomeKind.RETRY
+    assert outcome.error is not None and outcome.error.startswith("connection reset"), outcome.error
+
+
+def test_a_refused_connection_is_retried() -> None:
+    outcome = asyncio.run(post_once(f"http://127.0.0.1:{free_port()}/"))
+    assert outcome.kind is OutcomeKind.RETRY
+    assert outcome.error is not None and outcome.error.startswith("connection failed"), outcome.error
+
+
+def test_signed_requests_verify_with_verify_signature() -> None:
+    seen = Seen()
+
+    async def handler(request: web.Request) -> web.Response:
+        seen.requests.append((dict(request.headers), await request.read()))
+        return web.Response()
+
+    async def scenario() -> Outcome:
+        async with serve(handler) as url:
+            return await post_once(url, make_job(BINARY_PAYLOAD), signing_secret="s3cret")
+
+    assert asyncio.run(scenario()).kind is OutcomeKind.SUCCESS
+    [(headers, body)] = seen.requests
+    timestamp, signature = headers["Jobcar-Timestamp"], headers["Jobcar-Signature"]
+    assert signature.startswith("v1=") and abs(int(timestamp) - time.time()) < 60
+    assert verify_signature("s3cret", timestamp, body, signature)
+    assert verify_signature("s3cret", timestamp, body, f"v1=00ff, {signature}"), "any of several signatures"
+    assert not verify_signature("other secret", timestamp, body, signature)
+    assert not verify_signature("s3cret", timestamp, body + b"!", signature)
+    assert not verify_signature("s3cret", int(timestamp) + 1, body, signature)
+    assert not verify_signature("s3cret", timestamp, body, signature, now=int(timestamp) + 301), "a replay"
+    assert not verify_signature("s3cret", "not-a-number", body, signature)
+
+
+def test_cancelling_the_run_aborts_the_request() -> None:
+    seen = Seen()
+
+    async def handler(request: web.Request) -> web.Response:
+        seen.started.set()
+        try:
+            await asyncio.sleep(30)
+        except asyncio.CancelledError:
+            seen.disconnected.set()
+            raise
+        return web.Response()
+
+    async def scenario() -> None:
+        async with serve(handler) as url, aiohttp.ClientSession() as session:
+            executor = HttpExecutor(make_handler(url), session)
+            task = asyncio.create_task(executor.run(make_job(), deadline=time.time() + 30, max_attempts=5))
+            async with asyncio.timeout(5):
+                await seen.started.wait()
+            task.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await task
+            async with asyncio.timeout(5):
+                await seen.disconnected.wait()
+
+    asyncio.run(scenario())
+
+
+def test_keep_alive_connections_are_reused_across_jobs() -> None:
+    peers: set[object] = set()
+
+    async def handler(request: web.Request) -> web.Response:
+        peers.add(request.transport and request.transport.get_extra_info("peername"))
+        return web.Response(text="ok")
+
+    async def scenario() -> list[Outcome]:
+        async with serve(handler) as url, aiohttp.ClientSession() as session:
+            executor = HttpExecutor(make_handler(url), session)
+            return [await executor.run(make_job(), deadline=time.time() + 30, max_attempts=5) for _ in range(5)]
+
+    assert all(o.kind is OutcomeKind.SUCCESS for o in asyncio.run(scenario()))
+    assert len(peers) == 1, "one shared session: jobs reuse one keep-alive connection"
+
+
+@pytest.mark.parametrize(
+    ("value", "expected"),
+    [("7", 7.0), (" 120 ", 120.0), ("0", 0.0), ("-5", None), ("1.5", None), ("soon", None), ("", None), (None, None)],
+)
+def test_parse_retry_after_delta_seconds(value: str | None, expected: float | None) -> None:
+    assert parse_retry_after(value) == expected
+
+
+def test_parse_retry_after_http_dates() -> None:
+    now = 1_700_000_000.0
+    assert parse_retry_after("Tue, 14 Nov 2023 22:13:50 GMT", now=now) == 30.0
+    assert parse_retry_after("Tue, 14 Nov 2023 22:13:00 GMT", now=now) == 0.0, "a date in the past means now"
+
+
+def test_configured_headers_never_duplicate_jobcar_metadata_whatever_their_case() -> None:
+    handler = HttpHandler(
+        type="t", url="http://127.0.0.1:9/", timeout=5, max_attempts=3, backoff=Backoff(), max_retry_after=60,
+        headers={"content-type": "text/evil", "jobcar-attempt": "99", "X-Tenant": "acme"},
+    )  # fmt: skip
+    executor = HttpExecutor(handler, None)  # type: ignore[arg-type]
+    job = Job(id="j", queue="q", type="t", payload=b"{}", state=State.ACTIVE, attempt=2, created_ms=1)
+    headers = executor._headers(job, b"{}", deadline=2.0, max_attempts=3)
+    assert headers.getall("Content-Type") == ["application/json"]
+    assert headers.getall("Jobcar-Attempt") == ["2"]
+    assert headers["x-tenant"] == "acme"
