@@ -1,0 +1,398 @@
+"""The daemon's own HTTP listener (DESIGN §6): probes, metrics and the enqueue API.
+
+    GET    /healthz        200 {"status": "ok"}: the event loop answers
+    GET    /readyz         200 {"status": "ready"} | 503 {"status": "not ready", "reason": ...}
+    GET    /metrics        200 the Prometheus text exposition
+    POST   /v1/jobs        a job, or {"jobs": [...]} (at most MAX_BATCH_JOBS, one enqueue_many call): 201 created
+                           | 200 that id exists | 409 duplicate unique job | 400 bad input | 413 too large
+    GET    /v1/jobs/{id}   200 the job | 404                       (?queue=Q looks only there)
+    DELETE /v1/jobs/{id}   200 canceled or cancel_requested | 404 | 409 already finished
+    POST   /v1/drain       202 {"status": "draining"}: a graceful drain, for a preStop hook
+
+Every error is JSON {"error": "..."}. Redis refusing a write (OOM under noeviction, a replica...) or unreachable
+is a 503, and the enqueue script was refused whole: nothing is half-written (RELIABILITY 8). With `api_token`
+set, all but the three probes need `Authorization: Bearer <token>` (reads too: payloads are data); without
+one they are open, which the daemon only allows on loopback (`check_exposure`, RELIABILITY 15). No token,
+password or payload is ever logged.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import contextlib
+import hmac
+import ipaddress
+import json
+import logging
+import re
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any, Final, TypeAlias
+
+from aiohttp import hdrs, web
+from redis import exceptions as redis_errors
+
+from jobcar import store
+from jobcar.client import ID_PATTERN, AsyncClient, JobSpec, check_name
+from jobcar.config_types import Config
+from jobcar.errors import InvalidJob, PayloadTooLarge
+from jobcar.job import DEFAULT_CONTENT_TYPE, EnqueueStatus, Job, JobInfo, State
+from jobcar.store import CancelResult, QueueKeys
+from jobcar.units import parse_duration
+
+log = logging.getLogger("jobcar.api")
+
+#: Jobs per POST /v1/jobs batch; more is a 413.
+MAX_BATCH_JOBS: Final = 1000
+#: A request body (a job or a whole batch) holds at most 2 × max_payload_bytes + this (base64 and JSON escapes
+#: take room). That also bounds how long parsing it holds the event loop: tens of ms at worst (json keeps the GIL).
+BODY_MARGIN_BYTES: Final = 64 * 1024
+METRICS_CONTENT_TYPE: Final = "text/plain; version=0.0.4; charset=utf-8"
+PUBLIC_PATHS: Final = frozenset({"/healthz", "/readyz", "/metrics"})  # kubelet probes, Prometheus scrapes
+SHUTDOWN_TIMEOUT: Final = 5.0  # for in-flight requests when the listener is cleaned up
+
+#: Request fields passed on to AsyncClient.enqueue as they are ("id" as job_id): the client validates them.
+_PLAIN: Final = ("queue", "id", "unique_key", "traceparent", "batch", "meta", "max_attempts")
+_DURATIONS: Final = ("delay", "unique_for", "timeout")
+JOB_FIELDS: Final = frozenset({"type", "payload", "payload_base64", "content_type", "run_at", *_PLAIN, *_DURATIONS})
+# The content type becomes a header of the handler's request: printable ASCII only.
+_CONTENT_TYPE: Final = re.compile(r"[\x21-\x7e][\x20-\x7e]{0,199}")
+# Redis errors that mean "not now" rather than "bad request": by class where redis-py has one (it strips the
+# code off those replies: OOM, READONLY, LOADING, ...), else by the reply's code.
+_UNAVAILABLE_CODES: Final = ("MISCONF", "BUSY", "NOREPLICAS")
+_UNAVAILABLE: Final = (redis_errors.ConnectionError, redis_errors.TimeoutError, redis_errors.ClusterError,
+                       redis_errors.OutOfMemoryError, redis_errors.ReadOnlyError, redis_errors.TryAgainError,
+                       redis_errors.ClusterDownError, redis_errors.MasterDownError, OSError)  # fmt: skip
+_CREDENTIALS: Final = re.compile(r"(?<=://)[^\s/@]*@")
+
+
+@dataclass(frozen=True)
+class ApiContext:
+    """What the listener needs from the daemon."""
+
+    config: Config
+    #: Bound to the daemon's Redis and namespace, made with max_payload_bytes=config.max_payload_bytes.
+    client: AsyncClient
+    #: (ready?, reason): Redis reachable, config loaded, app healthy.
+    readiness: Callable[[], Awaitable[tuple[bool, str]]]
+    #: Starts a graceful drain. Called on every POST /v1/drain, so it must be idempotent.
+    drain: Callable[[], None]
+    #: The Prometheus text exposition, already rendered.
+    metrics: Callable[[], Awaitable[bytes]]
+
+
+CONTEXT: Final = web.AppKey("jobcar.api.context", ApiContext)
+Handler: TypeAlias = Callable[[web.Request], Awaitable[web.StreamResponse]]
+
+
+def build_app(context: ApiContext) -> web.Application:
+    """The routes above, with JSON errors and the token check, and the request body capped (BODY_MARGIN_BYTES)."""
+    if context.client.max_payload_bytes != context.config.max_payload_bytes:
+        raise ValueError("the API's AsyncClient must be made with max_payload_bytes=config.max_payload_bytes")
+    max_body = 2 * context.config.max_payload_bytes + BODY_MARGIN_BYTES
+    app = web.Application(middlewares=[_json_errors, _auth], client_max_size=max_body)
+    app[CONTEXT] = context
+    app.router.add_get("/healthz", _healthz)
+    app.router.add_get("/readyz", _readyz)
+    app.router.add_get("/metrics", _metrics)
+    app.router.add_post("/v1/jobs", _enqueue)
+    app.router.add_get("/v1/jobs/{id:.+}", _get_job)  # `.+`: an id may hold a slash (docs/protocol.md)
+    app.router.add_delete("/v1/jobs/{id:.+}", _cancel)
+    app.router.add_post("/v1/drain", _drain)
+    return app
+
+
+def parse_listen(listen: str) -> tuple[str, int]:
+    """(host, port) from "host:port" or "[v6 address]:port"."""
+    host, colon, port = listen.rpartition(":")
+    bracketed = host.startswith("[") and host.endswith("]")
+    host = host[1:-1] if bracketed else host
+    port_ok = re.fullmatch(r"[0-9]{1,5}", port) is not None and int(port) <= 65535
+    if not colon or not host or (":" in host) != bracketed or not port_ok:
+        raise ValueError(f"listen must be host:port, like 127.0.0.1:9321 or [::1]:9321, not {listen!r}")
+    return host, int(port)
+
+
+async def start_listener(app: web.Application, listen: str) -> web.AppRunner:
+    """Serve `app` on `listen` (port 0 takes a free one: see `bound_port`). The caller cleans the runner up."""
+    host, port = parse_listen(listen)
+    runner = web.AppRunner(app, access_log=None, shutdown_timeout=SHUTDOWN_TIMEOUT)
+    await runner.setup()
+    try:
+        await web.TCPSite(runner, host, port).start()
+    except BaseException:
+        await runner.cleanup()
+        raise
+    host = listen.rpartition(":")[0]
+    log.info("listening on http://%s:%d", host, bound_port(runner))
+    return runner
+
+
+def bound_port(runner: web.AppRunner) -> int:
+    """The port the listener got (what port 0 became)."""
+    return int(runner.addresses[0][1])
+
+
+def is_loopback(listen: str) -> bool:
+    """Whether `listen` binds a loopback address only: 127.0.0.0/8, ::1 or the name localhost."""
+    try:
+        host, _ = parse_listen(listen)
+        return host.lower() == "localhost" or ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False  # unparsable, or a name that may resolve to anything
+
+
+def check_exposure(config: Config) -> str | None:
+    """Why the daemon must not start with this listener (open routes on a reachable address), or None."""
+    if config.api_token or is_loopback(config.listen):
+        return None
+    return (f"{config.source}: listen {config.listen} is not a loopback address and api_token is not set, so anyone "
+            "who reaches it could enqueue, read and cancel jobs: set api_token or listen on 127.0.0.1")  # fmt: skip
+
+
+def redact(text: str) -> str:
+    """`text` without the credentials of any URL in it: redis://user:pass@host -> redis://***@host."""
+    return _CREDENTIALS.sub("***@", text)
+
+
+@web.middleware
+async def _json_errors(request: web.Request, handler: Handler) -> web.StreamResponse:
+    try:
+        return await handler(request)
+    except InvalidJob as exc:
+        return _error(413 if isinstance(exc, PayloadTooLarge) else 400, str(exc))
+    except UnicodeEncodeError:  # a lone surrogate escape ("\ud800") in an id or key cannot be sent to Redis
+        return _error(400, "the request holds text that is not valid Unicode (a lone surrogate escape)")
+    except web.HTTPException as exc:
+        if exc.status < 400:
+            raise
+        # aiohttp's own answers (no such route, wrong method, body over client_max_size), as JSON.
+        message = (exc.text or "") if exc.status == 413 else exc.reason.lower()
+        keep = {k: v for k, v in exc.headers.items() if k not in (hdrs.CONTENT_TYPE, hdrs.CONTENT_LENGTH)}
+        return _error(exc.status, message, keep)
+    except (redis_errors.RedisError, OSError) as exc:
+        detail = f"{type(exc).__name__}: {redact(str(exc))}"
+        if isinstance(exc, _UNAVAILABLE) or str(exc).startswith(_UNAVAILABLE_CODES):
+            log.warning("%s %s: redis unavailable: %s", request.method, request.path, detail)
+            return _error(503, f"redis unavailable: {detail}")
+        log.error("%s %s: redis error: %s", request.method, request.path, detail)
+        return _error(500, f"redis error: {detail}")
+    except Exception:
+        log.exception("%s %s: unexpected error", request.method, request.path)
+        return _error(500, "internal error (see the daemon's log)")
+
+
+@web.middleware
+async def _auth(request: web.Request, handler: Handler) -> web.StreamResponse:
+    token = request.app[CONTEXT].config.api_token
+    if token and request.path not in PUBLIC_PATHS:
+        scheme, _, given = request.headers.get(hdrs.AUTHORIZATION, "").partition(" ")
+        # Constant time. surrogatepass: any header text encodes, and never to the bytes of a real character.
+        given_bytes = given.strip().encode("utf-8", "surrogatepass")
+        if scheme.lower() != "bearer" or not hmac.compare_digest(given_bytes, token.encode("utf-8")):
+            return _error(401, "missing or wrong bearer token", {hdrs.WWW_AUTHENTICATE: 'Bearer realm="jobcar"'})
+    return await handler(request)
+
+
+def _error(status: int, message: str, headers: Mapping[str, str] | None = None, **extra: str) -> web.Response:
+    return web.json_response({"error": message, **extra}, status=status, headers=headers)
+
+
+async def _healthz(request: web.Request) -> web.Response:
+    return web.json_response({"status": "ok"})
+
+
+async def _readyz(request: web.Request) -> web.Response:
+    ready, reason = await request.app[CONTEXT].readiness()
+    body = {"status": "ready"} if ready else {"status": "not ready", "reason": reason}
+    return web.json_response(body, status=200 if ready else 503)
+
+
+async def _metrics(request: web.Request) -> web.Response:
+    body = await request.app[CONTEXT].metrics()
+    return web.Response(body=body, headers={hdrs.CONTENT_TYPE: METRICS_CONTENT_TYPE})
+
+
+async def _drain(request: web.Request) -> web.Response:
+    log.info("drain requested over HTTP")
+    request.app[CONTEXT].drain()
+    return web.json_response({"status": "draining"}, status=202)
+
+
+async def _enqueue(request: web.Request) -> web.Response:
+    specs, batch = parse_enqueue_request(await request.read())
+    try:
+        infos = await request.app[CONTEXT].client.enqueue_many(specs)
+    except InvalidJob as exc:
+        if batch:
+            raise
+        raise type(exc)(str(exc).removeprefix("job #0: ")) from None  # one job: no need to say which
+    if batch:
+        return web.json_response({"jobs": [_info(i) for i in infos]}, status=201)
+    (info,) = infos
+    if info.status is EnqueueStatus.DUPLICATE:
+        return _error(409, "duplicate unique job", id=info.id, queue=info.queue, state=info.state.value)
+    return web.json_response(_info(info), status=201 if info.created else 200)
+
+
+async def _get_job(request: web.Request) -> web.Response:
+    job_id, queue = _job_ref(request)
+    job = await request.app[CONTEXT].client.get(job_id, queue=queue)
+    if job is None:
+        return _error(404, "no such job")
+    return web.json_response(job_document(job))
+
+
+async def _cancel(request: web.Request) -> web.Response:
+    client = request.app[CONTEXT].client
+    job_id, queue = _job_ref(request)
+    queue = queue or await _find_queue(client, job_id)
+    if queue is None:
+        return _error(404, "no such job")
+    call = store.cancel_call(QueueKeys.of(client.namespace, queue), job_id)
+    (reply,) = await store.execute_async(client.redis, [call])
+    result, before = store.parse_cancel(reply)
+    if result is CancelResult.MISSING or before is None:
+        return _error(404, "no such job")
+    if result is CancelResult.NOT_CANCELABLE:
+        return _error(409, "job already finished", id=job_id, queue=queue, state=before.value)
+    # "state" is the job's state now: a canceled job is gone; a flagged one runs until its daemon stops it.
+    state = State.CANCELED if result is CancelResult.CANCELED else before
+    return web.json_response({"id": job_id, "queue": queue, "result": result.value, "state": state.value})
+
+
+def _job_ref(request: web.Request) -> tuple[str, str | None]:
+    job_id, queue = request.match_info["id"], request.query.get("queue")
+    if not ID_PATTERN.fullmatch(job_id):
+        raise web.HTTPNotFound(reason="No such job")  # no job can have this id
+    return job_id, check_name("queue name", queue) if queue else None
+
+
+async def _find_queue(client: AsyncClient, job_id: str) -> str | None:
+    """The queue holding `job_id`, searched as AsyncClient.get does: every known queue, in name order."""
+    for queue in store.decode_names(await client.redis.smembers(store.queues_key(client.namespace))):
+        if await client.redis.exists(QueueKeys.of(client.namespace, queue).job(job_id)):
+            return queue
+    return None
+
+
+def _info(info: JobInfo) -> dict[str, str]:
+    return {"id": info.id, "queue": info.queue, "state": info.state.value, "status": info.status.value}
+
+
+def parse_enqueue_request(body: bytes) -> tuple[list[JobSpec], bool]:
+    """The jobs a POST /v1/jobs body asks for, as enqueue_many specs, and whether it was a batch."""
+    try:
+        document = json.loads(body, parse_constant=_no_constant)
+    except (ValueError, RecursionError) as exc:  # UnicodeDecodeError is a ValueError
+        raise InvalidJob(f"request body is not valid JSON: {exc}") from None
+    if not isinstance(document, dict):
+        raise InvalidJob('request body must be a JSON object: a job, or {"jobs": [...]}')
+    if "jobs" not in document:
+        return [job_spec(document)], False
+    _reject_unknown(document, frozenset({"jobs"}))
+    items = document["jobs"]
+    if not isinstance(items, list):
+        raise InvalidJob("jobs must be a list of jobs")
+    if len(items) > MAX_BATCH_JOBS:
+        text = f"a batch holds at most {MAX_BATCH_JOBS} jobs, got {len(items)}"
+        raise web.HTTPRequestEntityTooLarge(MAX_BATCH_JOBS, len(items), text=text)
+    specs = []
+    for n, item in enumerate(items):
+        try:
+            specs.append(job_spec(item))
+        except InvalidJob as exc:
+            raise InvalidJob(f"job #{n}: {exc}") from None
+    return specs, True
+
+
+def job_spec(item: object) -> JobSpec:
+    """One job of a request as (type, payload, options) for enqueue_many, which validates the rest."""
+    if not isinstance(item, dict):
+        raise InvalidJob("a job must be a JSON object")
+    _reject_unknown(item, JOB_FIELDS)
+    if not isinstance(item.get("type"), str):
+        raise InvalidJob("type is required: the job type, a string")
+    options: dict[str, Any] = {}
+    for name in _PLAIN:
+        if isinstance(item.get(name), bool):  # true would pass for max_attempts 1
+            raise InvalidJob(f"{name} must not be true or false")
+        if item.get(name) is not None:
+            options["job_id" if name == "id" else name] = item[name]
+    for name in _DURATIONS:
+        if item.get(name) is not None:
+            options[name] = _duration(name, item[name])
+    if item.get("run_at") is not None:
+        options["run_at"] = _run_at(item["run_at"])
+    content_type = item.get("content_type")
+    if content_type is not None and (not isinstance(content_type, str) or not _CONTENT_TYPE.fullmatch(content_type)):
+        raise InvalidJob("content_type must be a media type in printable ASCII, like application/octet-stream")
+    encoded = item.get("payload_base64")
+    if encoded is None:
+        if content_type not in (None, DEFAULT_CONTENT_TYPE):
+            raise InvalidJob(f"content_type {content_type} needs payload_base64 (a payload is stored as JSON)")
+        return item["type"], item.get("payload"), options  # the client encodes it as JSON
+    if "payload" in item:
+        raise InvalidJob("give payload or payload_base64, not both")
+    try:
+        payload = base64.b64decode(encoded, validate=True)
+    except (binascii.Error, ValueError, TypeError):
+        raise InvalidJob("payload_base64 is not a base64 string") from None
+    return item["type"], payload, {**options, "content_type": content_type}
+
+
+def _reject_unknown(document: Mapping[str, object], known: frozenset[str]) -> None:
+    unknown = sorted(set(document) - known)
+    if unknown:
+        raise InvalidJob(f"unknown field(s): {', '.join(unknown)}")
+
+
+def _duration(name: str, value: object) -> float:
+    if isinstance(value, bool) or not isinstance(value, str | int | float):
+        raise InvalidJob(f"{name} must be a duration: seconds, or a string like 10s, 5m, 1h")
+    try:
+        return parse_duration(value)
+    except (ValueError, OverflowError) as exc:
+        raise InvalidJob(f"{name}: {exc}") from None
+
+
+def _run_at(value: object) -> datetime | float:
+    """Epoch seconds (the client checks the range) or a timezone-aware datetime from RFC 3339 text."""
+    with contextlib.suppress(ValueError, OverflowError):  # float(10**400) overflows
+        if isinstance(value, int | float) and not isinstance(value, bool):
+            return float(value)
+        when = datetime.fromisoformat(value) if isinstance(value, str) else None
+        if when is not None and when.tzinfo is not None:
+            return when
+    raise InvalidJob("run_at must be epoch seconds or an RFC 3339 time with an offset, like 2026-01-02T03:04:05Z")
+
+
+def _no_constant(name: str) -> object:
+    raise ValueError(f"{name} is not JSON")
+
+
+def _rfc3339(ms: int | None) -> str | None:
+    at = None if ms is None else datetime.fromtimestamp(ms / 1000, tz=UTC)
+    return None if at is None else at.isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+def job_document(job: Job) -> dict[str, Any]:
+    """A job as GET /v1/jobs/{id} shows it: the payload as JSON when it is stored as JSON, else in base64."""
+    document: dict[str, Any] = {
+        "id": job.id, "queue": job.queue, "type": job.type, "state": job.state.value, "attempt": job.attempt,
+        "max_attempts": job.max_attempts, "created_at": _rfc3339(job.created_ms), "run_at": _rfc3339(job.run_at_ms),
+        "started_at": _rfc3339(job.started_ms), "finished_at": _rfc3339(job.finished_ms),
+        "timeout": None if job.timeout_ms is None else job.timeout_ms / 1000, "unique_key": job.unique_key,
+        "traceparent": job.traceparent, "meta": job.meta, "batch": job.batch, "cancel_requested": job.cancel_requested,
+        "errors": [{"attempt": e.attempt, "at": _rfc3339(e.at_ms), "error": e.error} for e in job.errors],
+        "content_type": job.content_type,
+    }  # fmt: skip
+    try:
+        if job.content_type.partition(";")[0].strip().lower() != DEFAULT_CONTENT_TYPE:
+            raise ValueError("not JSON")
+        document["payload"] = json.loads(job.payload, parse_constant=_no_constant)
+    except (ValueError, RecursionError):  # also UnicodeDecodeError: bytes that are not even text
+        document["payload_base64"] = base64.b64encode(job.payload).decode("ascii")
+    return document

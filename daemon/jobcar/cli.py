@@ -1,0 +1,372 @@
+"""The `jobcar` command line (DESIGN §6): `run` the daemon, `check` a config, `enqueue` a job, and the
+operators' commands (`stats`, `jobs list|show`, `dead requeue|purge`, `queue pause|resume`, `cancel`,
+`fsck`, `health`), which live in cli_ops.py; what all commands share is in cli_support.py.
+
+Each command is one function taking the parsed arguments and returning the exit code, registered
+with its arguments in COMMANDS (a command with actions, like `jobs`, is a group of such entries);
+`main` builds the parser from that table. Every command takes `-c/--config` (default
+`$JOBCAR_CONFIG`, else `./jobcar.yaml`); the read commands take `--json`.
+
+Exit codes (CONVENTIONS): 0 ok, 1 failure, 2 usage (including bad input such as invalid JSON),
+69 Redis unreachable (EX_UNAVAILABLE), 78 bad config (EX_CONFIG). A user's mistake is reported in
+one line on stderr, never as a traceback; only a bug in jobcar shows one.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import sys
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from pathlib import Path
+from typing import Final
+
+from jobcar import store
+from jobcar.cli_ops import (
+    cancel_arguments,
+    cmd_cancel,
+    cmd_dead_purge,
+    cmd_dead_requeue,
+    cmd_fsck,
+    cmd_health,
+    cmd_jobs_list,
+    cmd_jobs_show,
+    cmd_queue_pause,
+    cmd_queue_resume,
+    cmd_stats,
+    dead_purge_arguments,
+    dead_requeue_arguments,
+    fsck_arguments,
+    health_arguments,
+    jobs_list_arguments,
+    jobs_show_arguments,
+    queue_arguments,
+    stats_arguments,
+)
+from jobcar.cli_support import (
+    CONFIG_HELP,
+    EX_FAILURE,
+    EX_OK,
+    EX_UNAVAILABLE,
+    EX_USAGE,
+    CommandFailed,
+    config_path,
+    connected,
+    count,
+    duration,
+    load,
+    positive_int,
+    print_json,
+)
+from jobcar.client import build_record, encode_payload
+from jobcar.embedded import EmbeddedServerError
+from jobcar.errors import InvalidJob, PayloadTooLarge
+from jobcar.job import DEFAULT_CONTENT_TYPE, EnqueueStatus, JobInfo
+from jobcar.store import DEFAULT_QUEUE
+
+__all__ = ["COMMANDS", "Command", "CommandFailed", "build_parser", "main"]
+
+_EPOCH: Final = re.compile(r"[0-9]+(?:\.[0-9]+)?")
+
+
+class _CommandParser(argparse.ArgumentParser):
+    """Takes positionals after options (`enqueue TYPE --delay 10s PAYLOAD`), which plain argparse refuses
+    for an optional positional that follows an option (bpo-15112)."""
+
+    _intermixing = False
+
+    def parse_known_args(  # type: ignore[override]
+        self, args: Sequence[str] | None = None, namespace: argparse.Namespace | None = None
+    ) -> tuple[argparse.Namespace, list[str]]:
+        # parse_known_intermixed_args calls back here for its two passes, refuses a parser with actions, and
+        # (Python 3.11) loses the positionals after `--`, which plain parsing takes: `cancel -- -id`.
+        if self._intermixing or self._subparsers is not None or (args is not None and "--" in args):
+            return super().parse_known_args(args, namespace)
+        self._intermixing = True
+        try:
+            return self.parse_known_intermixed_args(args, namespace)
+        finally:
+            self._intermixing = False
+
+
+@dataclass(frozen=True, slots=True)
+class Command:
+    name: str
+    help: str
+    add_arguments: Callable[[argparse.ArgumentParser], None]
+    run: Callable[[argparse.Namespace], int]
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run the `jobcar` command line with `argv` (default `sys.argv[1:]`); returns the exit code."""
+    parser = build_parser()
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit as exc:  # --help (0) or a usage error (2), which argparse has already printed
+        return exc.code if isinstance(exc.code, int) else EX_USAGE
+    command: Command = args.command
+    try:
+        return command.run(args)
+    except CommandFailed as exc:
+        for line in exc.lines:
+            print(line, file=sys.stderr)
+        return exc.code
+    except KeyboardInterrupt:
+        return 128 + 2  # the shell's convention for death by SIGINT
+    except BrokenPipeError:
+        # The reader went away (`jobcar enqueue ... | head -0`): nothing to report to it. Point stdout at
+        # /dev/null so the interpreter's final flush does not fail a second time.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return EX_FAILURE
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="jobcar",
+        description="Run background jobs from Redis through HTTP and command handlers.",
+        epilog="exit codes: 0 ok, 1 failure, 2 usage, 69 Redis unreachable, 78 bad config",
+    )
+    # Also accepted before the command (`jobcar -c FILE check`); the command's own -c wins.
+    parser.add_argument("-c", "--config", dest="global_config", metavar="FILE", help=CONFIG_HELP)
+    commands = parser.add_subparsers(title="commands", metavar="COMMAND", required=True, parser_class=_CommandParser)
+    for command in COMMANDS:
+        sub = commands.add_parser(command.name, help=command.help, description=command.help)
+        sub.add_argument("-c", "--config", metavar="FILE", help=CONFIG_HELP)
+        command.add_arguments(sub)
+        sub.set_defaults(command=command)
+    return parser
+
+
+# -- run ------------------------------------------------------------------------------------------
+
+
+def _run_arguments(parser: argparse.ArgumentParser) -> None:
+    pass
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    config = load(args)
+    # Imported here: the daemon pulls in aiohttp, uvloop and prometheus_client, which the other
+    # commands (and producers on a Spark executor) do without.
+    from jobcar import daemon
+
+    try:
+        return daemon.run(config)
+    except EmbeddedServerError as exc:
+        raise CommandFailed(str(exc), EX_UNAVAILABLE) from None
+
+
+# -- check ----------------------------------------------------------------------------------------
+
+
+def _check_arguments(parser: argparse.ArgumentParser) -> None:
+    pass
+
+
+def cmd_check(args: argparse.Namespace) -> int:
+    config = load(args)
+    print(f"{config_path(args)}: ok ({count(len(config.handlers), 'handler')}, {count(len(config.queues), 'queue')})")
+    return EX_OK
+
+
+# -- enqueue --------------------------------------------------------------------------------------
+
+
+def _moment(text: str) -> datetime | float:
+    """RFC 3339 / ISO 8601 with a timezone, or epoch seconds."""
+    if _EPOCH.fullmatch(text):
+        return float(text)
+    try:
+        moment = datetime.fromisoformat(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"invalid time {text!r}: use RFC 3339 like 2030-01-31T09:00:00Z or 2030-01-31T10:00:00+01:00, "
+            "or epoch seconds"
+        ) from None
+    if moment.tzinfo is None:
+        raise argparse.ArgumentTypeError(f"time {text!r} needs a timezone, like {text}Z or {text}+01:00")
+    return moment
+
+
+def _enqueue_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("type", metavar="TYPE", help="the job type, which selects the handler")
+    parser.add_argument(
+        "payload",
+        metavar="PAYLOAD|@file|-",
+        nargs="?",
+        help="JSON text, @file to read a file, - to read stdin (default: null). "
+        "Checked as JSON unless --content-type is given",
+    )
+    parser.add_argument("--queue", "-q", metavar="Q", help=f"queue (default: {DEFAULT_QUEUE})")
+    when = parser.add_mutually_exclusive_group()
+    when.add_argument("--delay", type=duration, metavar="DURATION", help="run after this long, like 10s or 1h30m")
+    when.add_argument("--at", type=_moment, metavar="TIME", help="run at this time (RFC 3339 with zone, or epoch s)")
+    parser.add_argument("--max-attempts", type=positive_int, metavar="N", help="attempts before the DLQ")
+    parser.add_argument(
+        "--unique-for", type=duration, metavar="DURATION", help="enqueue nothing while an equal job is held this long"
+    )
+    parser.add_argument("--unique-key", metavar="K", help="the uniqueness key (default: type + payload hash)")
+    parser.add_argument("--id", dest="job_id", metavar="ID", help="the job id; an existing id enqueues nothing")
+    parser.add_argument("--timeout", type=duration, metavar="DURATION", help="the handler's timeout for this job")
+    parser.add_argument(
+        "--content-type", metavar="T", help="send the payload bytes as they are, with this Content-Type"
+    )
+    parser.add_argument("--json", action="store_true", help='print {"id", "queue", "state", "status"}')
+
+
+def _read_payload(source: str | None, content_type: str | None, max_bytes: int) -> tuple[bytes | None, str | None]:
+    """(payload, content type) for the client: None means JSON null; bytes are sent as they are."""
+    if source is None:
+        return (b"", content_type) if content_type else (None, None)
+    if source == "-":
+        body = sys.stdin.buffer.read()
+    elif source.startswith("@"):
+        try:
+            body = Path(source[1:]).read_bytes()
+        except OSError as exc:
+            raise CommandFailed(f"cannot read the payload file {source[1:]}: {exc.strerror or exc}", EX_USAGE) from None
+    else:
+        body = os.fsencode(source)  # the argument's bytes exactly as the shell passed them
+    # The size first: a payload over the limit is reported as such, without parsing it.
+    encode_payload(body, content_type or DEFAULT_CONTENT_TYPE, max_bytes)
+    if content_type is None:
+        _check_json(body)
+        content_type = DEFAULT_CONTENT_TYPE  # the text goes unchanged, not re-encoded
+    return body, content_type
+
+
+def _reject_constant(name: str) -> None:
+    raise ValueError(f"{name} is not JSON")
+
+
+def _check_json(body: bytes) -> None:
+    hint = "quote it for the shell, or give --content-type to send other bytes as they are"
+    try:
+        json.loads(body.decode("utf-8"), parse_constant=_reject_constant)
+    except UnicodeDecodeError:
+        raise CommandFailed(f"the payload is not UTF-8 text, so not JSON; {hint}", EX_USAGE) from None
+    except (ValueError, RecursionError) as exc:
+        raise CommandFailed(f"the payload is not valid JSON ({exc}); {hint}", EX_USAGE) from None
+
+
+def _report(info: JobInfo, as_json: bool) -> None:
+    if as_json:
+        print_json({"id": info.id, "queue": info.queue, "state": info.state.value, "status": info.status.value})
+    else:
+        print(info.id)
+    # Not a failure: an idempotent producer that enqueues twice has done its job (exit 0).
+    if info.status is EnqueueStatus.EXISTS:
+        print(f"jobcar: job {info.id} already exists ({info.state.value}); nothing enqueued", file=sys.stderr)
+    elif info.status is EnqueueStatus.DUPLICATE:
+        print(
+            f"jobcar: the unique key is held by job {info.id} ({info.state.value}); nothing enqueued", file=sys.stderr
+        )
+
+
+def cmd_enqueue(args: argparse.Namespace) -> int:
+    config = load(args)
+    # The client's own rule, said here in the flags' names and before `-` reads stdin.
+    if args.unique_key is not None and args.unique_for is None:
+        raise CommandFailed("--unique-key needs --unique-for (how long the key is held)", EX_USAGE)
+    try:
+        payload, content_type = _read_payload(args.payload, args.content_type, config.max_payload_bytes)
+        # Built (so checked) before connecting: bad input is reported as such even while Redis is away.
+        record = build_record(
+            args.type,
+            payload,
+            config.max_payload_bytes,
+            queue=args.queue or DEFAULT_QUEUE,
+            delay=args.delay,
+            run_at=args.at,
+            max_attempts=args.max_attempts,
+            unique_for=args.unique_for,
+            unique_key=args.unique_key,
+            job_id=args.job_id,
+            timeout=args.timeout,
+            content_type=content_type,
+        )
+    except PayloadTooLarge as exc:
+        raise CommandFailed(str(exc), EX_FAILURE) from None
+    except InvalidJob as exc:
+        raise CommandFailed(str(exc), EX_USAGE) from None
+    with connected(config) as client:
+        # What Client.enqueue does with a record (docs/protocol.md): register the queue, run the script.
+        client.sadd(store.queues_key(config.namespace), record.queue)
+        replies = store.execute(client, store.enqueue_calls(config.namespace, [record]))
+    info = store.parse_enqueue([record], replies)[0]
+    _report(info, args.json)
+    # Said after the id, so a script reading stdout still gets it; these jobs would sit or die unrun.
+    if args.type not in config.handlers:
+        print(f"jobcar: note: {config.source} has no handler for type {args.type!r}", file=sys.stderr)
+    if record.queue not in config.queues:
+        print(f"jobcar: note: queue {record.queue!r} is not in the queues of {config.source}", file=sys.stderr)
+    return EX_OK
+
+
+# -- command groups -------------------------------------------------------------------------------
+
+
+def _group(name: str, help: str, actions: Sequence[Command]) -> Command:
+    """A command with actions of its own (`jobcar jobs list`), each taking -c/--config too."""
+
+    def add_arguments(parser: argparse.ArgumentParser) -> None:
+        subparsers = parser.add_subparsers(
+            title="actions", metavar="ACTION", required=True, parser_class=_CommandParser
+        )
+        for action in actions:
+            sub = subparsers.add_parser(action.name, help=action.help, description=action.help)
+            # Its own dest: a subparser's defaults overwrite the parent's values (`jobs -c F list`).
+            sub.add_argument("-c", "--config", dest="action_config", metavar="FILE", help=CONFIG_HELP)
+            action.add_arguments(sub)
+            sub.set_defaults(action=action)
+
+    def run(args: argparse.Namespace) -> int:
+        action: Command = args.action
+        return action.run(args)
+
+    return Command(name, help, add_arguments, run)
+
+
+COMMANDS: Final[tuple[Command, ...]] = (
+    Command("run", "run the daemon", _run_arguments, cmd_run),
+    Command("check", "validate the config; print every error with its line", _check_arguments, cmd_check),
+    Command("enqueue", "enqueue a job and print its id", _enqueue_arguments, cmd_enqueue),
+    Command("stats", "per queue: pending, scheduled, active, dead, paused, latency", stats_arguments, cmd_stats),
+    _group(
+        "jobs",
+        "list and inspect jobs",
+        (
+            Command(
+                "list", "list jobs with their state, attempts, age and last error", jobs_list_arguments, cmd_jobs_list
+            ),
+            Command("show", "show every field of a job and its error history", jobs_show_arguments, cmd_jobs_show),
+        ),
+    ),
+    _group(
+        "dead",
+        "the dead-letter queue",
+        (
+            Command("requeue", "run dead jobs again, attempts reset", dead_requeue_arguments, cmd_dead_requeue),
+            Command("purge", "delete dead jobs for good", dead_purge_arguments, cmd_dead_purge),
+        ),
+    ),
+    _group(
+        "queue",
+        "pause or resume leasing from a queue",
+        (
+            Command("pause", "stop leasing jobs from a queue (enqueues go on)", queue_arguments, cmd_queue_pause),
+            Command("resume", "lease jobs from a paused queue again", queue_arguments, cmd_queue_resume),
+        ),
+    ),
+    Command("cancel", "cancel a waiting job, or stop a running one", cancel_arguments, cmd_cancel),
+    Command("fsck", "check queues against the protocol's invariants (--repair fixes)", fsck_arguments, cmd_fsck),
+    Command("health", "exit 0 when the daemon's /healthz answers 200 (for HEALTHCHECK)", health_arguments, cmd_health),
+)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,148 @@
+"""What every `jobcar` command shares: exit codes, the config file, the Redis connection, output.
+
+Split from cli.py (which holds the parser and the producer-side commands) and cli_ops.py (the
+operators' commands) so that both can use it without importing each other.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any, Final
+from urllib.parse import urlsplit, urlunsplit
+
+import redis
+import redis.exceptions
+
+from jobcar import store
+from jobcar.config import ConfigError, load_config
+from jobcar.config_types import Config
+from jobcar.embedded import EMBEDDED_URL, embedded_socket_path, unix_socket_url
+from jobcar.units import parse_duration
+
+EX_OK: Final = 0
+EX_FAILURE: Final = 1
+EX_USAGE: Final = 2
+EX_UNAVAILABLE: Final = 69
+EX_CONFIG: Final = 78
+
+CONFIG_ENV: Final = "JOBCAR_CONFIG"
+DEFAULT_CONFIG: Final = "jobcar.yaml"
+CONFIG_HELP: Final = f"config file (default: ${CONFIG_ENV}, else ./{DEFAULT_CONFIG})"
+ID_DASH: Final = "an id that starts with - goes after --"
+ID_HELP: Final = f"the job's id ({ID_DASH})"
+#: A CLI call waits this long for Redis to accept a connection, and for each reply, before giving up.
+CONNECT_TIMEOUT: Final = 5.0
+COMMAND_TIMEOUT: Final = 10.0
+
+
+class CommandFailed(Exception):
+    """Ends a command with `code`, printing `lines` to stderr as they are, or `message` after "jobcar: "."""
+
+    def __init__(self, message: str, code: int = EX_FAILURE, *, lines: Sequence[str] = ()) -> None:
+        super().__init__(message)
+        self.code = code
+        self.lines = list(lines) or [f"jobcar: {message}"]
+
+
+# -- shared by the commands -----------------------------------------------------------------------
+
+
+def config_path(args: argparse.Namespace) -> str:
+    path: str | None = getattr(args, "action_config", None) or args.config or args.global_config
+    path = path or os.environ.get(CONFIG_ENV)
+    return path or DEFAULT_CONFIG
+
+
+def load(args: argparse.Namespace) -> Config:
+    """The config named by the arguments, or CommandFailed(78) listing every problem."""
+    try:
+        return load_config(config_path(args))
+    except ConfigError as exc:
+        raise CommandFailed(str(exc), EX_CONFIG, lines=exc.errors) from None
+
+
+def _redacted(url: str) -> str:
+    # Messages name the server but never its password.
+    parts = urlsplit(url)
+    if parts.password is None:
+        return url
+    host = parts.netloc.rpartition("@")[2]
+    return urlunsplit(parts._replace(netloc=f"{parts.username or ''}:***@{host}"))
+
+
+def _embedded_not_running(config: Config) -> CommandFailed:
+    return CommandFailed(
+        f"{config.source}: redis.url is 'embedded', and no embedded server runs on "
+        f"{Path(config.redis.data_dir).resolve()}: it runs only inside `jobcar run`. Start "
+        f"`jobcar run -c {config.source}` (from this directory: redis.data_dir is relative to it), "
+        "or set redis.url to a Redis server",
+        EX_UNAVAILABLE,
+    )
+
+
+@contextmanager
+def connected(config: Config) -> Iterator[store.SyncRedis]:
+    """A redis client for the config's server, closed on exit. Connection failures (at any point inside
+    the block) become CommandFailed(69); other Redis errors CommandFailed(1).
+
+    With `url: embedded`, this reaches the embedded server of a `jobcar run` on the same data directory
+    through its unix socket, if one is running.
+    """
+    url = config.redis.url
+    embedded = url == EMBEDDED_URL
+    if embedded:
+        socket_path = embedded_socket_path(config.redis.data_dir)
+        if not socket_path.exists():
+            raise _embedded_not_running(config)
+        url = unix_socket_url(socket_path)
+    options: dict[str, Any] = {"socket_connect_timeout": CONNECT_TIMEOUT, "socket_timeout": COMMAND_TIMEOUT}
+    try:
+        client: store.SyncRedis
+        if config.redis.cluster and not embedded:
+            client = redis.RedisCluster.from_url(url, **options)  # connects to discover the nodes
+        else:
+            client = redis.Redis.from_url(url, **options)
+    except ValueError as exc:  # a scheme redis-py does not take
+        raise CommandFailed(f"{config.source}: redis.url: {exc}", EX_CONFIG) from None
+    except (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError, redis.exceptions.RedisClusterException):
+        raise CommandFailed(f"cannot reach Redis at {_redacted(url)}", EX_UNAVAILABLE) from None
+    try:
+        yield client
+    except (
+        redis.exceptions.ConnectionError,
+        redis.exceptions.TimeoutError,
+        redis.exceptions.RedisClusterException,
+    ) as exc:
+        if embedded:
+            raise _embedded_not_running(config) from None  # a socket left behind by a killed server
+        raise CommandFailed(f"cannot reach Redis at {_redacted(url)}: {exc}", EX_UNAVAILABLE) from None
+    except redis.exceptions.RedisError as exc:
+        raise CommandFailed(f"Redis refused the command: {exc}", EX_FAILURE) from None
+    finally:
+        client.close()
+
+
+def print_json(value: object) -> None:
+    print(json.dumps(value, ensure_ascii=False))
+
+
+def count(n: int, noun: str) -> str:
+    return f"{n} {noun}{'' if n == 1 else 's'}"
+
+
+def duration(text: str) -> float:
+    try:
+        return parse_duration(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def positive_int(text: str) -> int:
+    if not text.isdigit() or int(text) < 1:
+        raise argparse.ArgumentTypeError(f"must be a positive integer, not {text!r}")
+    return int(text)

@@ -1,0 +1,593 @@
+"""The operators' commands: `stats`, `jobs list|show`, `dead requeue|purge`, `queue pause|resume`,
+`cancel` and `health`, against the session's real Redis (and a real HTTP server for `health`).
+
+Jobs are made with the producer client, and leased or killed with the daemon's own scripts, so every
+state is the one a running daemon would leave. Most cases run `main()` in-process; the exit codes a
+shell script relies on are also checked on a real `python -m jobcar.cli` process.
+"""
+
+from __future__ import annotations
+
+import base64
+import itertools
+import json
+import socket
+import threading
+from collections.abc import Callable, Iterator
+from datetime import datetime
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+import pytest
+
+from jobcar import Client, Job, store
+from jobcar.cli import main
+from jobcar.cli_ops import health_url
+from jobcar.job import State
+from jobcar.store import QueueKeys
+from tests.integration.test_cli import cli, write_config
+from tests.servers import free_port
+
+Run = Callable[..., tuple[int, str, str]]
+
+
+@pytest.fixture
+def run(config: Path, capsys: pytest.CaptureFixture[str]) -> Run:
+    """`jobcar -c CONFIG ARGS...` in-process: (exit code, stdout, stderr)."""
+
+    def run(*args: str) -> tuple[int, str, str]:
+        code = main(["-c", str(config), *args])
+        out, err = capsys.readouterr()
+        return code, out, err
+
+    return run
+
+
+def run_json(run: Run, *args: str) -> object:
+    code, out, err = run(*args, "--json")
+    assert code == 0, err
+    return json.loads(out)
+
+
+def enqueue(client: Client, count: int = 1, queue: str = "default", **options: object) -> list[str]:
+    # Ids of our own: a random one may start with "-", which the command line takes only after "--"
+    # (test_an_id_that_starts_with_a_dash).
+    return [
+        client.enqueue("t.echo", {"n": n}, queue=queue, job_id=f"j{next(_ids)}", **options).id for n in range(count)
+    ]
+
+
+_ids = itertools.count()
+
+
+def lease(client: Client, count: int, queue: str = "default") -> list[store.LeasedJob]:
+    """Lease `count` jobs as a daemon would (the oldest pending first): they become active."""
+    keys = QueueKeys.of(client.namespace, queue)
+    reply = store.execute(client.redis, [store.lease_call(keys, count, 60_000, 3)])[0]
+    leased = store.parse_lease(keys, reply).jobs
+    assert len(leased) == count
+    return leased
+
+
+def make_dead(client: Client, count: int, queue: str = "default", reason: str = "boom") -> list[str]:
+    """`count` dead jobs, each killed after one attempt with `reason`. Call before enqueueing others."""
+    enqueue(client, count, queue)
+    keys = QueueKeys.of(client.namespace, queue)
+    leased = lease(client, count, queue)
+    calls = [store.kill_call(keys, job.job.id, job.token, reason) for job in leased]
+    assert store.execute(client.redis, calls) == [1] * count
+    return [job.job.id for job in leased]
+
+
+def get(client: Client, job_id: str, queue: str | None = None) -> Job:
+    job = client.get(job_id, queue=queue)
+    assert job is not None, f"job {job_id} not found"
+    return job
+
+
+def table(out: str) -> dict[str, list[str]]:
+    """A text table by its first column; the header row is checked and left out."""
+    header, *rows = out.splitlines()
+    assert header.split()[0] == "QUEUE", out
+    return {row.split()[0]: row.split() for row in rows}
+
+
+def unreachable_config(tmp_path: Path) -> Path:
+    return write_config(tmp_path / "away.yaml", f"redis: {{url: 'redis://127.0.0.1:{free_port()}/0'}}\n")
+
+
+# -- stats -------------------------------------------------------------------------------------------
+
+
+def test_stats_counts_each_state_of_each_queue(run: Run, client: Client, config: Path) -> None:
+    make_dead(client, 1)
+    enqueue(client, 1)
+    lease(client, 1)  # active
+    enqueue(client, 2)
+    enqueue(client, 1, delay=3600)
+    enqueue(client, 1, queue="extra")  # used by a producer, not in the config
+
+    code, out, err = run("stats")
+    assert (code, err) == (0, "")
+    rows = table(out)
+    assert list(rows) == ["default", "low", "extra"]  # the config's queues first, then the others
+    assert rows["default"][1:6] == ["2", "1", "1", "1", "no"]
+    assert rows["default"][6].endswith("s")
+    assert rows["low"][1:] == ["0", "0", "0", "0", "no", "-"]  # nothing waits: no latency
+    assert rows["extra"][1:6] == ["1", "0", "0", "0", "no"]
+    # Aligned: the numbers and the latency are right-aligned, so every row is as long as the header.
+    assert len({len(line) for line in out.splitlines()}) == 1, out
+
+    stats = run_json(run, "stats")
+    assert isinstance(stats, list)
+    by_queue = {s["queue"]: s for s in stats}
+    assert set(by_queue["default"]) == {
+        "queue", "pending", "scheduled", "active", "dead", "paused", "latency_seconds",
+    }  # fmt: skip
+    default = by_queue["default"]
+    assert (default["pending"], default["scheduled"], default["active"], default["dead"]) == (2, 1, 1, 1)
+    assert default["paused"] is False
+    assert 0 <= default["latency_seconds"] < 60
+    assert by_queue["low"]["latency_seconds"] == 0
+    (extra,) = run_json(run, "stats", "--queue", "extra")
+    assert (extra["queue"], extra["pending"]) == ("extra", 1)
+
+    done = cli("stats", "-c", str(config), "--json")
+    assert done.returncode == 0, done
+    assert {s["queue"]: s["pending"] for s in json.loads(done.stdout)} == {"default": 2, "low": 0, "extra": 1}
+
+
+def test_stats_with_redis_unreachable_or_a_bad_config(tmp_path: Path) -> None:
+    away = unreachable_config(tmp_path)
+    done = cli("stats", "-c", str(away))
+    assert (done.returncode, done.stdout) == (69, "")
+    assert done.stderr.startswith("jobcar: cannot reach Redis at redis://127.0.0.1:")
+    bad = write_config(tmp_path / "bad.yaml", "lease: forever\n")
+    done = cli("stats", "-c", str(bad))
+    assert done.returncode == 78
+    assert done.stderr.startswith(f"{bad}:1:8 lease: invalid duration")
+
+
+def test_every_redis_command_exits_69_when_redis_is_unreachable(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    away = str(unreachable_config(tmp_path))
+    commands = [
+        ["stats"],
+        ["jobs", "list"],
+        ["jobs", "show", "x"],
+        ["dead", "requeue", "--all"],
+        ["dead", "requeue", "x"],
+        ["dead", "purge", "--yes"],
+        ["queue", "pause", "default"],
+        ["queue", "resume", "default"],
+        ["cancel", "x"],
+    ]
+    for argv in commands:
+        assert main([*argv, "-c", away]) == 69, argv
+        out, err = capsys.readouterr()
+        assert out == ""
+        assert err.startswith("jobcar: cannot reach Redis"), (argv, err)
+    assert cli("jobs", "list", "-c", away).returncode == 69
+
+
+# -- jobs list ---------------------------------------------------------------------------------------
+
+
+def test_jobs_list_every_state_in_run_order(run: Run, client: Client) -> None:
+    long_error = "connection refused by the handler at http://127.0.0.1:8080/jobs/email-welcome " * 3
+    dead = make_dead(client, 1, reason=long_error)
+    active = enqueue(client, 1)
+    lease(client, 1)
+    pending = enqueue(client, 3)
+    later, sooner = enqueue(client, 1, delay=7200) + enqueue(client, 1, delay=3600)
+    low = enqueue(client, 1, queue="low")
+
+    jobs = run_json(run, "jobs", "list")
+    assert isinstance(jobs, list)
+    assert [(j["queue"], j["state"], j["id"]) for j in jobs] == [
+        *[("default", "pending", job_id) for job_id in pending],  # the first enqueued runs first
+        ("default", "scheduled", sooner),  # by run-at
+        ("default", "scheduled", later),
+        ("default", "active", active[0]),
+        ("default", "dead", dead[0]),
+        ("low", "pending", low[0]),
+    ]
+    by_id = {j["id"]: j for j in jobs}
+    assert by_id[dead[0]]["last_error"] == long_error  # whole in JSON
+    assert (by_id[dead[0]]["attempt"], by_id[dead[0]]["max_attempts"]) == (1, 3)
+    first = by_id[pending[0]]
+    assert (first["attempt"], first["max_attempts"], first["type"], first["last_error"]) == (0, None, "t.echo", None)
+    assert datetime.fromisoformat(first["created"]).tzinfo is not None
+    assert 0 <= first["age_seconds"] < 60
+    assert datetime.fromisoformat(by_id[sooner]["run_at"]) > datetime.fromisoformat(by_id[sooner]["created"])
+
+    code, out, err = run("jobs", "list")
+    assert (code, err) == (0, "")
+    header, *rows = out.splitlines()
+    assert header.split() == ["QUEUE", "STATE", "ID", "TYPE", "ATTEMPT", "AGE", "LAST", "ERROR"]
+    assert [row.split()[2] for row in rows] == [j["id"] for j in jobs]
+    dead_row = next(row for row in rows if dead[0] in row)
+    assert "1/3" in dead_row.split()
+    assert dead_row.endswith("…")  # truncated in the table
+    assert long_error[:40] in dead_row
+    assert len(dead_row) < len(header) + len(long_error)
+
+    # --state, --queue, --limit (per queue and state, with a note of what was left out)
+    only_dead = run_json(run, "jobs", "list", "--state", "dead")
+    assert [j["id"] for j in only_dead] == dead
+    assert [j["id"] for j in run_json(run, "jobs", "list", "--queue", "low")] == low
+    code, out, err = run("jobs", "list", "--state", "pending", "--limit", "2")
+    assert code == 0
+    assert [row.split()[2] for row in out.splitlines()[1:]] == [*pending[:2], low[0]]
+    assert err == "jobcar: default pending: 2 of 3 shown (--limit N for more)\n"
+    assert run("jobs", "list", "--state", "finished")[0] == 2
+    assert run("jobs", "list", "--limit", "0")[0] == 2
+
+
+def test_jobs_list_with_nothing_and_config_before_the_action(config: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["jobs", "-c", str(config), "list"]) == 0
+    assert capsys.readouterr().out == "no jobs\n"
+    assert main(["jobs", "-c", str(config), "list", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out) == []
+
+
+# -- jobs show ---------------------------------------------------------------------------------------
+
+
+def test_jobs_show_every_field(run: Run, client: Client) -> None:
+    (dead,) = make_dead(client, 1, reason="exit status 1: bad input")
+    info = client.enqueue(
+        "t.echo", {"user": 42}, job_id="order-17", max_attempts=5, timeout=30, meta={"origin": "test"}, delay=3600
+    )
+
+    shown = run_json(run, "jobs", "show", "order-17")
+    assert isinstance(shown, dict)
+    assert shown["id"] == "order-17" and shown["queue"] == info.queue == "default"
+    assert (shown["type"], shown["state"], shown["attempt"], shown["max_attempts"]) == ("t.echo", "scheduled", 0, 5)
+    assert shown["payload"] == '{"user":42}'
+    assert (shown["timeout_seconds"], shown["meta"], shown["content_type"]) == (
+        30,
+        {"origin": "test"},
+        "application/json",
+    )
+    assert shown["errors"] == [] and shown["result"] is None and shown["cancel_requested"] is False
+    assert datetime.fromisoformat(shown["run_at"]) > datetime.fromisoformat(shown["created"])
+
+    code, out, err = run("jobs", "show", "order-17")
+    assert (code, err) == (0, "")
+    fields = {line.split("  ", 1)[0]: line.split("  ", 1)[1].strip() for line in out.splitlines()}
+    assert fields["state"] == "scheduled"
+    assert fields["attempt"] == "0 of 5"
+    assert fields["payload"] == '{"user":42}'
+    assert fields["meta"] == '{"origin": "test"}'
+    assert "(in 59m" in fields["run at"]
+
+    # the error history of a dead job
+    shown = run_json(run, "jobs", "show", dead)
+    assert isinstance(shown, dict)
+    assert shown["state"] == "dead"
+    assert [(e["attempt"], e["error"]) for e in shown["errors"]] == [(1, "exit status 1: bad input")]
+    assert shown["finished"] is not None
+    code, out, _ = run("jobs", "show", dead)
+    assert "errors (1, oldest first):" in out
+    assert "attempt 1 at " in out and out.rstrip().endswith("exit status 1: bad input")
+
+
+def test_jobs_show_an_active_job_and_a_binary_payload(run: Run, client: Client) -> None:
+    raw = bytes(range(256))
+    client.enqueue("t.echo", raw, job_id="blob")
+    (leased,) = lease(client, 1)
+    shown = run_json(run, "jobs", "show", "blob")
+    assert isinstance(shown, dict)
+    assert "payload" not in shown
+    assert base64.b64decode(shown["payload_base64"]) == raw
+    assert (shown["state"], shown["attempt"], shown["lease_token"]) == ("active", 1, leased.token)
+    assert datetime.fromisoformat(shown["lease_expires"]) > datetime.fromisoformat(shown["started"])
+    assert shown["content_type"] == "application/octet-stream"
+    code, out, _ = run("jobs", "show", "blob")
+    assert code == 0
+    assert "<256 bytes, not UTF-8 text; --json gives them in base64>" in out
+    assert "lease expires" in out
+
+
+def test_jobs_show_a_missing_or_ambiguous_id(run: Run, client: Client, config: Path) -> None:
+    code, out, err = run("jobs", "show", "nope")
+    assert (code, out, err) == (1, "", "jobcar: no such job nope\n")
+    done = cli("jobs", "show", "nope", "-c", str(config))
+    assert (done.returncode, done.stdout, done.stderr) == (1, "", "jobcar: no such job nope\n")
+
+    client.enqueue("t.echo", 1, job_id="twice")
+    client.enqueue("t.echo", 2, job_id="twice", queue="low")
+    code, _, err = run("jobs", "show", "twice")
+    assert code == 2
+    assert "in several queues: default (pending), low (pending); choose one with --queue" in err
+    shown = run_json(run, "jobs", "show", "twice", "--queue", "low")
+    assert isinstance(shown, dict) and shown["payload"] == "2"
+    assert run("jobs", "show", "twice", "--queue", "nope")[0] == 1
+
+
+# -- dead requeue / purge ----------------------------------------------------------------------------
+
+
+def test_dead_requeue_one_then_all(run: Run, client: Client, config: Path) -> None:
+    first, second, third = make_dead(client, 3)
+    (low,) = make_dead(client, 1, queue="low")
+
+    code, out, err = run("dead", "requeue", second)  # no --queue: found where it is
+    assert (code, out, err) == (0, "requeued 1 job (default: 1)\n", "")
+    job = get(client, second)
+    assert (job.state, job.attempt) == (State.PENDING, 0)
+    assert job.errors, "the history stays"
+
+    # ids that are not dead are named, and the exit code says so; the dead ones still move
+    code, out, err = run("dead", "requeue", second, "nope", third)
+    assert (code, out) == (1, "requeued 1 job (default: 1)\n")
+    assert err == f"jobcar: job {second} is not dead (pending in default)\njobcar: no such job nope\n"
+
+    done = cli("dead", "requeue", "--all", "--queue", "default", "-c", str(config))
+    assert (done.returncode, done.stdout) == (0, "requeued 1 job (default: 1)\n"), done
+    assert get(client, first).state is State.PENDING
+    assert get(client, low).state is State.DEAD
+    assert run("dead", "requeue", "--all") == (0, "requeued 1 job (low: 1)\n", "")
+    assert run("dead", "requeue", "--all") == (0, "requeued 0 jobs\n", "")
+    stats = run_json(run, "stats")
+    assert isinstance(stats, list)
+    assert [(s["queue"], s["pending"], s["dead"]) for s in stats] == [("default", 3, 0), ("low", 1, 0)]
+
+    # usage: ids or --all, one of them
+    assert run("dead", "requeue")[0] == 2
+    assert run("dead", "requeue", "--all", first)[0] == 2
+    assert cli("dead", "requeue", "-c", str(config)).returncode == 2
+
+
+def test_dead_requeue_all_moves_more_than_one_call_takes(
+    run: Run, client: Client, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    make_dead(client, 5)
+    monkeypatch.setattr("jobcar.cli_ops.BULK_LIMIT", 2)  # 3 calls: 2 + 2 + 1
+    assert run("dead", "requeue", "--all")[:2] == (0, "requeued 5 jobs (default: 5)\n")
+    assert client.redis.llen(QueueKeys.of(client.namespace, "default").pending) == 5
+
+
+def test_dead_purge_needs_yes(run: Run, client: Client, config: Path) -> None:
+    default = make_dead(client, 3)
+    (low,) = make_dead(client, 1, queue="low")
+    enqueue(client, 1)  # pending: never purged
+
+    code, out, err = run("dead", "purge")
+    assert (code, out) == (2, "")
+    assert err == "jobcar: dead purge deletes the dead jobs of every queue for good; add --yes to do it\n"
+    done = cli("dead", "purge", "--queue", "low", "-c", str(config))
+    assert done.returncode == 2
+    assert "add --yes" in done.stderr
+    assert get(client, low).state is State.DEAD  # nothing was deleted
+
+    assert run("dead", "purge", "--queue", "low", "--yes") == (0, "deleted 1 dead job (low: 1)\n", "")
+    assert client.get(low) is None
+    assert get(client, default[0]).state is State.DEAD
+    done = cli("dead", "purge", "--yes", "-c", str(config))
+    assert (done.returncode, done.stdout) == (0, "deleted 3 dead jobs (default: 3)\n"), done
+    assert all(client.get(job_id) is None for job_id in default)
+    stats = run_json(run, "stats")
+    assert [(s["pending"], s["dead"]) for s in stats] == [(1, 0), (0, 0)]
+
+
+# -- queue pause / resume ----------------------------------------------------------------------------
+
+
+def test_pause_and_resume_show_in_stats(run: Run, client: Client, config: Path) -> None:
+    def paused() -> dict[str, bool]:
+        stats = run_json(run, "stats")
+        assert isinstance(stats, list)
+        return {s["queue"]: s["paused"] for s in stats}
+
+    assert run("queue", "pause", "low") == (0, "queue low paused: its jobs wait until `jobcar queue resume low`\n", "")
+    assert paused() == {"default": False, "low": True}
+    assert table(run("stats")[1])["low"][5] == "yes"
+    assert run("queue", "pause", "low") == (0, "queue low was already paused\n", "")
+    # A paused queue leases nothing (what the daemon sees).
+    enqueue(client, 1, queue="low")
+    keys = QueueKeys.of(client.namespace, "low")
+    reply = store.execute(client.redis, [store.lease_call(keys, 1, 60_000, 3)])[0]
+    assert store.parse_lease(keys, reply).paused
+
+    done = cli("queue", "resume", "low", "-c", str(config))
+    assert (done.returncode, done.stdout) == (0, "queue low resumed\n"), done
+    assert paused() == {"default": False, "low": False}
+    assert run("queue", "resume", "low") == (0, "queue low was not paused\n", "")
+
+    code, _, err = run("queue", "pause", "nowhere")
+    assert code == 0
+    assert "no producer has used queue 'nowhere'" in err
+    assert run("queue", "resume", "nowhere")[0] == 0
+    assert run("queue", "pause", "bad name")[0] == 2
+    assert run("queue", "pause")[0] == 2
+
+
+# -- cancel ------------------------------------------------------------------------------------------
+
+
+def test_cancel_in_each_state(run: Run, client: Client, config: Path) -> None:
+    (dead,) = make_dead(client, 1)
+    (active,) = enqueue(client, 1)
+    lease(client, 1)
+    (pending,) = enqueue(client, 1)
+    (scheduled,) = enqueue(client, 1, delay=3600)
+
+    code, out, err = run("cancel", pending)
+    assert (code, err) == (0, "")
+    assert out == f"canceled job {pending} (pending in queue default): it is deleted and will not run\n"
+    assert client.get(pending) is None
+    assert run("cancel", scheduled, "--queue", "default")[0] == 0
+    assert client.get(scheduled) is None
+
+    code, out, err = run("cancel", active)
+    assert (code, err) == (0, "")
+    assert out.startswith(f"cancel requested for job {active}: it is running")
+    job = get(client, active)
+    assert (job.state, job.cancel_requested) == (State.ACTIVE, True)
+    assert client.redis.hget(QueueKeys.of(client.namespace, "default").job(active), "cancel") == b"1"
+
+    code, out, err = run("cancel", dead)
+    assert (code, out) == (1, "")
+    assert err == f"jobcar: job {dead} in queue default is already dead: nothing to cancel\n"
+    done = cli("cancel", "nope", "-c", str(config))
+    assert (done.returncode, done.stderr) == (1, "jobcar: no such job nope\n")
+    done = cli("cancel", active, "-c", str(config))
+    assert done.returncode == 0, done
+    assert run("cancel")[0] == 2
+
+
+def test_an_id_that_starts_with_a_dash(run: Run, client: Client, config: Path) -> None:
+    # Random ids are URL-safe base64: one in 64 starts with "-". After "--" it is an id, not an option.
+    client.enqueue("t.echo", 1, job_id="-d")
+    (leased,) = lease(client, 1)
+    keys = QueueKeys.of(client.namespace, "default")
+    assert store.execute(client.redis, [store.kill_call(keys, "-d", leased.token, "boom")]) == [1]
+    client.enqueue("t.echo", 2, job_id="-q1")
+
+    code, out, _ = run("jobs", "show", "--json", "--", "-q1")
+    shown = json.loads(out)
+    assert isinstance(shown, dict) and (shown["id"], shown["payload"]) == ("-q1", "2")
+    code, out, _ = run("cancel", "--queue", "default", "--", "-q1")
+    assert (code, out) == (0, "canceled job -q1 (pending in queue default): it is deleted and will not run\n")
+    done = cli("-c", str(config), "dead", "requeue", "--", "-d", "-q1")
+    assert (done.returncode, done.stdout, done.stderr) == (
+        1,
+        "requeued 1 job (default: 1)\n",
+        "jobcar: no such job -q1\n",
+    )
+    assert get(client, "-d").state is State.PENDING
+
+
+# -- enqueue builds its record once ------------------------------------------------------------------
+
+
+def test_enqueue_registers_the_queue_and_stores_the_job(run: Run, client: Client) -> None:
+    code, out, _ = run("enqueue", "t.echo", '{"a": 1}', "--queue", "low", "--id", "e-1", "--json")
+    assert code == 0
+    assert json.loads(out) == {"id": "e-1", "queue": "low", "state": "pending", "status": "created"}
+    assert get(client, "e-1").payload == b'{"a": 1}'
+    assert client.redis.sismember(store.queues_key(client.namespace), "low")
+
+
+# -- health ------------------------------------------------------------------------------------------
+
+
+class _Health:
+    """A tiny /healthz server: answers `status` with `body`."""
+
+    def __init__(self, family: socket.AddressFamily = socket.AF_INET) -> None:
+        owner = self
+        self.status = 200
+        self.body = b"ok\n"
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_GET(self) -> None:
+                status, body = (owner.status, owner.body) if self.path == "/healthz" else (404, b"not found")
+                self.send_response(status)
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def log_message(self, format: str, *args: object) -> None:
+                pass
+
+        class Server(ThreadingHTTPServer):
+            address_family = family
+            daemon_threads = True
+
+        host = "::1" if family == socket.AF_INET6 else "127.0.0.1"
+        self.server = Server((host, 0), Handler)
+        self.port: int = self.server.server_address[1]
+        self.thread = threading.Thread(target=self.server.serve_forever, kwargs={"poll_interval": 0.05})
+        self.thread.start()
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+        self.thread.join()
+
+
+@pytest.fixture
+def health_server() -> Iterator[_Health]:
+    server = _Health()
+    yield server
+    server.close()
+
+
+def listen_config(tmp_path: Path, listen: str) -> str:
+    return str(write_config(tmp_path / "listen.yaml", f"listen: '{listen}'\n"))
+
+
+def test_health_url_from_listen() -> None:
+    assert health_url("127.0.0.1:9321") == "http://127.0.0.1:9321/healthz"
+    assert health_url("[::1]:9321") == "http://[::1]:9321/healthz"
+    assert health_url("0.0.0.0:9321") == "http://127.0.0.1:9321/healthz"
+    assert health_url("[::]:9321") == "http://[::1]:9321/healthz"
+    assert health_url("jobcar.internal:80") == "http://jobcar.internal:80/healthz"
+
+
+def test_health_ok_and_failing(tmp_path: Path, health_server: _Health, capsys: pytest.CaptureFixture[str]) -> None:
+    url = f"http://127.0.0.1:{health_server.port}/healthz"
+    # From the config's listen, and with --url and no config file at all.
+    assert main(["health", "-c", listen_config(tmp_path, f"127.0.0.1:{health_server.port}")]) == 0
+    assert capsys.readouterr().out == f"ok: {url} answered 200\n"
+    assert main(["health", "-c", listen_config(tmp_path, f"0.0.0.0:{health_server.port}")]) == 0
+    capsys.readouterr()
+    done = cli("health", "--url", url, cwd=tmp_path)
+    assert (done.returncode, done.stdout) == (0, f"ok: {url} answered 200\n"), done
+
+    health_server.status, health_server.body = 503, b"redis unreachable\nmore detail\n"
+    done = cli("health", "--url", url)
+    assert (done.returncode, done.stdout) == (1, "")
+    assert done.stderr == f"jobcar: {url} answered HTTP 503: redis unreachable\n"
+    health_server.status = 204  # only 200 is healthy
+    assert main(["health", "--url", url]) == 1
+    assert capsys.readouterr().err == f"jobcar: {url} answered HTTP 204\n"
+    assert main(["health", "--url", f"http://127.0.0.1:{health_server.port}/elsewhere"]) == 1
+    assert "answered HTTP 404: not found" in capsys.readouterr().err
+
+
+def test_health_unreachable(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    closed = f"http://127.0.0.1:{free_port()}/healthz"
+    done = cli("health", "--url", closed)
+    assert (done.returncode, done.stdout, done.stderr) == (1, "", f"jobcar: {closed}: connection refused\n")
+
+    # Accepts the connection (the kernel's backlog) and never answers.
+    with socket.socket() as silent:
+        silent.bind(("127.0.0.1", 0))
+        silent.listen(1)
+        url = f"http://127.0.0.1:{silent.getsockname()[1]}/healthz"
+        assert main(["health", "--url", url, "--timeout", "200ms"]) == 1
+        assert capsys.readouterr().err == f"jobcar: {url}: no answer within 0.2s\n"
+
+    # No --url and no config: the config is needed for its listen address.
+    done = cli("health", cwd=tmp_path)
+    assert (done.returncode, done.stderr) == (78, "jobcar.yaml: no such file\n")
+    assert main(["health", "--url", "ftp://example.com/"]) == 2
+    assert main(["health", "--url", closed, "--timeout", "0s"]) == 2
+    assert main(["health", "--url", closed, "--timeout", "soon"]) == 2
+    capsys.readouterr()
+
+
+def _ipv6_loopback() -> bool:
+    try:
+        with socket.socket(socket.AF_INET6) as s:
+            s.bind(("::1", 0))
+    except OSError:
+        return False
+    return True
+
+
+@pytest.mark.skipif(not _ipv6_loopback(), reason="no IPv6 loopback here")
+def test_health_on_an_ipv6_listen_address(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    server = _Health(socket.AF_INET6)
+    try:
+        assert main(["health", "-c", listen_config(tmp_path, f"[::1]:{server.port}")]) == 0
+        assert capsys.readouterr().out == f"ok: http://[::1]:{server.port}/healthz answered 200\n"
+        assert main(["health", "-c", listen_config(tmp_path, f"[::]:{server.port}")]) == 0
+        capsys.readouterr()
+    finally:
+        server.close()
