@@ -1,0 +1,180 @@
+"""Enqueue one job per row of a Spark DataFrame, from the executors, as one batch.
+
+    from jobcar.spark import enqueue_dataframe
+    spark.sparkContext.addPyFile("jobcar.zip")      # or have jobcar installed on the executors
+    batch = enqueue_dataframe(orders, type="order.ship", job_id="order_id", redis_url=URL)
+    Client.from_url(URL).wait_batch(batch, timeout=3600)
+
+pyspark is not imported here (only for type checking): this module is shipped to the executors with
+the rest of the package and runs there with nothing but the standard library and redis-py.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from dataclasses import dataclass
+from datetime import date, datetime
+from decimal import Decimal
+from typing import TYPE_CHECKING, Any
+
+from jobcar.client import (
+    DEFAULT_MAX_PAYLOAD_BYTES,
+    ID_PATTERN,
+    TYPE_PATTERN,
+    Client,
+    JobSpec,
+    build_record,
+    check_name,
+)
+from jobcar.errors import InvalidJob
+from jobcar.store import DEFAULT_NAMESPACE, DEFAULT_QUEUE, ENQUEUE_CHUNK
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, Row
+
+__all__ = ["enqueue_dataframe"]
+
+#: Options enqueue_dataframe sets itself, so `options` may not name them.
+RESERVED_OPTIONS = frozenset({"job_id", "queue", "batch"})
+
+
+def enqueue_dataframe(
+    df: DataFrame,
+    *,
+    type: str,
+    job_id: str | Callable[[Row], str],
+    redis_url: str,
+    payload: str | Callable[[Row], object] | None = None,
+    queue: str = DEFAULT_QUEUE,
+    namespace: str = DEFAULT_NAMESPACE,
+    batch_id: str | None = None,
+    batch_size: int = ENQUEUE_CHUNK,
+    options: Mapping[str, object] | None = None,
+    cluster: bool = False,
+) -> str:
+    """Enqueue a job of `type` for every row of `df` and return the batch id they all carry.
+
+    The work runs on the executors (`df.foreachPartition`): each partition opens one `Client` on
+    `redis_url`, sends its jobs with `enqueue_many` in chunks of `batch_size` (one pipelined round trip
+    each) and closes the client. The executors must be able to import jobcar: install it there, or
+    ship the package as a zip with `spark.sparkContext.addPyFile` (it needs only redis-py).
+
+    - `payload`: None sends the whole row as a JSON object (datetimes and dates as ISO 8601 text,
+      decimals as text); a column name sends that column's value (bytes as they are, anything else
+      as JSON); a function of the Row returns the payload (bytes, or a JSON-serialisable value).
+    - `job_id` (required): a column holding a business key, or a function of the Row returning one.
+    - `options`: other enqueue options for every job (max_attempts, timeout, delay, meta, ...).
+    - `batch_id`: default a new random id. Pass your own to be able to run the same call again.
+
+    **Why job ids are required: Spark runs tasks more than once.** A failed task is retried, a slow
+    one may be run twice at once (speculative execution), and a failed job may be rerun. A job id of
+    the caller's choosing is add-if-absent, deduplicated for its *dedup horizon*: while its job exists
+    (pending, scheduled, active or dead) and, after success, for as long as the daemon keeps results
+    (`result_ttl`; without it, not at all). A task retry or speculative duplicate that enqueues an id
+    within that horizon finds the job and writes nothing (status EXISTS), so no job is duplicated and
+    a partition that failed half way is completed by its retry. After the horizon the same id
+    enqueues (and runs) again: without `result_ttl`, a job that already succeeded is gone, so a late
+    retry or speculative copy of its task would enqueue it anew. Give the daemon a `result_ttl` longer
+    than the Spark job can run to close that gap. Ids are deduplicated per queue.
+
+    The batch counters (`Client.batch_status`, `Client.wait_batch` with the same `queue`) count each
+    job once, when it is stored: an EXISTS writes nothing and counts nothing, so after this returns,
+    `total` is the number of distinct jobs the batch holds (an id enqueued again after its horizon
+    is a new job and counts again).
+
+    Raises InvalidJob on the driver for bad arguments, before any job is sent. If the Spark job fails
+    (a task out of retries, a row whose payload is not JSON-serialisable...), the jobs already sent
+    stay enqueued; call again with the same `batch_id` to complete the batch without duplicates.
+    """
+    check_name("job type", type, TYPE_PATTERN)
+    check_name("namespace", namespace)
+    batch_id = uuid.uuid4().hex if batch_id is None else check_name("batch id", batch_id, ID_PATTERN)
+    if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
+        raise InvalidJob(f"batch_size must be a positive integer, got {batch_size!r}")
+    extra = dict(options or {})
+    clash = sorted(RESERVED_OPTIONS & set(extra))
+    if clash:
+        raise InvalidJob(f"options may not set {', '.join(clash)}: enqueue_dataframe sets them")
+    # Validates queue, batch id and every option here, not once per row on the executors.
+    build_record(type, None, DEFAULT_MAX_PAYLOAD_BYTES, job_id="check", queue=queue, batch=batch_id, **extra)
+    columns = set(df.columns)
+    for what, given in (("job_id", job_id), ("payload", payload)):
+        if isinstance(given, str) and given not in columns:
+            raise InvalidJob(f"{what} column {given!r} is not in the DataFrame (columns: {', '.join(df.columns)})")
+        if not (isinstance(given, str) or callable(given) or (what == "payload" and given is None)):
+            raise InvalidJob(f"{what} must be a column name or a function of the row, not {given!r}")
+
+    writer = _PartitionWriter(
+        type=type,
+        job_id=job_id,
+        payload=payload,
+        options={**extra, "queue": queue, "batch": batch_id},
+        redis_url=redis_url,
+        namespace=namespace,
+        batch_size=batch_size,
+        cluster=cluster,
+    )
+    df.foreachPartition(writer)
+    return batch_id
+
+
+@dataclass(frozen=True)
+class _PartitionWriter:
+    """The function each partition runs on an executor (pickled by reference to this module)."""
+
+    type: str
+    job_id: str | Callable[[Row], str]
+    payload: str | Callable[[Row], object] | None
+    options: Mapping[str, object]
+    redis_url: str
+    namespace: str
+    batch_size: int
+    cluster: bool
+
+    def __call__(self, rows: Iterable[Row]) -> None:
+        with Client.from_url(self.redis_url, namespace=self.namespace, cluster=self.cluster) as client:
+            for chunk in _chunks(map(self.spec, rows), self.batch_size):
+                client.enqueue_many(chunk)
+
+    def spec(self, row: Row) -> JobSpec:
+        if isinstance(self.job_id, str):
+            key = row[self.job_id]
+            if key is None:
+                raise InvalidJob(f"row has no {self.job_id} (null), needed as its job id: {row!r}")
+            job_id = key if isinstance(key, str) else str(key)
+        else:
+            job_id = self.job_id(row)
+        if self.payload is None:
+            body: object = _jsonable(row.asDict(recursive=True))
+        elif isinstance(self.payload, str):
+            body = _jsonable(row[self.payload])
+        else:
+            body = self.payload(row)
+        return (self.type, body, {**self.options, "job_id": job_id})
+
+
+def _chunks(specs: Iterator[JobSpec], size: int) -> Iterator[list[JobSpec]]:
+    chunk: list[JobSpec] = []
+    for spec in specs:
+        chunk.append(spec)
+        if len(chunk) == size:
+            yield chunk
+            chunk = []
+    if chunk:
+        yield chunk
+
+
+def _jsonable(value: Any) -> Any:
+    """Spark's values as JSON can carry them: timestamps and dates as ISO 8601, decimals as text."""
+    if isinstance(value, dict):
+        return {k: _jsonable(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_jsonable(v) for v in value]
+    if isinstance(value, datetime | date):
+        return value.isoformat()
+    if isinstance(value, Decimal):
+        return str(value)
+    if isinstance(value, bytearray):
+        return bytes(value)
+    return value
