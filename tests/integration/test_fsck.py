@@ -1,0 +1,269 @@
+"""`jobcar fsck`: each corruption of docs/protocol.md's invariants, made on purpose with plain Redis
+commands, is reported without changing anything, then repaired with --repair (a second run finds
+nothing). A healthy queue, built with the store's real scripts, has no findings."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from jobcar.cli import main
+from jobcar.job import State
+from tests.integration.driver import QueueDriver
+from tests.integration.test_cli import cli
+
+Run = Callable[..., tuple[int, str, str]]
+
+
+@pytest.fixture
+def run(config: Path, capsys: pytest.CaptureFixture[str]) -> Run:
+    def run(*args: str) -> tuple[int, str, str]:
+        code = main(["-c", str(config), "fsck", *args])
+        out, err = capsys.readouterr()
+        return code, out, err
+
+    return run
+
+
+def findings(run: Run, *args: str) -> tuple[int, list[dict[str, object]]]:
+    code, out, err = run("--json", *args)
+    assert err == "", err
+    found = json.loads(out)
+    assert isinstance(found, list)
+    return code, found
+
+
+def enqueue_id(q: QueueDriver, job_id: str, **options: object) -> str:
+    return q.enqueue("t", {"id": job_id}, job_id=job_id, **options).id
+
+
+@dataclass
+class Case:
+    """Corrupts the queue, returning (kind, id) of the finding it makes; `check` looks at the repair."""
+
+    corrupt: Callable[[QueueDriver], tuple[str, str]]
+    check: Callable[[QueueDriver], None]
+
+
+def _missing_hash(q: QueueDriver) -> tuple[str, str]:
+    q.redis.lpush(q.keys.pending, "ghost")
+    return "missing_hash", "ghost"
+
+
+def _missing_hash_check(q: QueueDriver) -> None:
+    assert q.sets_of("ghost") == []
+
+
+def _missing_hash_zset(q: QueueDriver) -> tuple[str, str]:
+    q.redis.zadd(q.keys.scheduled, {"ghost": 1})
+    return "missing_hash", "ghost"
+
+
+def _orphan_pending(q: QueueDriver) -> tuple[str, str]:
+    enqueue_id(q, "p")
+    q.redis.lrem(q.keys.pending, 0, "p")
+    return "orphan_hash", "p"
+
+
+def _orphan_scheduled(q: QueueDriver) -> tuple[str, str]:
+    enqueue_id(q, "s", delay=3600)
+    q.redis.zrem(q.keys.scheduled, "s")
+    return "orphan_hash", "s"
+
+
+def _orphan_scheduled_check(q: QueueDriver) -> None:
+    assert q.where("s") is State.SCHEDULED
+    assert q.redis.zscore(q.keys.scheduled, "s") == float(q.redis.hget(q.keys.job("s"), "run_at") or 0)
+
+
+def _orphan_dead(q: QueueDriver) -> tuple[str, str]:
+    enqueue_id(q, "d")
+    assert q.kill("d", q.lease_one().token) == 1
+    q.redis.zrem(q.keys.dead, "d")
+    return "orphan_hash", "d"
+
+
+def _active_no_deadline(q: QueueDriver) -> tuple[str, str]:
+    enqueue_id(q, "a")
+    q.lease_one()
+    q.redis.zrem(q.keys.active, "a")
+    return "active_without_lease", "a"
+
+
+def _active_no_token(q: QueueDriver) -> tuple[str, str]:
+    enqueue_id(q, "a")
+    q.lease_one()
+    q.redis.hdel(q.keys.job("a"), "token")
+    return "active_without_lease", "a"
+
+
+def _back_to_pending(q: QueueDriver) -> None:
+    assert q.where("a") is State.PENDING
+    job = q.job("a")
+    assert job is not None and job.attempt == 1 and job.token is None
+
+
+def _done_without_ttl(q: QueueDriver) -> tuple[str, str]:
+    q.redis.hset(q.keys.job("f"), mapping={"type": "t", "payload": "1", "state": "done", "created": "1"})
+    return "no_ttl", "f"
+
+
+def _done_check(q: QueueDriver) -> None:
+    assert 0 < q.redis.pttl(q.keys.job("f")) <= 86400 * 1000
+
+
+def _state_mismatch(q: QueueDriver) -> tuple[str, str]:
+    enqueue_id(q, "m")
+    q.redis.hset(q.keys.job("m"), "state", "scheduled")
+    return "state_mismatch", "m"
+
+
+def _duplicate_pending(q: QueueDriver) -> tuple[str, str]:
+    enqueue_id(q, "x")
+    enqueue_id(q, "y")
+    q.redis.lpush(q.keys.pending, "x", "x")
+    return "duplicate_pending", "x"
+
+
+def _duplicate_check(q: QueueDriver) -> None:
+    assert q.where("x") is State.PENDING
+    assert q.redis.lrange(q.keys.pending, 0, -1).count(b"x") == 1
+
+
+def _unique_missing(q: QueueDriver) -> tuple[str, str]:
+    q.redis.set(q.keys.unique("k"), "ghost", px=3_600_000)
+    return "stale_unique", q.keys.unique("k")
+
+
+def _unique_finished(q: QueueDriver) -> tuple[str, str]:
+    enqueue_id(q, "d")
+    assert q.kill("d", q.lease_one().token) == 1
+    q.redis.set(q.keys.unique("k"), "d", px=3_600_000)
+    return "stale_unique", q.keys.unique("k")
+
+
+def _unique_gone(q: QueueDriver) -> None:
+    assert q.redis.exists(q.keys.unique("k")) == 0
+
+
+def _unique_no_ttl(q: QueueDriver) -> tuple[str, str]:
+    enqueue_id(q, "u", unique_for=60, unique_key="k")
+    q.redis.persist(q.keys.unique("k"))
+    return "unique_no_ttl", q.keys.unique("k")
+
+
+def _unique_ttl_check(q: QueueDriver) -> None:
+    assert q.redis.get(q.keys.unique("k")) == b"u"
+    assert 0 < q.redis.pttl(q.keys.unique("k")) <= 86400 * 1000
+
+
+def _dead_too_old(q: QueueDriver) -> tuple[str, str]:
+    enqueue_id(q, "old")
+    enqueue_id(q, "new")
+    for leased in q.lease(2).jobs:
+        assert q.kill(leased.job.id, leased.token) == 1
+    q.redis.zadd(q.keys.dead, {"old": 1000})  # died in 1970: far beyond max_age
+    return "dead_over_limit", "dead"
+
+
+def _dead_trimmed(q: QueueDriver) -> None:
+    assert q.job("old") is None and q.sets_of("old") == []
+    assert q.where("new") is State.DEAD
+
+
+def _settled(state: State, job_id: str) -> Callable[[QueueDriver], None]:
+    def check(q: QueueDriver) -> None:
+        assert q.where(job_id) is state
+
+    return check
+
+
+CASES = {
+    "missing hash (pending)": Case(_missing_hash, _missing_hash_check),
+    "missing hash (scheduled)": Case(_missing_hash_zset, _missing_hash_check),
+    "orphan pending hash": Case(_orphan_pending, _settled(State.PENDING, "p")),
+    "orphan scheduled hash": Case(_orphan_scheduled, _orphan_scheduled_check),
+    "orphan dead hash": Case(_orphan_dead, _settled(State.DEAD, "d")),
+    "active without deadline": Case(_active_no_deadline, _back_to_pending),
+    "active without token": Case(_active_no_token, _back_to_pending),
+    "done without ttl": Case(_done_without_ttl, _done_check),
+    "state mismatch": Case(_state_mismatch, _settled(State.PENDING, "m")),
+    "duplicate pending": Case(_duplicate_pending, _duplicate_check),
+    "unique lock of a missing job": Case(_unique_missing, _unique_gone),
+    "unique lock of a dead job": Case(_unique_finished, _unique_gone),
+    "unique lock without ttl": Case(_unique_no_ttl, _unique_ttl_check),
+    "dead set too old": Case(_dead_too_old, _dead_trimmed),
+}
+
+
+@pytest.mark.parametrize("case", CASES.values(), ids=list(CASES))
+def test_corruption_is_reported_then_repaired(q: QueueDriver, run: Run, case: Case) -> None:
+    kind, job_id = case.corrupt(q)
+    before = q.snapshot()
+
+    code, found = findings(run)
+    assert code == 1
+    assert [(f["queue"], f["kind"], f["id"], f["repaired"]) for f in found] == [("default", kind, job_id, False)]
+    assert q.snapshot() == before  # a check alone changes nothing
+
+    code, found = findings(run, "--repair")
+    assert code == 0, found
+    assert [(f["kind"], f["id"], f["repaired"]) for f in found] == [(kind, job_id, True)]
+    case.check(q)
+    assert run() == (0, "", "")
+
+
+def test_an_id_in_two_sets_is_reported_not_guessed(q: QueueDriver, run: Run) -> None:
+    enqueue_id(q, "two")
+    q.redis.zadd(q.keys.scheduled, {"two": 1})
+    before = q.snapshot()
+    code, out, err = run()
+    assert (code, err) == (1, "")
+    assert out == "default several_sets two: in pending and scheduled (hash state pending)\n"
+    assert run("--repair") == (1, out, "")  # no safe repair: still a finding
+    assert q.snapshot() == before
+
+
+def test_a_healthy_queue_in_every_state_has_no_findings(q: QueueDriver, run: Run) -> None:
+    for job_id in ("done", "retried", "dead", "active"):
+        enqueue_id(q, job_id)
+    enqueue_id(q, "unique", unique_for=600, unique_key="k")
+    done, retried, dead, _active, _unique = (leased.token for leased in q.lease(5).jobs)
+    assert q.ack("done", done, retention_ms=60_000) == 1
+    assert q.retry("retried", retried, delay_ms=3_600_000) == 1
+    assert q.kill("dead", dead) == 1
+    enqueue_id(q, "pending")
+    enqueue_id(q, "later", delay=3600)
+    assert [q.where(i) for i in ("done", "retried", "dead", "active", "unique", "pending", "later")] == [
+        State.DONE,
+        State.SCHEDULED,
+        State.DEAD,
+        State.ACTIVE,
+        State.ACTIVE,
+        State.PENDING,
+        State.SCHEDULED,
+    ]
+    before = q.snapshot()
+    assert run() == (0, "", "")
+    assert run("--repair", "--queue", "default") == (0, "", "")
+    assert findings(run) == (0, [])
+    assert q.snapshot() == before
+
+
+def test_lines_and_exit_codes_of_a_real_process(q: QueueDriver, config: Path) -> None:
+    q.redis.lpush(q.keys.pending, "ghost")
+    done = cli("fsck", "-c", str(config))
+    assert (done.returncode, done.stderr) == (1, ""), done
+    assert done.stdout == "default missing_hash ghost: in pending without a job hash\n"
+    done = cli("fsck", "--repair", "-c", str(config))
+    assert (done.returncode, done.stdout) == (
+        0,
+        "default missing_hash ghost: in pending without a job hash [repaired]\n",
+    )
+    done = cli("fsck", "--json", "-c", str(config))
+    assert (done.returncode, done.stdout) == (0, "[]\n"), done
+    assert cli("fsck", "--queue", "bad name", "-c", str(config)).returncode == 2
