@@ -15,7 +15,7 @@
 
 local prefix, id, token, final = ARGV[1], ARGV[2], ARGV[3], ARGV[4]
 local retention = tonumber(ARGV[5])
-if not holds_lease(KEYS[1], KEYS[2], id, token) then return 0 end
+if not holds_lease(KEYS[2], token) then return 0 end
 
 redis.call('ZREM', KEYS[1], id)
 release_unique(prefix, KEYS[2], id)

@@ -18,8 +18,8 @@ local reply = {now}
 for i = 3, #ARGV, 2 do
   local id, token = ARGV[i], ARGV[i + 1]
   local job_key = prefix .. 'job:' .. id
-  if holds_lease(KEYS[1], job_key, id, token) then
-    redis.call('ZADD', KEYS[1], 'XX', deadline, id)
+  if holds_lease(job_key, token) then
+    redis.call('ZADD', KEYS[1], deadline, id)  -- not XX: restores an entry that vanished
     if redis.call('HGET', job_key, 'cancel') then reply[#reply + 1] = 2 else reply[#reply + 1] = 1 end
   else
     reply[#reply + 1] = 0

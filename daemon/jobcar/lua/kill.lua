@@ -13,7 +13,7 @@
 -- Returns 1 when moved, 0 when the lease was lost (nothing changed).
 
 local prefix, id, token = ARGV[1], ARGV[2], ARGV[3]
-if not holds_lease(KEYS[1], KEYS[3], id, token) then return 0 end
+if not holds_lease(KEYS[3], token) then return 0 end
 redis.call('ZREM', KEYS[1], id)
 move_to_dead(prefix, KEYS[2], KEYS[3], id, now_ms(), ARGV[4], tonumber(ARGV[5]), tonumber(ARGV[6]))
 return 1

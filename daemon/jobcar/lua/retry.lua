@@ -24,7 +24,7 @@
 local prefix, id, token = ARGV[1], ARGV[2], ARGV[3]
 local delay = tonumber(ARGV[4])
 local job_key = KEYS[6]
-if not holds_lease(KEYS[1], job_key, id, token) then return 0 end
+if not holds_lease(job_key, token) then return 0 end
 
 local now = now_ms()
 -- Read everything before the first write: a script that fails half-way keeps its writes.
