@@ -1,7 +1,10 @@
-"""A minimal aiohttp handler app for benchmarks: POST anything, get 204. `python bench/noop_app.py PORT`."""
+"""A minimal aiohttp handler app for benchmarks: POST anything, get 204. `python bench/noop_app.py PORT`.
+
+POST /sleep/<seconds> holds the request that long first (to keep jobs in flight)."""
 
 from __future__ import annotations
 
+import asyncio
 import sys
 
 from aiohttp import web
@@ -9,6 +12,8 @@ from aiohttp import web
 
 async def noop(request: web.Request) -> web.Response:
     await request.read()
+    if request.path.startswith("/sleep/"):
+        await asyncio.sleep(float(request.path.removeprefix("/sleep/")))
     return web.Response(status=204)
 
 
