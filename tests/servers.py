@@ -14,7 +14,7 @@ import signal
 import socket
 import subprocess
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -99,13 +99,17 @@ class RedisServer:
     port: int = field(default_factory=free_port)
     extra_args: Sequence[str] = ()
     process: subprocess.Popen[bytes] | None = None
+    #: redis-py options for every client of this server, start()'s readiness ping included: a server
+    #: that only speaks TLS on `port` (extra_args "--port 0 --tls-port <port> ...") needs
+    #: {"ssl": True, "ssl_ca_certs": ...}.
+    client_options: Mapping[str, object] = field(default_factory=dict)
 
     @property
     def url(self) -> str:
         return f"redis://127.0.0.1:{self.port}/0"
 
     def client(self, **options: object) -> redis.Redis:
-        return redis.Redis(host="127.0.0.1", port=self.port, **options)  # type: ignore[arg-type]
+        return redis.Redis(host="127.0.0.1", port=self.port, **{**self.client_options, **options})  # type: ignore[arg-type]
 
     def start(self) -> RedisServer:
         self.directory.mkdir(parents=True, exist_ok=True)
