@@ -4,8 +4,13 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 PYTEST_ARGS ?= -n 2
+# `make bench`: the peers (bench/requirements.txt) live in their own venv, never in .venv.
+BENCH_PYTHON ?= python3.11
+BENCH_VENV := .venv-bench
+BENCH_STAMP := $(BENCH_VENV)/.installed
+BENCH_ARGS ?=
 
-.PHONY: run test lint typecheck tools pytest bench clean
+.PHONY: run test lint typecheck tools pytest bench bench-tools clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -46,8 +51,21 @@ typecheck: $(STAMP)
 pytest: $(STAMP)
 	$(BIN)/pytest $(PYTEST_ARGS)
 
-bench: $(STAMP)
-	$(BIN)/python bench/enqueue.py
+# Every benchmark in one run, one table (bench/run.py): jobcar from .venv, the peers from .venv-bench, nginx as
+# the no-op handler. BENCH_ARGS=--quick is a smoke test (minutes, not a measurement); also --skip-peers, --runs N.
+bench: $(STAMP) $(BENCH_STAMP) bench-tools
+	$(BIN)/python bench/run.py $(BENCH_ARGS)
+
+$(BENCH_STAMP): pyproject.toml bench/requirements.txt
+	test -x $(BENCH_VENV)/bin/python || $(BENCH_PYTHON) -m venv $(BENCH_VENV)
+	$(BENCH_VENV)/bin/pip install --quiet -e '.[dev]' -r bench/requirements.txt
+	touch $@
+
+# nginx answers `return 204;` as the no-op HTTP handler (bench/nginx.py). Installed as root through apt when
+# missing, like `tools`; otherwise bench/nginx.py says how.
+bench-tools:
+	@command -v nginx >/dev/null || [ -x /usr/sbin/nginx ] || [ "$$(id -u)" != 0 ] || ! command -v apt-get >/dev/null || \
+	  { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends nginx-light >/dev/null; }
 
 clean:
 	rm -rf $(VENV) .mypy_cache .ruff_cache .hypothesis

@@ -1,4 +1,4 @@
-"""Enqueue throughput: jobcar's client beside plain redis-py LPUSH of the same payloads, one run.
+"""Enqueue throughput: jobcar's client and HTTP API beside plain redis-py LPUSH of the same payloads.
 
     .venv/bin/python bench/enqueue.py [--jobs 100000] [--runs 3]
 
@@ -6,11 +6,22 @@ Starts its own server (the test harness's choice of binary), runs each scenario 
 alternation and prints the median jobs/s and the ratio to its limit. The limit is what a bare client
 does with the same payloads: LPUSH keeps no per-job state (no hash, no unique check, no schedule), so
 it is the ceiling, not a peer.
+
+- enqueue_many (chunks of 500, one round trip each) and HTTP POST /v1/jobs batches of 500
+  ({"jobs": [...]}) beside LPUSH pipelined 500 per round trip, over --jobs jobs;
+- single `enqueue` and HTTP POST /v1/jobs of one job, one request at a time, beside one LPUSH round trip
+  at a time, over a tenth of --jobs.
+
+The HTTP scenarios post to a real `jobcar run` daemon's listener on loopback, from an aiohttp client on
+uvloop (one keep-alive connection, each body encoded per request as a producer would). The daemon serves
+no handler for the enqueued queue, so it only enqueues; it runs only during a round's scenarios.
 """
 
 from __future__ import annotations
 
 import argparse
+import asyncio
+import contextlib
 import json
 import platform
 import statistics
@@ -18,20 +29,27 @@ import sys
 import tempfile
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 
+import aiohttp
 import redis
+import uvloop
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from tests.servers import RedisServer, find_server_binary
+from tests.integration.daemon_harness import DaemonProcess, write_config
+from tests.servers import RedisServer, find_server_binary, free_port
 
 import jobcar
 from jobcar import Client
 
 CHUNK = 500  # jobcar's enqueue_many chunk: the LPUSH limit pipelines the same number per round trip
+HTTP_BATCH = 500  # jobs per POST /v1/jobs batch (the API takes at most 1,000)
 PAYLOAD = {"user": 1234567, "template": "welcome", "locale": "en-GB", "campaign": "2026-autumn", "pad": "x" * 16}
+JOB = {"type": "email.welcome", "payload": PAYLOAD}
 
 
 def bulk_enqueue_many(client: redis.Redis, jobs: int) -> None:
@@ -40,7 +58,7 @@ def bulk_enqueue_many(client: redis.Redis, jobs: int) -> None:
 
 
 def encode(payload: object) -> bytes:
-    """What any producer pays per job: the payload as JSON."""
+    """What any producer pays per job (or per request): the payload as JSON."""
     return json.dumps(payload, separators=(",", ":")).encode()
 
 
@@ -65,6 +83,32 @@ def single_lpush(client: redis.Redis, jobs: int) -> None:
         client.lpush(key, encode(PAYLOAD))
 
 
+async def _post_all(url: str, bodies: Iterator[bytes]) -> None:
+    headers = {"Content-Type": "application/json"}
+    async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=1)) as session:
+        for body in bodies:
+            async with session.post(url, data=body, headers=headers) as resp:
+                if resp.status != 201:
+                    raise RuntimeError(f"POST {url}: {resp.status} {await resp.text()}")
+                await resp.read()
+
+
+def _on_uvloop(coro: object) -> None:
+    with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
+        runner.run(coro)  # type: ignore[arg-type]
+
+
+def http_single(url: str, client: redis.Redis, jobs: int) -> None:
+    """POST /v1/jobs, one job per request, one request at a time. `client` is unused (measure's signature)."""
+    _on_uvloop(_post_all(url, (encode(JOB) for _ in range(jobs))))
+
+
+def http_batch(url: str, client: redis.Redis, jobs: int) -> None:
+    """POST /v1/jobs with {"jobs": [...]} of HTTP_BATCH jobs, one request at a time."""
+    sizes = (min(HTTP_BATCH, jobs - start) for start in range(0, jobs, HTTP_BATCH))
+    _on_uvloop(_post_all(url, (encode({"jobs": [JOB] * n}) for n in sizes)))
+
+
 def measure(fn: Callable[[redis.Redis, int], None], client: redis.Redis, jobs: int) -> float:
     client.flushall()
     started = time.perf_counter()
@@ -72,36 +116,89 @@ def measure(fn: Callable[[redis.Redis, int], None], client: redis.Redis, jobs: i
     return jobs / (time.perf_counter() - started)
 
 
+@dataclass(frozen=True)
+class Pair:
+    """A jobcar scenario and its limit, measured one after the other in each round."""
+
+    name: str
+    fn: Callable[[redis.Redis, int], None]
+    limit_name: str
+    limit_fn: Callable[[redis.Redis, int], None]
+    jobs: int
+
+
+def pairs(jobs: int, api_url: str | None) -> list[Pair]:
+    """Every scenario for `jobs` bulk jobs (single ones use a tenth); the HTTP ones when there is an API URL."""
+    single = max(1, jobs // 10)
+    found = [
+        Pair("enqueue_many", bulk_enqueue_many, "pipelined LPUSH", bulk_lpush, jobs),
+        Pair("single enqueue", single_enqueue, "single LPUSH", single_lpush, single),
+    ]
+    if api_url is not None:
+        found += [
+            Pair("HTTP batch", partial(http_batch, api_url), "pipelined LPUSH", bulk_lpush, jobs),
+            Pair("HTTP single", partial(http_single, api_url), "single LPUSH", single_lpush, single),
+        ]
+    return found
+
+
+@contextlib.contextmanager
+def api_daemon(server: RedisServer, tmp: Path) -> Iterator[str]:
+    """A `jobcar run` daemon on `server` whose listener takes POST /v1/jobs; yields that URL.
+
+    It consumes only the queue "idle", so what the benchmark enqueues (queue "default") stays pending."""
+    port = free_port()
+    namespace = f"api{time.monotonic_ns()}"
+    config = write_config(tmp, server.url, namespace, {"bench.idle": {"url": "http://127.0.0.1:9/"}},
+                          log_level="info", lease="30s", listen=f"127.0.0.1:{port}", queues={"idle": 1})  # fmt: skip
+    daemon = DaemonProcess(config).start()
+    try:
+        yield f"http://127.0.0.1:{port}/v1/jobs"
+    finally:
+        daemon.stop()
+
+
+def measure_round(server: RedisServer, tmp: Path, jobs: int, *, http: bool = True) -> dict[str, float]:
+    """One round of every scenario, each beside its limit: {name: jobs/s}. A limit shared by two scenarios
+    is measured once per round, beside the first."""
+    figures: dict[str, float] = {}
+    with contextlib.ExitStack() as stack, server.client() as client:
+        api_url = stack.enter_context(api_daemon(server, tmp)) if http else None
+        for pair in pairs(jobs, api_url):
+            if pair.limit_name not in figures:
+                figures[pair.limit_name] = measure(pair.limit_fn, client, pair.jobs)
+            figures[pair.name] = measure(pair.fn, client, pair.jobs)
+        client.flushall()
+    return figures
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--jobs", type=int, default=100_000, help="jobs per bulk run (single runs use a tenth)")
     parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument("--no-http", action="store_true", help="skip the HTTP /v1/jobs scenarios (no daemon)")
     args = parser.parse_args()
 
     binary = find_server_binary()
-    with tempfile.TemporaryDirectory() as tmp:
-        server = RedisServer(binary, Path(tmp)).start()
+    results: dict[str, list[float]] = {}
+    with tempfile.TemporaryDirectory() as directory:
+        tmp = Path(directory)
+        server = RedisServer(binary, tmp / "redis").start()
         try:
             with server.client() as client:
                 version = client.info("server").get("redis_version")
-                pairs = [
-                    ("enqueue_many", bulk_enqueue_many, "pipelined LPUSH", bulk_lpush, args.jobs),
-                    ("single enqueue", single_enqueue, "single LPUSH", single_lpush, args.jobs // 10),
-                ]
-                results: dict[str, list[float]] = {}
-                for _ in range(args.runs):
-                    for name, fn, limit_name, limit_fn, jobs in pairs:
-                        results.setdefault(name, []).append(measure(fn, client, jobs))
-                        results.setdefault(limit_name, []).append(measure(limit_fn, client, jobs))
+            for _ in range(args.runs):
+                for name, figure in measure_round(server, tmp, args.jobs, http=not args.no_http).items():
+                    results.setdefault(name, []).append(figure)
         finally:
             server.stop()
 
-    print(f"jobcar {jobcar.__version__}, redis-py {redis.__version__}, server {binary} {version}, "
-          f"Python {platform.python_version()}, {args.runs} runs, median jobs/s")  # fmt: skip
+    print(f"jobcar {jobcar.__version__}, redis-py {redis.__version__}, aiohttp {aiohttp.__version__}, server "
+          f"{binary} {version}, Python {platform.python_version()}, {args.runs} runs, median jobs/s")  # fmt: skip
     print(f"{'scenario':<16}{'jobs':>9}{'jobcar/s':>12}{'limit':>18}{'limit/s':>12}{'ratio':>8}")
-    for name, _fn, limit_name, _limit_fn, jobs in pairs:
-        mine, limit = statistics.median(results[name]), statistics.median(results[limit_name])
-        print(f"{name:<16}{jobs:>9}{mine:>12,.0f}{limit_name:>18}{limit:>12,.0f}{mine / limit:>8.2f}")
+    for pair in pairs(args.jobs, None if args.no_http else "-"):
+        mine, limit = statistics.median(results[pair.name]), statistics.median(results[pair.limit_name])
+        print(f"{pair.name:<16}{pair.jobs:>9}{mine:>12,.0f}{pair.limit_name:>18}{limit:>12,.0f}{mine / limit:>8.2f}")
 
 
 if __name__ == "__main__":
