@@ -65,6 +65,12 @@ def connect(config: Config, url: str, *, blocking: bool = False) -> store.AsyncR
         # No silent retries inside redis-py: a replayed lease or enqueue is not idempotent, and a
         # heartbeat stuck in retries would let a lease expire unnoticed. The daemon's loops retry.
         "retry": Retry(NoBackoff(), 0),
+        # RESP2 (the default before redis-py 8; the scripts reply the same either way). redis-py 8.1's
+        # asyncio pool, under RESP3, skips its check-out probe for connections the server closed
+        # while they sat idle (redis-py #4252, fixed by #4260 after 8.1.0): after every Redis restart
+        # each idle pooled connection then failed one command, and the daemon reported a second
+        # outage for it. Under RESP2 the probe runs, and a dead connection is replaced unseen.
+        "protocol": 2,
     }
     if config.redis.cluster:
         return redis.asyncio.RedisCluster.from_url(url, **options)

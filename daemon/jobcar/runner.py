@@ -19,7 +19,7 @@ import json
 import logging
 import random
 import time
-from collections.abc import Awaitable, Callable, Coroutine, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any, Final, Protocol
@@ -47,6 +47,8 @@ IDLE_WAIT_MAX: Final = 5.0
 MAX_FREE_RETRIES: Final = 20
 #: Redis errors are retried with jittered backoff between these bounds (seconds).
 RECONNECT_MIN, RECONNECT_MAX = 0.05, 5.0
+#: After an outage, a call sent before Redis answered again and still unanswered this long is abandoned.
+STALE_CALL_GRACE: Final = 1.0
 #: Errors that mean "Redis did not do it": unreachable, or refusing (OOM, READONLY after a failover,
 #: CLUSTERDOWN...). The daemon backs off and tries again; it never exits because of them.
 REDIS_ERRORS: Final = (redis.exceptions.RedisError, OSError)
@@ -111,19 +113,64 @@ class RedisHealth:
     A call sent before Redis last answered may still time out afterwards (its reply was lost in the
     outage, and each connection times out on its own): pass its send time, and such a stale failure
     says nothing new about Redis, so it neither logs nor flips the state.
+
+    Recovery is shared between the loops: the first one to see Redis answer again (`ok` after an
+    outage) wakes every loop waiting in `pause` (backing off, or the reaper between passes), calls
+    `on_recovery`, and abandons the calls made inside `guard()` that were sent before that answer and
+    are still waiting STALE_CALL_GRACE later. Without this, a loop whose command went into a network
+    blackhole waits out its socket timeout (10 s, 15 s for BLMOVE), and one whose backoff has grown
+    sleeps up to RECONNECT_MAX, long after Redis is back.
     """
 
     reachable: bool = True
     failures: int = 0
     on_failure: Callable[[], None] | None = None
+    on_recovery: Callable[[], None] | None = None
     last_ok: float = 0.0
+    _recovered: asyncio.Event = field(default_factory=asyncio.Event)
+    _in_flight: dict[asyncio.Timeout, float] = field(default_factory=dict)  # guarded calls -> send time
 
-    def ok(self) -> None:
+    def ok(self, sent_at: float | None = None) -> None:
+        """Redis answered a call sent at `sent_at` (monotonic; default now)."""
         if not self.reachable:
             log.warning("redis reachable again")
+            self._recovered.set()  # wakes the loops in pause()
+            self._recovered = asyncio.Event()
+            self._expire_stale_calls(time.monotonic() if sent_at is None else sent_at)
+            if self.on_recovery is not None:
+                self.on_recovery()
         self.reachable, self.failures, self.last_ok = True, 0, time.monotonic()
 
-    async def failed(self, exc: BaseException, sent_at: float | None = None) -> None:
+    async def pause(self, seconds: float) -> None:
+        """Sleep `seconds`, or less if Redis is seen to answer again after an outage meanwhile."""
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(seconds):
+                await self._recovered.wait()
+
+    def _expire_stale_calls(self, answered_sent_at: float) -> None:
+        # A call sent before the one Redis just answered, still waiting, most likely went into the outage:
+        # its request or its reply is lost. The grace lets a paused server (SIGSTOP, a long fork) answer
+        # everything it buffered, which it does at once when it resumes; after it, the call ends with a
+        # TimeoutError (redis-py drops the connection of a cancelled command) and its loop retries at once.
+        when = asyncio.get_running_loop().time() + STALE_CALL_GRACE
+        for timeout, sent in self._in_flight.items():
+            if sent < answered_sent_at and not timeout.expired():
+                timeout.reschedule(when)
+
+    @contextlib.asynccontextmanager
+    async def guard(self) -> AsyncIterator[None]:
+        """Wrap one Redis call so that a recovery seen by another loop can abandon it (see `ok`)."""
+        sent = time.monotonic()
+        async with asyncio.timeout(None) as timeout:
+            self._in_flight[timeout] = sent
+            try:
+                yield
+            finally:
+                del self._in_flight[timeout]
+
+    async def failed(self, exc: BaseException, sent_at: float | None = None, deadline: float | None = None) -> None:
+        """Count a failed call and back off. `deadline` (monotonic): the caller must try again before then,
+        however long the backoff has grown (it races a lease); it sleeps at most half the time left."""
         if self.on_failure is not None:
             self.on_failure()
         if sent_at is not None and sent_at < self.last_ok:
@@ -132,9 +179,14 @@ class RedisHealth:
         if self.reachable:
             log.error("redis unreachable or refusing, retrying with backoff: %s", exc or type(exc).__name__)
         self.reachable = False
+        # One counter for every loop: the backoff grows with the failures of all of them, so the whole
+        # daemon's reconnect rate stays bounded however many jobs are waiting to record an outcome.
         self.failures += 1
         ceiling = min(RECONNECT_MAX, RECONNECT_MIN * 2 ** min(self.failures, 10))
-        await asyncio.sleep(random.uniform(RECONNECT_MIN, ceiling))
+        delay = random.uniform(RECONNECT_MIN, ceiling)
+        if deadline is not None:
+            delay = min(delay, max(RECONNECT_MIN, (deadline - time.monotonic()) / 2))
+        await self.pause(delay)
 
 
 def spawn(name: str, work: Coroutine[Any, Any, None], tasks: set[asyncio.Task[None]]) -> asyncio.Task[None]:
@@ -151,10 +203,20 @@ def spawn(name: str, work: Coroutine[Any, Any, None], tasks: set[asyncio.Task[No
     return task
 
 
+def current_task_cancelling() -> bool:
+    """True when the current task was asked to cancel. redis-py sends through `asyncio.wait_for`, which
+    on Python 3.11 swallows a cancel landing just as the command completes (the call returns normally),
+    so a loop must check for a pending cancel itself or it can run on after shutdown cancelled it."""
+    task = asyncio.current_task()
+    return task is not None and task.cancelling() > 0
+
+
 async def forever(name: str, step: Callable[[], Awaitable[None]], health: RedisHealth) -> None:
     """Run `step` in a loop that survives Redis outages and logs anything else without dying.
     Steps report success to `health` themselves, right after Redis answered them."""
     while True:
+        if current_task_cancelling():
+            raise asyncio.CancelledError  # a cancel redis-py swallowed (see `current_task_cancelling`)
         try:
             await step()
         except REDIS_ERRORS as exc:
@@ -187,12 +249,13 @@ class Runner:
         self.app_health = health or AlwaysHealthy()
         self.blocking_client = blocking_client
         # Outcomes of jobs finishing together share a round trip.
-        self.outcomes = store.CallBatcher(client)
-        self.health = RedisHealth(on_failure=self.metrics.redis_errors.inc)
+        self.health = RedisHealth(on_failure=self.metrics.redis_errors.inc, on_recovery=self._redis_recovered)
+        self.outcomes = store.CallBatcher(client, guard=self.health.guard)
         self.running: dict[tuple[str, str], RunningJob] = {}
         # Every job task until it has recorded its outcome (running only holds those still executing).
         self._job_tasks: set[asyncio.Task[None]] = set()
         self._returned_on_shutdown = 0
+        self._reap_failed = False
         self._tasks: set[asyncio.Task[None]] = set()
         self._changed = asyncio.Event()
         self._draining = asyncio.Event()
@@ -245,9 +308,13 @@ class Runner:
                     await asyncio.sleep(1)
             await self._settle()
         finally:
-            for task in list(self._tasks):
-                task.cancel()
-            await asyncio.gather(*self._tasks, return_exceptions=True)
+            # Cancel until every task is gone: a cancel swallowed inside redis-py (see
+            # `current_task_cancelling`) can leave a task waiting on an event nobody will set.
+            pending = set(self._tasks)
+            while pending:
+                for task in pending:
+                    task.cancel()
+                _, pending = await asyncio.wait(pending, timeout=1)
 
     def drain(self) -> None:
         """Stop leasing; run() then waits up to shutdown_timeout for in-flight jobs (DESIGN §4)."""
@@ -309,11 +376,12 @@ class Runner:
         )
         sent = time.monotonic()
         try:
-            reply = (await store.execute_async(self.client, [call]))[0]
+            async with self.health.guard():
+                reply = (await store.execute_async(self.client, [call]))[0]
         except REDIS_ERRORS as exc:
             await self.health.failed(exc, sent_at=sent)
             return
-        self.health.ok()
+        self.health.ok(sent)
         result = store.parse_lease(queue.keys, reply)
         for job_id in result.missing:
             log.error("job id in pending list has no job hash; dropped from the list", extra={"job_id": job_id})
@@ -332,6 +400,13 @@ class Runner:
             # Empty (or emptied) for now: wait for a wake, or for the earliest scheduled job.
             queue.idle(result.next_due_ms)
 
+    def _redis_recovered(self) -> None:
+        """Lease from every queue at once after an outage: jobs enqueued meanwhile are waiting, and the
+        watchers' blocked calls (and the wakes they were waiting for) were most likely lost with it."""
+        for queue in self.queues:
+            queue.ready = True
+        self._changed.set()
+
     def _pick(self, candidates: list[QueueState]) -> QueueState:
         if self.config.strict_priority or len(candidates) == 1:
             return candidates[0]
@@ -343,11 +418,14 @@ class Runner:
         sent = time.monotonic()
         try:
             # IDLE_WAIT_MAX is whole seconds: redis-py types the timeout as int (the server takes decimals).
-            await self.blocking_client.blmove(queue.keys.wake, queue.keys.wake, int(IDLE_WAIT_MAX), "RIGHT", "RIGHT")
+            wake = queue.keys.wake
+            async with self.health.guard():
+                with store.closed_transport_is_connection_error():
+                    await self.blocking_client.blmove(wake, wake, int(IDLE_WAIT_MAX), "RIGHT", "RIGHT")
         except REDIS_ERRORS as exc:
             await self.health.failed(exc, sent_at=sent)
             return  # the queue stays idle: the next pass blocks again
-        self.health.ok()
+        self.health.ok(sent)
         queue.went_idle.clear()
         queue.ready = True
         self._changed.set()
@@ -450,13 +528,16 @@ class Runner:
             sent = time.monotonic()
             try:
                 reply = await self.outcomes.call(call)
-                self.health.ok()
+                self.health.ok(sent)
                 break
             except REDIS_ERRORS as exc:
-                if time.monotonic() > running.last_renewed + self.config.lease:
+                expires = running.last_renewed + self.config.lease
+                if time.monotonic() > expires:
                     log.error("could not record the outcome before the lease expired: %s", exc, extra=context)
                     return
-                await self.health.failed(exc, sent_at=sent)
+                # Never back off past the lease: once it expires the job is reaped and runs again, even
+                # if Redis was back a moment after the outcome failed.
+                await self.health.failed(exc, sent_at=sent, deadline=expires)
         recorded = self._recorded_as(call.script.name, reply, final, give_back)
         self.metrics.finished.labels(self.metrics.queue(job.queue), self.metrics.type(job.type), recorded).inc()
         if recorded == "lease_lost":
@@ -522,16 +603,25 @@ class Runner:
             if calls:
                 async with asyncio.timeout(interval):
                     replies = await store.execute_async(self.client, calls)
-                self.health.ok()
+                self.health.ok(sent)
                 self._renewed(groups, replies, sent)
         except REDIS_ERRORS as exc:  # asyncio's TimeoutError is an OSError too
-            await self.health.failed(exc, sent_at=sent)
+            # No backoff beyond the heartbeat's own pace (a beat per interval, each bounded by it): a
+            # longer sleep would let the leases lapse (and the attempts be abandoned) after Redis is back.
+            await self.health.failed(exc, sent_at=sent, deadline=sent)
         finally:
             self._abandon_stale(time.monotonic(), interval)
 
     def _renewed(self, groups: list[list[RunningJob]], replies: list[store.Reply], sent: float) -> None:
         for group, reply in zip(groups, replies, strict=True):
             for running, status in zip(group, store.parse_extend(reply), strict=True):
+                if self.running.get((running.keys.queue, running.job.id)) is not running:
+                    # The attempt ended while the beat was on the wire and its outcome call decides now. A
+                    # LOST here most often only means that its ack got there first: stopping the attempt
+                    # would cancel the outcome call and count a lease lost that was not.
+                    if status is not ExtendStatus.LOST:
+                        running.last_renewed = sent  # the outcome call may retry that much longer
+                    continue
                 queue_label = self.metrics.queue(running.job.queue)
                 if status is ExtendStatus.LOST:
                     log.warning("lease lost; abandoning the attempt", extra={"queue": running.job.queue,
@@ -553,19 +643,24 @@ class Runner:
                 self._stop(running, StopReason.LEASE_LOST)
 
     async def _reap(self) -> None:
-        """Recover expired leases of every queue (any daemon's), every half lease (at most 15 s)."""
-        await asyncio.sleep(max(0.2, min(self.config.lease / 2, 15.0)))
+        """Recover expired leases of every queue (any daemon's), every half lease (at most 15 s), and at
+        once when Redis answers again after an outage: leases that expired during it are due now."""
+        if not self._reap_failed:
+            await self.health.pause(max(0.2, min(self.config.lease / 2, 15.0)))
         calls = [
             store.reap_call(q.keys, default_max_attempts=self.config.defaults.max_attempts, dead=self._dead)
             for q in self.queues
         ]
         sent = time.monotonic()
         try:
-            replies = await store.execute_async(self.client, calls)
+            async with self.health.guard():
+                replies = await store.execute_async(self.client, calls)
         except REDIS_ERRORS as exc:
+            self._reap_failed = True  # the next pass comes after the backoff, not a whole interval later
             await self.health.failed(exc, sent_at=sent)
             return
-        self.health.ok()
+        self._reap_failed = False
+        self.health.ok(sent)
         for queue, reply in zip(self.queues, replies, strict=True):
             for job_id, where in store.parse_reap(reply).items():
                 if where in ("pending", "dead"):

@@ -13,10 +13,11 @@ installed (a Spark executor that gets jobcar as a zip).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hashlib
 import json
 import secrets
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import IntEnum, StrEnum
 from functools import cache
@@ -153,9 +154,29 @@ def execute(client: SyncRedis, calls: Sequence[ScriptCall]) -> list[Reply]:
     return replies
 
 
+@contextlib.contextmanager
+def closed_transport_is_connection_error() -> Iterator[None]:
+    """On uvloop, redis-py writing to a connection the peer has reset raises RuntimeError("unable to
+    perform operation on <TCPTransport closed=True ...>; the handler is closed"), where asyncio's own
+    loop raises an OSError that redis-py turns into ConnectionError. redis-py has dropped the
+    connection either way: report it as the connection error it is, so that callers back off and
+    retry as in any outage instead of treating it as a bug."""
+    try:
+        yield
+    except RuntimeError as exc:
+        if "handler is closed" not in str(exc):
+            raise
+        raise redis.exceptions.ConnectionError(f"connection lost while sending: {exc}") from exc
+
+
 async def execute_async(client: AsyncRedis, calls: Sequence[ScriptCall], *, raise_on_error: bool = True) -> list[Reply]:
     """`execute` for redis.asyncio clients. With raise_on_error=False a failed call's reply is its
     exception, and the other calls' replies stand."""
+    with closed_transport_is_connection_error():
+        return await _execute_async(client, calls, raise_on_error)
+
+
+async def _execute_async(client: AsyncRedis, calls: Sequence[ScriptCall], raise_on_error: bool) -> list[Reply]:
     pipe = client.pipeline(transaction=False)
     for c in calls:
         pipe.execute_command(*c.command())
@@ -182,8 +203,13 @@ class CallBatcher:
     once. A connection failure fails every call of its batch; callers retry as they would alone.
     """
 
-    def __init__(self, client: AsyncRedis) -> None:
+    def __init__(
+        self, client: AsyncRedis, guard: Callable[[], contextlib.AbstractAsyncContextManager[None]] | None = None
+    ) -> None:
         self.client = client
+        # Entered around each round trip: the runner's RedisHealth.guard, which abandons a batch sent into
+        # an outage once Redis answers again, so the calls queued behind it need not wait for its timeout.
+        self.guard = guard or contextlib.nullcontext
         self._waiting: list[tuple[ScriptCall, asyncio.Future[Reply]]] = []
         self._sender: asyncio.Task[None] | None = None
 
@@ -198,7 +224,8 @@ class CallBatcher:
         while self._waiting:
             batch, self._waiting = self._waiting, []
             try:
-                replies = await execute_async(self.client, [c for c, _ in batch], raise_on_error=False)
+                async with self.guard():
+                    replies = await execute_async(self.client, [c for c, _ in batch], raise_on_error=False)
             except Exception as exc:
                 replies = [exc] * len(batch)
             except asyncio.CancelledError:

@@ -14,9 +14,11 @@ from pathlib import Path
 import pytest
 import redis
 import redis.asyncio
+import uvloop
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 
+from jobcar import store
 from tests.faultproxy import FaultProxy
 from tests.integration.daemon_harness import DaemonProcess, Received, handler_server, write_config
 from tests.integration.driver import QueueDriver
@@ -99,6 +101,38 @@ def test_an_idle_connection_reset_is_replaced_by_the_pool(proxy: FaultProxy) -> 
         assert proxy.reset() == 1
         assert c.ping()
     assert proxy.connections == 2
+
+
+def test_on_uvloop_a_reset_idle_connection_fails_the_next_call_as_a_connection_error(
+    proxy: FaultProxy, namespace: str
+) -> None:
+    """The asyncio pool does not notice; on uvloop redis-py's write then raises RuntimeError ("the
+    handler is closed"), which the daemon's calls must see as the connection error it is, or its loops
+    take an outage for a bug and a finishing job's ack is never retried."""
+    keys = store.QueueKeys.of(namespace, "default")
+
+    async def reset_between_calls() -> list[str]:
+        client = redis.asyncio.Redis(host="127.0.0.1", port=proxy.port, retry=Retry(NoBackoff(), 0))
+        outcomes = []
+        try:
+            for _ in range(5):
+                await store.execute_async(client, [store.stats_call(keys)])
+                proxy.reset()
+                while proxy.open:  # noqa: ASYNC110 — the proxy's own thread closes it
+                    await asyncio.sleep(0.005)
+                await asyncio.sleep(0.05)  # uvloop reads the RST and closes the transport
+                try:
+                    await store.execute_async(client, [store.stats_call(keys)])
+                    outcomes.append("answered")
+                except redis.ConnectionError:
+                    outcomes.append("connection error")
+        finally:
+            await client.aclose()
+        return outcomes
+
+    outcomes = uvloop.run(reset_between_calls())
+    assert set(outcomes) <= {"answered", "connection error"}, outcomes
+    assert "connection error" in outcomes, "the RuntimeError case did not occur: the test proves nothing"
 
 
 def test_refuse_closes_new_connections_at_once(proxy: FaultProxy) -> None:
