@@ -56,19 +56,10 @@ def get_status(url: str) -> int:
         return exc.code
 
 
-def terminate(daemon: DaemonProcess, server: redis.Redis | None, timeout: float = 30) -> int:
-    """SIGTERM once the daemon idles, and wait: the exit code, or a failure that shows the daemon's log.
-
-    Idle means its watcher is blocked in BLMOVE on `server` (None: a daemon still waiting for Redis, which has
-    no watcher yet). A SIGTERM a moment earlier, while the watcher is still sending that BLMOVE, can hang the
-    daemon for good on Python 3.11: redis-py sends through asyncio.wait_for, which there swallows a cancel that
-    lands as the send completes, so the watcher outlives the runner's one cancel() (a daemon bug, reported;
-    not what these tests are about)."""
-    if server is not None:
-        wait_for(
-            lambda: any(c.get("cmd") == "blmove" and "b" in c.get("flags", "") for c in server.client_list()),
-            what="the daemon's watcher to block in BLMOVE",
-        )
+def terminate(daemon: DaemonProcess, timeout: float = 30) -> int:
+    """SIGTERM, and wait: the exit code, or a failure that shows the daemon's log. Sent at any moment on
+    purpose: a SIGTERM landing while a watcher sends its BLMOVE once hung the daemon (a cancel swallowed
+    by redis-py's asyncio.wait_for on Python 3.11; fixed in Runner.run and forever)."""
     daemon.signal(signal.SIGTERM)
     try:
         return daemon.wait(timeout)
@@ -203,7 +194,7 @@ def test_out_of_memory_refuses_every_enqueue_whole_and_the_daemon_rides_it_out(
             assert done == ids | {"oom-http", "oom-cli", "oom-client"}
             assert daemon.wait_for_log("redis reachable again")
             assert fsck(config) == []
-            assert terminate(daemon, admin) == 0
+            assert terminate(daemon) == 0
         finally:
             gate.set()
             daemon.stop()
@@ -339,7 +330,7 @@ def test_a_user_allowed_only_the_namespace_and_no_config_runs_everything(
                 refusals = {(entry["reason"], entry["object"]) for entry in admin.acl_log()}
                 assert ("command", "config|get") in refusals, admin.acl_log()
                 assert refusals <= {("command", "config|get"), ("command", "client|setinfo")}, admin.acl_log()
-                assert terminate(daemon, admin) == 0
+                assert terminate(daemon) == 0
                 assert password not in daemon.log_path.read_text(), "the password reached the daemon's log"
             finally:
                 daemon.stop()
@@ -441,8 +432,7 @@ def test_a_tls_only_server_with_a_private_ca_runs_jobs_end_to_end(
                 status, answer = post_json(f"{listen_url(daemon)}/v1/jobs", {"type": "ok", "id": "over-http"})
                 assert status == 201, answer
                 wait_for(lambda: len(handlers.requests_to("/ok")) == 11, what="the API's job to run")
-                with server.client() as admin:
-                    assert terminate(daemon, admin) == 0
+                assert terminate(daemon) == 0
             finally:
                 daemon.stop()
 
@@ -463,7 +453,7 @@ def test_a_tls_only_server_with_a_private_ca_runs_jobs_end_to_end(
             line = lost.wait_for_log("redis unreachable or refusing")
             assert "certificate verify failed" in line["msg"], line
             print(f"wrong CA: the CLI says {refused.stderr.strip()!r}; the daemon logs {line['msg']!r}")
-            assert terminate(lost, None) == 0
+            assert terminate(lost) == 0
         finally:
             lost.stop()
     finally:
