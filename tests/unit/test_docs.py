@@ -168,3 +168,16 @@ def test_links_to_a_section_name_an_existing_heading(page: Path) -> None:
         if linked.suffix == ".md" and linked.is_file() and fragment not in anchors(linked):
             broken.append(match.group(1))
     assert not broken, f"{page.relative_to(ROOT)} links to sections that do not exist: {broken}"
+
+
+def test_every_test_a_doc_names_exists() -> None:
+    """The guarantee table (and any other doc) cites tests as `tests/...py::name`: each must exist."""
+    cited = {
+        (path, name)
+        for doc in [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]
+        for path, name in re.findall(r"`(tests/[\w/]+\.py)::(\w+)`", doc.read_text())
+    }
+    assert len(cited) >= 30
+    missing = [f"{path}::{name}" for path, name in sorted(cited)
+               if not re.search(rf"^(async )?def {name}\(", (ROOT / path).read_text(), re.MULTILINE)]  # fmt: skip
+    assert missing == []
