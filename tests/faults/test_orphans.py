@@ -9,7 +9,12 @@ import signal
 import sys
 import time
 from collections import Counter
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
+
+import redis
 
 from jobcar import State
 from tests.faults.test_crash_recovery import recording_handler, runs_of
@@ -22,57 +27,68 @@ LEASE = 3.0
 REAP_INTERVAL = LEASE / 2  # the runner reaps every half lease
 
 
-def test_a_vanished_deadline_entry_is_restored_by_the_running_daemon(
-    redis_server: RedisServer, namespace: str, tmp_path: Path
-) -> None:
+@dataclass
+class OneJob:
+    daemon: DaemonProcess
+    client: redis.Redis
+    q: QueueDriver
+    job_id: str
+    runs: Path
+
+
+@contextmanager
+def one_running_job(
+    server: RedisServer, namespace: str, tmp_path: Path, first_attempt_sleep: float
+) -> Iterator[OneJob]:
+    """A daemon (lease 3 s) running one recorded command job, whose first attempt has just started."""
     runs = tmp_path / "runs"
-    # The first attempt outlives two leases, so it only finishes once if its lease survives the loss.
-    handler = {"command": [sys.executable, recording_handler(tmp_path, runs, 2 * LEASE)]}
-    daemon = DaemonProcess(write_config(tmp_path, redis_server.url, namespace, {"work": handler}, lease="3s")).start()
+    handler = {"command": [sys.executable, recording_handler(tmp_path, runs, first_attempt_sleep)]}
+    daemon = DaemonProcess(write_config(tmp_path, server.url, namespace, {"work": handler}, lease="3s")).start()
     try:
-        with redis_server.client() as client:
+        with server.client() as client:
             q = QueueDriver(client, namespace)
             job_id = q.producer.enqueue("work", {}).id
             wait_for(lambda: len(runs_of(runs)) == 1, what="the handler to start")
-            assert client.zrem(q.keys.active, job_id) == 1
-            vanished = time.monotonic()
-            wait_for(lambda: client.zscore(q.keys.active, job_id) is not None, timeout=2 * REAP_INTERVAL,
-                     what="the heartbeat to restore the deadline entry")  # fmt: skip
-            restored_after = time.monotonic() - vanished
-            wait_for(lambda: q.job(job_id) is None, timeout=30, what="the job to finish")
-        assert [attempt for _, attempt, _ in runs_of(runs)] == [1], "finished by its first attempt, run once"
-        assert restored_after <= 2 * REAP_INTERVAL
-        assert not [line for line in daemon.lines() if "lease lost" in line.get("msg", "")]
+            yield OneJob(daemon, client, q, job_id, runs)
     finally:
         daemon.stop()
+
+
+def test_a_vanished_deadline_entry_is_restored_by_the_running_daemon(
+    redis_server: RedisServer, namespace: str, tmp_path: Path
+) -> None:
+    # The first attempt outlives two leases, so it only finishes once if its lease survives the loss.
+    with one_running_job(redis_server, namespace, tmp_path, 2 * LEASE) as job:
+        client, q = job.client, job.q
+        assert client.zrem(q.keys.active, job.job_id) == 1
+        vanished = time.monotonic()
+        wait_for(lambda: client.zscore(q.keys.active, job.job_id) is not None, timeout=2 * REAP_INTERVAL,
+                 what="the heartbeat to restore the deadline entry")  # fmt: skip
+        restored_after = time.monotonic() - vanished
+        wait_for(lambda: q.job(job.job_id) is None, timeout=30, what="the job to finish")
+        assert [attempt for _, attempt, _ in runs_of(job.runs)] == [1], "finished by its first attempt, run once"
+        assert restored_after <= 2 * REAP_INTERVAL
+        assert not [line for line in job.daemon.lines() if "lease lost" in line.get("msg", "")]
 
 
 def test_a_vanished_token_makes_the_daemon_let_go_and_the_reaper_recover_the_job(
     redis_server: RedisServer, namespace: str, tmp_path: Path
 ) -> None:
-    runs = tmp_path / "runs"
-    handler = {"command": [sys.executable, recording_handler(tmp_path, runs, 120)]}
-    daemon = DaemonProcess(write_config(tmp_path, redis_server.url, namespace, {"work": handler}, lease="3s")).start()
-    try:
-        with redis_server.client() as client:
-            q = QueueDriver(client, namespace)
-            job_id = q.producer.enqueue("work", {}).id
-            wait_for(lambda: len(runs_of(runs)) == 1, what="the handler to start")
-            assert client.hdel(q.keys.job(job_id), "token") == 1
-            vanished = time.monotonic()
-            wait_for(lambda: len(runs_of(runs)) == 2, timeout=LEASE + 2 * REAP_INTERVAL + 5,
-                     what="the reaper to give the job a second attempt")  # fmt: skip
-            recovered_after = time.monotonic() - vanished
-            wait_for(lambda: q.job(job_id) is None, timeout=30, what="the second attempt to finish")
-        assert [attempt for _, attempt, _ in runs_of(runs)] == [1, 2]
+    with one_running_job(redis_server, namespace, tmp_path, 120) as job:
+        q = job.q
+        assert job.client.hdel(q.keys.job(job.job_id), "token") == 1
+        vanished = time.monotonic()
+        wait_for(lambda: len(runs_of(job.runs)) == 2, timeout=LEASE + 2 * REAP_INTERVAL + 5,
+                 what="the reaper to give the job a second attempt")  # fmt: skip
+        recovered_after = time.monotonic() - vanished
+        wait_for(lambda: q.job(job.job_id) is None, timeout=30, what="the second attempt to finish")
+        assert [attempt for _, attempt, _ in runs_of(job.runs)] == [1, 2]
         # Its deadline stood (nobody could renew it), so recovery takes at most the rest of the lease
         # and two reap ticks; a scheduling margin covers the loaded CI machine.
         assert recovered_after <= LEASE + 2 * REAP_INTERVAL + 2
-        messages = [line.get("msg", "") for line in daemon.lines()]
+        messages = [line.get("msg", "") for line in job.daemon.lines()]
         assert any("lease lost" in m for m in messages), "the heartbeat noticed and abandoned attempt 1"
         assert any("recovered an expired lease" in m for m in messages)
-    finally:
-        daemon.stop()
 
 
 def test_an_orphan_left_by_a_dead_daemon_is_repaired_by_fsck(
