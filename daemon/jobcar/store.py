@@ -137,6 +137,8 @@ def execute(client: SyncRedis, calls: Sequence[ScriptCall]) -> list[Reply]:
     A NOSCRIPT reply (a restarted or new server) means that call did not run: the scripts are loaded
     and just those calls are sent again. Any other error is raised after the batch completes.
     """
+    if len(calls) == 1:
+        return [_execute_one(client, calls[0])]
     pipe = client.pipeline(transaction=False)
     for c in calls:
         pipe.execute_command(*c.command())
@@ -167,6 +169,18 @@ def closed_transport_is_connection_error() -> Iterator[None]:
         if "handler is closed" not in str(exc):
             raise
         raise redis.exceptions.ConnectionError(f"connection lost while sending: {exc}") from exc
+
+
+def _execute_one(client: SyncRedis, call: ScriptCall) -> Reply:
+    """One call without a pipeline: the same round trip, a third less client-side work (a single
+    `enqueue` is the hot path of many producers)."""
+    # RedisCluster.execute_command has no annotations; Redis's returns Any. Either way a Reply.
+    try:
+        reply: Reply = client.execute_command(*call.command())  # type: ignore[no-untyped-call]
+    except NoScriptError:
+        client.script_load(call.script.source)
+        reply = client.execute_command(*call.command())  # type: ignore[no-untyped-call]
+    return reply
 
 
 async def execute_async(client: AsyncRedis, calls: Sequence[ScriptCall], *, raise_on_error: bool = True) -> list[Reply]:
