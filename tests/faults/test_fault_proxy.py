@@ -111,6 +111,15 @@ def test_on_uvloop_a_reset_idle_connection_fails_the_next_call_as_a_connection_e
     take an outage for a bug and a finishing job's ack is never retried."""
     keys = store.QueueKeys.of(namespace, "default")
 
+    async def transport_closed(client: redis.asyncio.Redis) -> None:
+        """Until uvloop has read the RST and closed the idle pooled connection's transport: the state in
+        which redis-py's next write raises instead of failing on the read."""
+        (connection,) = client.connection_pool._available_connections  # the one idle connection
+        deadline = time.monotonic() + 10
+        while not connection._writer.transport.is_closing():  # type: ignore[union-attr]
+            assert time.monotonic() < deadline, "the reset never reached the client's transport"
+            await asyncio.sleep(0.005)
+
     async def reset_between_calls() -> list[str]:
         client = redis.asyncio.Redis(host="127.0.0.1", port=proxy.port, retry=Retry(NoBackoff(), 0))
         outcomes = []
@@ -118,9 +127,7 @@ def test_on_uvloop_a_reset_idle_connection_fails_the_next_call_as_a_connection_e
             for _ in range(5):
                 await store.execute_async(client, [store.stats_call(keys)])
                 proxy.reset()
-                while proxy.open:  # noqa: ASYNC110 — the proxy's own thread closes it
-                    await asyncio.sleep(0.005)
-                await asyncio.sleep(0.05)  # uvloop reads the RST and closes the transport
+                await transport_closed(client)
                 try:
                     await store.execute_async(client, [store.stats_call(keys)])
                     outcomes.append("answered")
@@ -133,6 +140,7 @@ def test_on_uvloop_a_reset_idle_connection_fails_the_next_call_as_a_connection_e
     outcomes = uvloop.run(reset_between_calls())
     assert set(outcomes) <= {"answered", "connection error"}, outcomes
     assert "connection error" in outcomes, "the RuntimeError case did not occur: the test proves nothing"
+    assert outcomes == ["connection error"] * 5, "each write into a closed transport is a connection error"
 
 
 def test_refuse_closes_new_connections_at_once(proxy: FaultProxy) -> None:
