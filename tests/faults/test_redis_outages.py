@@ -291,17 +291,20 @@ class Outcome:
         )
 
 
-def settle(
+def settle_and_check(
+    kind: str,
     client: redis.Redis,
     keys: QueueKeys,
     ids: list[str],
     handlers: HandlerServer,
     daemon: DaemonProcess,
     recovered: float,
-) -> Outcome:
+    reconnects: int,
+) -> None:
+    """Wait for every job after a #7 outage ended at `recovered`, print the figures, check them."""
     wait_all_done(client, keys, ids, daemon, timeout=60)
     done_after = time.monotonic() - recovered
-    return Outcome(
+    outcome = Outcome(
         ids=ids,
         ran_before_recovery={req.headers["jobcar-job-id"] for req in handlers.requests_to(ROUTE) if req.at < recovered},
         runs=runs_per_job(handlers),
@@ -310,6 +313,12 @@ def settle(
         resumed_after=first_run_after(handlers, recovered),
         done_after=done_after,
     )
+    print(outcome.report(kind, reconnects, metric(daemon, "jobcar_redis_errors_total")))
+    outcome.check(daemon)
+    # A connection is replaced only when a command on it times out (10 s, 15 s for the blocking wait) or
+    # after a backoff step (and, after SIGCONT, the daemon's own new connections): measured 6 or 7 over
+    # the 30 s. A reconnect storm would be hundreds.
+    assert reconnects < 60, reconnects
 
 
 @pytest.mark.slow
@@ -337,14 +346,7 @@ def test_redis_blackholed_for_30_s_the_daemon_stays_up_and_completes_every_job_o
             reconnects = proxy.connections - connections_before
             proxy.blackhole = False
             lifted = time.monotonic()
-            outcome = settle(direct, keys, ids, handlers, daemon, lifted)
-            errors = metric(daemon, "jobcar_redis_errors_total")
-            print(outcome.report("blackhole", reconnects, errors))
-            outcome.check(daemon)
-            # A connection is replaced only when a command on it times out (10 s, 15 s for the blocking wait)
-            # or after a backoff step: measured 6 or 7 new connections over the 30 s. A reconnect storm
-            # would be hundreds.
-            assert reconnects < 60, reconnects
+            settle_and_check("blackhole", direct, keys, ids, handlers, daemon, lifted, reconnects)
         finally:
             daemon.stop()
 
@@ -386,11 +388,6 @@ def test_redis_sigstopped_for_30_s_the_daemon_stays_up_and_completes_every_job_o
             enqueuer.join(timeout=30)
             assert len(late) == 50, "the enqueues sent during the pause were answered after it"
             ids += late
-            outcome = settle(direct, keys, ids, handlers, daemon, resumed)
-            errors = metric(daemon, "jobcar_redis_errors_total")
-            print(outcome.report("SIGSTOP", reconnects, errors))
-            outcome.check(daemon)
-            # As with the blackhole, plus the daemon's own new connections in the moment after SIGCONT.
-            assert reconnects < 60, reconnects
+            settle_and_check("SIGSTOP", direct, keys, ids, handlers, daemon, resumed, reconnects)
         finally:
             daemon.stop()
