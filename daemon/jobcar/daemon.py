@@ -34,6 +34,7 @@ from jobcar.executors import Executor
 from jobcar.executors.command import CommandExecutor
 from jobcar.executors.guardian import Guardian
 from jobcar.executors.http import HttpExecutor
+from jobcar.executors.http_client import HttpClient
 from jobcar.health import AppHealth
 from jobcar.logs import setup_logging
 from jobcar.metrics import Metrics
@@ -111,18 +112,18 @@ def _config_value(reply: object, name: str) -> str:
     return ""
 
 
-def build_executors(config: Config, session: aiohttp.ClientSession, guardian: Guardian) -> dict[str, Executor]:
+def build_executors(config: Config, client: HttpClient, guardian: Guardian) -> dict[str, Executor]:
     executors: dict[str, Executor] = {}
     for job_type, handler in config.handlers.items():
         if isinstance(handler, CommandHandler):
             executors[job_type] = CommandExecutor(handler, guardian)
         else:
-            executors[job_type] = HttpExecutor(handler, session)
+            executors[job_type] = HttpExecutor(handler, client)
     return executors
 
 
 class Daemon:
-    """One daemon process: owns the Redis clients, the HTTP session, the guardian, the listener and
+    """One daemon process: owns the Redis clients, the HTTP clients, the guardian, the listener and
     the runner, and turns signals into runner actions."""
 
     def __init__(self, config: Config) -> None:
@@ -146,6 +147,8 @@ class Daemon:
             url = await embedded.start()
         self.client = connect(self.config, url)
         blocking = connect(self.config, url, blocking=True)
+        # Handler requests go through the lean client; the app's health probe (a GET now and then) through aiohttp.
+        self.http = HttpClient()
         self.session = aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0, enable_cleanup_closed=True))
         self.guardian = Guardian()
         self.app_health = AppHealth(self.session)
@@ -169,7 +172,7 @@ class Daemon:
                 return EX_CONFIG
             await self.guardian.start()
             self.app_health.watch([self.config.health_url])
-            executors = build_executors(self.config, self.session, self.guardian)
+            executors = build_executors(self.config, self.http, self.guardian)
             self.runner = Runner(self.config, self.client, blocking, executors, self.app_health, self.metrics)
             if self.signals:
                 self.runner.drain()
@@ -188,6 +191,7 @@ class Daemon:
                 await listener.cleanup()
             await self.app_health.close()
             await self.session.close()
+            await self.http.close()
             await self.guardian.close()
             await self.client.aclose()
             await blocking.aclose()
@@ -301,7 +305,7 @@ class Daemon:
             log.warning("reload: changes to %s take effect only after a restart", ", ".join(restart_only))
             new = replace(new, **{name: getattr(self.config, name) for name in restart_only})
         self.app_health.watch([new.health_url])
-        self.runner.apply(new, build_executors(new, self.session, self.guardian))
+        self.runner.apply(new, build_executors(new, self.http, self.guardian))
         self.config = new
         self.metrics.reloads.labels("ok").inc()
         log.info("reloaded %s: %d handlers", new.source, len(new.handlers))

@@ -18,6 +18,7 @@ from aiohttp import web
 
 from jobcar.config_types import Backoff, HttpHandler
 from jobcar.executors.http import HttpExecutor, parse_retry_after, verify_signature
+from jobcar.executors.http_client import HttpClient
 from jobcar.job import Job, State
 from jobcar.outcome import Outcome, OutcomeKind
 from tests.servers import free_port
@@ -65,6 +66,15 @@ class Seen:
 
 
 @contextlib.asynccontextmanager
+async def http_client() -> AsyncIterator[HttpClient]:
+    client = HttpClient()
+    try:
+        yield client
+    finally:
+        await client.close()
+
+
+@contextlib.asynccontextmanager
 async def serve(handler: Handler) -> AsyncIterator[str]:
     """A real aiohttp server on a free loopback port answering every POST with `handler`."""
     app = web.Application()
@@ -82,8 +92,8 @@ async def serve(handler: Handler) -> AsyncIterator[str]:
 
 
 async def post_once(url: str, job: Job | None = None, *, deadline_in: float = 30.0, **overrides: Any) -> Outcome:
-    async with aiohttp.ClientSession() as session:
-        executor = HttpExecutor(make_handler(url, **overrides), session)
+    async with http_client() as client:
+        executor = HttpExecutor(make_handler(url, **overrides), client)
         return await executor.run(job or make_job(), deadline=time.time() + deadline_in, max_attempts=5)
 
 
@@ -118,10 +128,10 @@ def test_request_carries_the_exact_body_and_the_job_metadata_headers() -> None:
     deadline = time.time() + 30
 
     async def scenario() -> Outcome:
-        async with serve(handler) as url, aiohttp.ClientSession() as session:
+        async with serve(handler) as url, http_client() as client:
             handler_config = make_handler(url, headers={"Authorization": "Bearer t0k", "Jobcar-Job-Id": "spoofed"})
             job = make_job(BINARY_PAYLOAD, content_type="application/octet-stream", traceparent=TRACEPARENT)
-            return await HttpExecutor(handler_config, session).run(job, deadline=deadline, max_attempts=7)
+            return await HttpExecutor(handler_config, client).run(job, deadline=deadline, max_attempts=7)
 
     outcome = asyncio.run(scenario())
     assert outcome.kind is OutcomeKind.SUCCESS, outcome
@@ -366,8 +376,8 @@ def test_cancelling_the_run_aborts_the_request() -> None:
         return web.Response()
 
     async def scenario() -> None:
-        async with serve(handler) as url, aiohttp.ClientSession() as session:
-            executor = HttpExecutor(make_handler(url), session)
+        async with serve(handler) as url, http_client() as client:
+            executor = HttpExecutor(make_handler(url), client)
             task = asyncio.create_task(executor.run(make_job(), deadline=time.time() + 30, max_attempts=5))
             async with asyncio.timeout(5):
                 await seen.started.wait()
@@ -388,12 +398,12 @@ def test_keep_alive_connections_are_reused_across_jobs() -> None:
         return web.Response(text="ok")
 
     async def scenario() -> list[Outcome]:
-        async with serve(handler) as url, aiohttp.ClientSession() as session:
-            executor = HttpExecutor(make_handler(url), session)
+        async with serve(handler) as url, http_client() as client:
+            executor = HttpExecutor(make_handler(url), client)
             return [await executor.run(make_job(), deadline=time.time() + 30, max_attempts=5) for _ in range(5)]
 
     assert all(o.kind is OutcomeKind.SUCCESS for o in asyncio.run(scenario()))
-    assert len(peers) == 1, "one shared session: jobs reuse one keep-alive connection"
+    assert len(peers) == 1, "one shared client: jobs reuse one keep-alive connection"
 
 
 @pytest.mark.parametrize(
@@ -411,13 +421,39 @@ def test_parse_retry_after_http_dates() -> None:
 
 
 def test_configured_headers_never_duplicate_jobcar_metadata_whatever_their_case() -> None:
-    handler = HttpHandler(
-        type="t", url="http://127.0.0.1:9/", timeout=5, max_attempts=3, backoff=Backoff(), max_retry_after=60,
-        headers={"content-type": "text/evil", "jobcar-attempt": "99", "X-Tenant": "acme"},
-    )  # fmt: skip
-    executor = HttpExecutor(handler, None)  # type: ignore[arg-type]
-    job = Job(id="j", queue="q", type="t", payload=b"{}", state=State.ACTIVE, attempt=2, created_ms=1)
-    headers = executor._headers(job, b"{}", deadline=2.0, max_attempts=3)
-    assert headers.getall("Content-Type") == ["application/json"]
-    assert headers.getall("Jobcar-Attempt") == ["2"]
-    assert headers["x-tenant"] == "acme"
+    received: list[web.Request] = []
+
+    async def handler(request: web.Request) -> web.Response:
+        received.append(request)
+        return web.Response(status=204)
+
+    async def scenario() -> Outcome:
+        async with serve(handler) as url:
+            headers = {"content-type": "text/evil", "jobcar-attempt": "99", "CONTENT-LENGTH": "1", "X-Tenant": "acme"}
+            return await post_once(url, make_job(b"{}", attempt=2), headers=headers)
+
+    assert asyncio.run(scenario()).kind is OutcomeKind.SUCCESS
+    [request] = received
+    assert request.headers.getall("Content-Type") == ["application/json"]
+    assert request.headers.getall("Jobcar-Attempt") == ["2"]
+    assert request.headers.getall("Content-Length") == ["2"]
+    assert request.headers["x-tenant"] == "acme"
+
+
+def test_a_line_break_in_a_job_field_fails_the_job_instead_of_forging_headers() -> None:
+    received: list[web.Request] = []
+
+    async def handler(request: web.Request) -> web.Response:
+        received.append(request)
+        return web.Response(status=204)
+
+    async def scenario() -> list[Outcome]:
+        async with serve(handler) as url:
+            return [
+                await post_once(url, make_job(content_type="text/plain\r\nX-Forged: 1")),
+                await post_once(url, make_job(traceparent="00-abc\nX-Forged: 1")),
+            ]
+
+    for outcome in asyncio.run(scenario()):
+        assert outcome.kind is OutcomeKind.FAIL and "line break" in (outcome.error or ""), outcome
+    assert received == [], "nothing was sent"

@@ -13,7 +13,6 @@ The status mapping (DESIGN §3, docs/protocol.md):
 from __future__ import annotations
 
 import asyncio
-import errno
 import hashlib
 import hmac
 import re
@@ -22,11 +21,17 @@ from datetime import UTC
 from email.utils import parsedate_to_datetime
 from typing import Final
 
-import aiohttp
-from multidict import CIMultiDict
-
+from jobcar import __version__
 from jobcar.config_types import HttpHandler
 from jobcar.executors import rfc3339
+from jobcar.executors.http_client import (
+    ConnectFailed,
+    ConnectionClosed,
+    HttpClient,
+    RequestFailed,
+    Response,
+    parse_url,
+)
 from jobcar.job import Job
 from jobcar.outcome import Outcome
 
@@ -34,7 +39,6 @@ __all__ = ["HttpExecutor", "sign", "verify_signature"]
 
 #: How much of an error response's body goes into last_error.
 ERROR_BODY_BYTES: Final = 500
-_CHUNK: Final = 64 * 1024
 #: Statuses that mean "not now" rather than "never".
 _RETRYABLE: Final = frozenset({408, 425, 429})
 #: Statuses whose Retry-After asks for a later slot without spending an attempt.
@@ -94,85 +98,97 @@ def parse_retry_after(value: str | None, *, now: float | None = None) -> float |
     return max(0.0, when.timestamp() - current)
 
 
-class HttpExecutor:
-    """Runs jobs of one HTTP handler over a shared `aiohttp.ClientSession`.
+#: Headers the daemon sets on every request; a handler's configured headers of these names are dropped.
+_OWN_HEADERS: Final = frozenset(
+    {
+        "content-type",
+        "content-length",
+        "transfer-encoding",
+        "jobcar-job-id",
+        "jobcar-job-type",
+        "jobcar-queue",
+        "jobcar-attempt",
+        "jobcar-max-attempts",
+        "jobcar-enqueued-at",
+        "jobcar-deadline",
+        "jobcar-timestamp",
+        "jobcar-signature",
+    }
+)
+#: Job fields end up in header values: a line break there would let a producer forge headers.
+_UNSAFE_IN_HEADER: Final = re.compile(r"[\r\n\0]")
 
-    The session (and its keep-alive pool) belongs to the caller: `close()` leaves it open.
+
+class HttpExecutor:
+    """Runs jobs of one HTTP handler over a shared `HttpClient` (its keep-alive pool).
+
+    The client belongs to the caller: nothing here closes it.
     """
 
-    def __init__(self, handler: HttpHandler, session: aiohttp.ClientSession) -> None:
+    def __init__(self, handler: HttpHandler, client: HttpClient) -> None:
         self.handler = handler
-        self._session = session
+        self._client = client
+        target = parse_url(handler.url)
+        self._origin = target.origin
+        # Everything that is the same for every job of this handler, built once: the request line,
+        # Host, and the configured headers (first, so that the job's own metadata is never overwritten).
+        configured = {name.lower(): (name, value) for name, value in handler.headers.items()}
+        lines = [f"POST {target.path} HTTP/1.1", f"Host: {configured.pop('host', ('', target.host_header))[1]}"]
+        if target.authorization and "authorization" not in configured:
+            lines.append(f"Authorization: {target.authorization}")
+        lines.append(f"User-Agent: jobcar/{__version__}")
+        traceparent = configured.pop("traceparent", None)
+        lines += [f"{name}: {value}" for key, (name, value) in configured.items() if key not in _OWN_HEADERS]
+        self._head = "\r\n".join(lines) + "\r\n"
+        # A configured traceparent is sent only for jobs that bring none of their own.
+        self._default_traceparent = f"traceparent: {traceparent[1]}\r\n" if traceparent else ""
+        self._limit = max(handler.max_response_bytes, ERROR_BODY_BYTES)
 
-    def _headers(self, job: Job, body: bytes, *, deadline: float, max_attempts: int) -> CIMultiDict[str]:
-        # The handler's configured headers go first so that they can never overwrite the job's own
-        # metadata or its signature; header names are case-insensitive, so the merge is too.
-        headers: CIMultiDict[str] = CIMultiDict(self.handler.headers)
-        headers.update(
-            {
-                "Content-Type": job.content_type,
-                "Jobcar-Job-Id": job.id,
-                "Jobcar-Job-Type": job.type,
-                "Jobcar-Queue": job.queue,
-                "Jobcar-Attempt": str(job.attempt),
-                "Jobcar-Max-Attempts": str(max_attempts),
-                "Jobcar-Enqueued-At": rfc3339(job.created_ms / 1000),
-                "Jobcar-Deadline": rfc3339(deadline),
-            }
+    def _request_head(self, job: Job, body: bytes, *, deadline: float, max_attempts: int) -> bytes | None:
+        """The request head for one job, or None when a job field would break out of its header."""
+        job_fields = job.content_type + job.id + job.type + job.queue + (job.traceparent or "")
+        if _UNSAFE_IN_HEADER.search(job_fields):
+            return None
+        head = (
+            f"{self._head}Content-Type: {job.content_type}\r\nContent-Length: {len(body)}\r\n"
+            f"Jobcar-Job-Id: {job.id}\r\nJobcar-Job-Type: {job.type}\r\nJobcar-Queue: {job.queue}\r\n"
+            f"Jobcar-Attempt: {job.attempt}\r\nJobcar-Max-Attempts: {max_attempts}\r\n"
+            f"Jobcar-Enqueued-At: {rfc3339(job.created_ms / 1000)}\r\nJobcar-Deadline: {rfc3339(deadline)}\r\n"
         )
-        if job.traceparent:
-            headers["traceparent"] = job.traceparent
+        head += f"traceparent: {job.traceparent}\r\n" if job.traceparent else self._default_traceparent
         if self.handler.signing_secret:
             timestamp = int(time.time())
-            headers["Jobcar-Timestamp"] = str(timestamp)
-            headers["Jobcar-Signature"] = sign(self.handler.signing_secret, timestamp, body)
-        return headers
+            signature = sign(self.handler.signing_secret, timestamp, body)
+            head += f"Jobcar-Timestamp: {timestamp}\r\nJobcar-Signature: {signature}\r\n"
+        return (head + "\r\n").encode()
 
     async def run(self, job: Job, *, deadline: float, max_attempts: int) -> Outcome:
         budget = min(self.handler.timeout, deadline - time.time())
         if budget <= 0:
             return Outcome.retry("timeout: the job's deadline passed before the request was sent")
-        headers = self._headers(job, job.payload, deadline=deadline, max_attempts=max_attempts)
-        # Both clocks on purpose: aiohttp's total timeout replaces the session's default (which may
-        # be shorter than a long handler timeout), asyncio.timeout also covers our own body reads.
-        # CancelledError is never caught here: it propagates through aiohttp, which closes the
-        # connection, so the handler sees the client go away.
+        head = self._request_head(job, job.payload, deadline=deadline, max_attempts=max_attempts)
+        if head is None:
+            return Outcome.fail("the job's id, type, queue, content type or traceparent holds a line break")
+        # CancelledError is never caught here: the client drops the connection, so the handler sees
+        # the client go away.
         try:
-            async with asyncio.timeout(budget):
-                return await self._post(job.payload, headers, budget)
+            expires = asyncio.get_running_loop().time() + budget
+            response = await self._client.post(self._origin, head, job.payload, self._limit, expires)
         except TimeoutError:
             return Outcome.retry(f"timeout after {budget:.1f}s")
-        except aiohttp.InvalidURL as exc:
-            return Outcome.fail(f"invalid handler URL: {exc}")
-        except (aiohttp.ClientError, OSError) as exc:
+        except RequestFailed as exc:
             return Outcome.retry(_describe(exc))
+        if 200 <= response.status < 300:
+            # A body beyond the cap was cut (and its connection dropped instead of reused).
+            return Outcome.success(response.body[: self.handler.max_response_bytes])
+        return self._error_outcome(response)
 
-    async def _post(self, body: bytes, headers: CIMultiDict[str], budget: float) -> Outcome:
-        async with self._session.post(
-            self.handler.url,
-            data=body,
-            headers=headers,
-            allow_redirects=False,
-            timeout=aiohttp.ClientTimeout(total=budget),
-        ) as response:
-            status = response.status
-            if 200 <= status < 300:
-                # A reset before the cap is reached raises (and retries); a body beyond the cap is
-                # cut and the connection dropped instead of reused.
-                return Outcome.success(await _read_capped(response, self.handler.max_response_bytes))
-            return await self._error_outcome(response)
-
-    async def _error_outcome(self, response: aiohttp.ClientResponse) -> Outcome:
+    def _error_outcome(self, response: Response) -> Outcome:
         status = response.status
-        try:
-            head = await _read_capped(response, ERROR_BODY_BYTES)
-        except (aiohttp.ClientPayloadError, aiohttp.ClientConnectionError):
-            # The status already decided the outcome; a body cut short only shortens the message.
-            head = b""
-        text = head.decode("utf-8", errors="replace").strip()
-        reason = f"HTTP {status} {response.reason or ''}".rstrip()
+        text = response.body[:ERROR_BODY_BYTES].decode("utf-8", errors="replace").strip()
+        reason = f"HTTP {status} {response.reason}".rstrip()
         if status in _SNOOZABLE:
-            header = response.headers.get("Retry-After")
+            header = response.header("Retry-After")
             after = parse_retry_after(header)
             if after is not None:
                 after = min(after, self.handler.max_retry_after)
@@ -184,30 +200,13 @@ class HttpExecutor:
         return Outcome.fail(_message(reason, text))
 
 
-def _describe(exc: BaseException) -> str:
-    if isinstance(exc, aiohttp.ClientConnectorError):
+def _describe(exc: RequestFailed) -> str:
+    if isinstance(exc, ConnectFailed):
         return f"connection failed: {exc}"
-    if isinstance(exc, aiohttp.ServerDisconnectedError):
-        return f"connection reset: {exc.message or 'server disconnected'}"
-    if isinstance(exc, aiohttp.ClientPayloadError):
+    if isinstance(exc, ConnectionClosed):
         return f"connection reset: {exc}"
-    if isinstance(exc, OSError) and exc.errno in (errno.ECONNRESET, errno.EPIPE, errno.ECONNABORTED):
-        return f"connection reset: {exc}"
-    return f"request failed: {type(exc).__name__}: {exc}"
+    return f"request failed: {exc}"
 
 
 def _message(reason: str, body_text: str) -> str:
     return f"{reason}: {body_text}" if body_text else reason
-
-
-async def _read_capped(response: aiohttp.ClientResponse, limit: int) -> bytes:
-    """At most `limit` bytes of the body, read in chunks: an endless body never lands in memory."""
-    parts: list[bytes] = []
-    remaining = limit
-    while remaining > 0:
-        chunk = await response.content.read(min(_CHUNK, remaining))
-        if not chunk:
-            break
-        parts.append(chunk)
-        remaining -= len(chunk)
-    return b"".join(parts)
