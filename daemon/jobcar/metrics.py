@@ -12,6 +12,7 @@ from __future__ import annotations
 import platform
 import time
 from collections.abc import Iterable
+from dataclasses import dataclass
 from typing import Final
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
@@ -26,6 +27,23 @@ OTHER: Final = "other"
 STATS_CACHE_SECONDS: Final = 1.0
 DURATION_BUCKETS: Final = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300, 900, 3600)
 WAIT_BUCKETS: Final = (0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 1, 5, 10, 60, 300, 900, 3600, 14400, 86400)
+
+
+@dataclass(frozen=True, slots=True)
+class QueueSeries:
+    """The per-job series of one queue, resolved once: `labels()` costs a lock and a dict lookup."""
+
+    leased: Counter
+    wait: Histogram
+    in_flight: Gauge
+
+
+@dataclass(frozen=True, slots=True)
+class JobSeries:
+    """The per-job series of one queue and type, resolved once."""
+
+    duration: Histogram
+    finished: dict[str, Counter]  # outcome -> its counter
 
 
 class Metrics:
@@ -73,6 +91,8 @@ class Metrics:
         """Bound the labels to the config's queues and types and create their label sets at 0."""
         self.queues = frozenset(config.queues)
         self.types = frozenset(config.handlers)
+        self._queue_series: dict[str, QueueSeries] = {}
+        self._job_series: dict[tuple[str, str], JobSeries] = {}
         queues = [*self.queues, OTHER]
         types = [*self.types, OTHER]
         for q in queues:
@@ -100,6 +120,23 @@ class Metrics:
 
     def type(self, name: str) -> str:
         return name if name in self.types else OTHER
+
+    def of_queue(self, queue: str) -> QueueSeries:
+        series = self._queue_series.get(queue)
+        if series is None:
+            label = self.queue(queue)
+            series = QueueSeries(self.leased.labels(label), self.wait.labels(label), self.in_flight.labels(label))
+            self._queue_series[queue] = series
+        return series
+
+    def of_job(self, queue: str, job_type: str) -> JobSeries:
+        series = self._job_series.get((queue, job_type))
+        if series is None:
+            labels = (self.queue(queue), self.type(job_type))
+            finished = {outcome: self.finished.labels(*labels, outcome) for outcome in OUTCOMES}
+            series = JobSeries(self.duration.labels(*labels), finished)
+            self._job_series[(queue, job_type)] = series
+        return series
 
     async def render(self, client: store.AsyncRedis, queues: Iterable[store.QueueKeys]) -> bytes:
         """The exposition, with queue depths refreshed from Redis at most once a second."""

@@ -52,6 +52,14 @@ STALE_CALL_GRACE: Final = 1.0
 #: Errors that mean "Redis did not do it": unreachable, or refusing (OOM, READONLY after a failover,
 #: CLUSTERDOWN...). The daemon backs off and tries again; it never exits because of them.
 REDIS_ERRORS: Final = (redis.exceptions.RedisError, OSError)
+#: The level of the line each finished attempt logs. Successes at debug: at thousands of jobs/s a line
+#: per job would cost more than the job. The error text (a handler's stderr or response body may echo
+#: the payload) is logged at debug only, whatever the outcome.
+_LOG_LEVELS: Final = {
+    OutcomeKind.SUCCESS: logging.DEBUG,
+    OutcomeKind.RETRY: logging.INFO,
+    OutcomeKind.FAIL: logging.WARNING,
+}
 
 
 class HealthGate(Protocol):
@@ -389,10 +397,10 @@ class Runner:
             log.error("malformed job hash; moved to the dead-letter queue", extra={"job_id": job_id})
             kill = store.kill_call(queue.keys, job_id, token, f"malformed job: {problem}", self._dead)
             await store.execute_async(self.client, [kill])
-        queue_label = self.metrics.queue(queue.keys.queue)
-        self.metrics.leased.labels(queue_label).inc(len(result.jobs))
+        series = self.metrics.of_queue(queue.keys.queue)
+        series.leased.inc(len(result.jobs))
         for leased in result.jobs:
-            self.metrics.wait.labels(queue_label).observe(max(0, result.now_ms - leased.job.ready_ms) / 1000)
+            series.wait.observe(max(0, result.now_ms - leased.job.ready_ms) / 1000)
             self._start(queue.keys, leased)
         if result.paused:
             queue.idle(None)  # resume pushes a wake; due jobs wait for it
@@ -443,7 +451,7 @@ class Runner:
             self._stop(earlier, StopReason.LEASE_LOST)
         running = RunningJob(leased, keys)
         self.running[key] = running
-        self.metrics.in_flight.labels(self.metrics.queue(keys.queue)).inc()
+        self.metrics.of_queue(keys.queue).in_flight.inc()
         running.task = asyncio.create_task(self._run_job(running), name=f"job {leased.job.id}")
         self._job_tasks.add(running.task)
         running.task.add_done_callback(self._job_tasks.discard)
@@ -460,7 +468,7 @@ class Runner:
         key = (running.keys.queue, running.job.id)
         if self.running.get(key) is running:
             del self.running[key]
-        self.metrics.in_flight.labels(self.metrics.queue(running.keys.queue)).dec()
+        self.metrics.of_queue(running.keys.queue).in_flight.dec()
         self._changed.set()
 
     async def _run_job(self, running: RunningJob) -> None:
@@ -490,14 +498,13 @@ class Runner:
             outcome = Outcome.retry(f"jobcar internal error: {exc!r}")
         self._forget(running)
         elapsed = time.monotonic() - started
-        self.metrics.duration.labels(self.metrics.queue(job.queue), self.metrics.type(job.type)).observe(elapsed)
-        # Successes at debug: at thousands of jobs/s a line per job would cost more than the job. The
-        # error text (a handler's stderr or response body may echo the payload) only at debug too.
-        level = {OutcomeKind.SUCCESS: logging.DEBUG, OutcomeKind.RETRY: logging.INFO}.get(outcome.kind, logging.WARNING)
-        fields = {**context, "outcome": outcome.kind.value, "duration_s": round(elapsed, 6)}
-        log.log(level, "job %s", outcome.kind.value, extra=fields)
-        if outcome.error:
-            log.debug("job %s: %s", outcome.kind.value, outcome.error, extra=fields)
+        self.metrics.of_job(job.queue, job.type).duration.observe(elapsed)
+        level = _LOG_LEVELS[outcome.kind]
+        if log.isEnabledFor(level):
+            fields = {**context, "outcome": outcome.kind.value, "duration_s": round(elapsed, 6)}
+            log.log(level, "job %s", outcome.kind.value, extra=fields)
+            if outcome.error:
+                log.debug("job %s: %s", outcome.kind.value, outcome.error, extra=fields)
         await self._finish(running, outcome)
 
     async def _execute(self, job: Job) -> Outcome:
@@ -539,7 +546,7 @@ class Runner:
                 # if Redis was back a moment after the outcome failed.
                 await self.health.failed(exc, sent_at=sent, deadline=expires)
         recorded = self._recorded_as(call.script.name, reply, final, give_back)
-        self.metrics.finished.labels(self.metrics.queue(job.queue), self.metrics.type(job.type), recorded).inc()
+        self.metrics.of_job(job.queue, job.type).finished[recorded].inc()
         if recorded == "lease_lost":
             log.warning("lease lost before the outcome was recorded; another daemon owns the job", extra=context)
         elif recorded == "dead" and call.script.name == "retry":

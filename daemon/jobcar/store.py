@@ -213,8 +213,9 @@ class CallBatcher:
     """Coalesces script calls made by many tasks into one pipeline per round trip.
 
     While one batch is on the wire, new calls wait and go together in the next one: under load a
-    round trip carries many calls (one per finished job), and an idle daemon still sends each call at
-    once. A connection failure fails every call of its batch; callers retry as they would alone.
+    round trip carries many calls (one per finished job, the acks of a queue merged into one), and an
+    idle daemon still sends each call at once. A connection failure fails every call of its batch;
+    callers retry as they would alone.
     """
 
     def __init__(
@@ -237,22 +238,25 @@ class CallBatcher:
     async def _send(self) -> None:
         while self._waiting:
             batch, self._waiting = self._waiting, []
+            sent = coalesce([c for c, _ in batch])
             try:
                 async with self.guard():
-                    replies = await execute_async(self.client, [c for c, _ in batch], raise_on_error=False)
+                    replies = await execute_async(self.client, [c for c, _ in sent], raise_on_error=False)
             except Exception as exc:
-                replies = [exc] * len(batch)
+                replies = [exc] * len(sent)
             except asyncio.CancelledError:
                 for _, future in batch:
                     future.cancel()
                 raise
-            for (_, future), reply in zip(batch, replies, strict=True):
-                if future.done():
-                    continue  # its caller was cancelled meanwhile
-                if isinstance(reply, Exception):
-                    future.set_exception(reply)
-                else:
-                    future.set_result(reply)
+            for (sent_call, positions), reply in zip(sent, replies, strict=True):
+                for position, own in zip(positions, split_reply(sent_call, reply, len(positions)), strict=True):
+                    future = batch[position][1]
+                    if future.done():
+                        continue  # its caller was cancelled meanwhile
+                    if isinstance(own, Exception):
+                        future.set_exception(own)
+                    else:
+                        future.set_result(own)
 
 
 def _raise_first_error(replies: Sequence[Reply]) -> None:
@@ -427,10 +431,50 @@ def ack_call(
     retention_ms: int = 0,
     final: State = State.DONE,
 ) -> ScriptCall:
+    """Ack one job; `merge_acks` turns several of one queue into one call. The reply: `parse_ack`."""
     if final not in (State.DONE, State.CANCELED):
         raise ValueError(f"ack finishes a job as done or canceled, not {final}")
     args = (keys.prefix, job_id, token, final.value, retention_ms, result or b"")
     return call("ack", (keys.active, keys.job(job_id)), args)
+
+
+def merge_acks(acks: Sequence[ScriptCall]) -> ScriptCall:
+    """One ack call for the jobs of several (of one queue): the script takes one or many jobs, and a
+    round trip under load then costs one script call instead of one per finished job."""
+    first = acks[0]
+    if any(a.script.name != "ack" or a.keys[0] != first.keys[0] for a in acks):
+        raise ValueError("merge_acks takes ack calls of one queue")
+    keys = (first.keys[0], *(key for a in acks for key in a.keys[1:]))
+    args = (first.args[0], *(arg for a in acks for arg in a.args[1:]))
+    return ScriptCall(first.script, keys, args)
+
+
+def parse_ack(reply: Reply) -> list[int]:
+    """One value per job of the call, in order: 1 finished, 0 lease lost (nothing changed)."""
+    return [_int(r) for r in _list(reply)]
+
+
+def coalesce(calls: Sequence[ScriptCall]) -> list[tuple[ScriptCall, list[int]]]:
+    """The calls to send for `calls`: acks of one queue merged into one, every other call as it is.
+    Each comes with the positions (in `calls`) of the calls it carries; `split_reply` undoes it."""
+    sent: list[tuple[ScriptCall, list[int]]] = []
+    acks_by_queue: dict[str, list[int]] = {}
+    for position, c in enumerate(calls):
+        if c.script.name == "ack":
+            acks_by_queue.setdefault(c.keys[0], []).append(position)
+        else:
+            sent.append((c, [position]))
+    for positions in acks_by_queue.values():
+        sent.append((merge_acks([calls[p] for p in positions]), positions))
+    return sent
+
+
+def split_reply(sent: ScriptCall, reply: Reply, count: int) -> list[Reply]:
+    """The replies of the `count` calls that `sent` carried (see `coalesce`): an ack's per-job values,
+    or the one reply of any other call. An error reply is every carried call's reply."""
+    if sent.script.name != "ack" or isinstance(reply, Exception):
+        return [reply] * count
+    return list(parse_ack(reply))
 
 
 @dataclass(frozen=True, slots=True)

@@ -15,6 +15,7 @@ from jobcar.store import DeadLetterLimits, LeaseResult, QueueKeys, ScriptCall
 class QueueDriver:
     def __init__(self, client: redis.Redis | redis.RedisCluster, namespace: str, queue: str = "default") -> None:
         self.redis = client
+        self.namespace = namespace
         self.keys = QueueKeys.of(namespace, queue)
         self.producer = Client(client, namespace=namespace)
         self.dead_limits = DeadLetterLimits()
@@ -40,7 +41,8 @@ class QueueDriver:
         return store.parse_extend(self.run(store.extend_call(self.keys, lease_ms, leases)))
 
     def ack(self, job_id: str, token: str, **kwargs: Any) -> int:
-        return int(self.run(store.ack_call(self.keys, job_id, token, **kwargs)))
+        [finished] = store.parse_ack(self.run(store.ack_call(self.keys, job_id, token, **kwargs)))
+        return finished
 
     def retry(
         self, job_id: str, token: str, delay_ms: int = 0, error: str = "boom", spend: bool = True, max_free: int = 0

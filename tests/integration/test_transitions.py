@@ -148,6 +148,42 @@ def test_ack_as_canceled(q: QueueDriver) -> None:
     assert q.redis.hgetall(q.keys.batch("b1")) == {b"total": b"1", b"canceled": b"1"}
 
 
+def test_one_ack_call_finishes_many_jobs_each_by_its_own_lease(q: QueueDriver) -> None:
+    for job_id in ("a", "b", "c", "d"):
+        q.enqueue(job_id=job_id, batch="b1")
+    leased = {j.job.id: j for j in q.lease(count=4).jobs}
+    calls = [
+        store.ack_call(q.keys, "a", leased["a"].token),
+        store.ack_call(q.keys, "b", "not-the-token"),
+        store.ack_call(q.keys, "c", leased["c"].token, result=b"r", retention_ms=60_000),
+        store.ack_call(q.keys, "d", leased["d"].token, final=State.CANCELED, retention_ms=60_000),
+    ]
+    # coalesce merges them into one script call; split_reply hands each caller its own answer.
+    [(merged, positions)] = store.coalesce(calls)
+    assert positions == [0, 1, 2, 3] and len(merged.keys) == 5
+    [reply] = store.execute(q.redis, [merged])
+    assert store.split_reply(merged, reply, 4) == [1, 0, 1, 1]
+    assert q.where("a") is None and q.where("b") is State.ACTIVE, "a lost lease changes nothing for that job"
+    kept, canceled = q.job("c"), q.job("d")
+    assert kept is not None and (kept.state, kept.result) == (State.DONE, b"r")
+    assert canceled is not None and canceled.state is State.CANCELED
+    assert q.redis.hgetall(q.keys.batch("b1")) == {b"total": b"4", b"done": b"2", b"canceled": b"1"}
+
+
+def test_coalesce_keeps_other_calls_and_other_queues_apart(q: QueueDriver) -> None:
+    other = QueueDriver(q.redis, q.namespace, queue="other").keys
+    calls = [
+        store.ack_call(q.keys, "a", "t1"),
+        store.ack_call(other, "b", "t2"),
+        store.ack_call(q.keys, "c", "t3"),
+        store.extend_call(q.keys, 1000, [("a", "t1")]),
+    ]
+    sent = store.coalesce(calls)
+    assert sorted(positions for _, positions in sent) == [[0, 2], [1], [3]]
+    with pytest.raises(ValueError, match="one queue"):
+        store.merge_acks([calls[0], calls[1]])
+
+
 def test_retry_schedules_the_next_attempt_and_records_the_error(q: QueueDriver) -> None:
     info = q.enqueue()
     leased = q.lease_one()

@@ -1,31 +1,37 @@
 #!lua flags=allow-oom
--- ack: finish a leased job successfully, or as canceled when an operator asked for that.
+-- ack: finish leased jobs of one queue successfully, or as canceled when an operator asked for that.
+-- One call carries one job or many (the daemon acks the jobs that finished during a round trip together).
 --
--- KEYS[1] active  ZSET
--- KEYS[2] job     HASH  <prefix>job:<id>
--- ARGV[1] the queue's key prefix
--- ARGV[2] id
--- ARGV[3] lease token
--- ARGV[4] final state: "done" or "canceled"
--- ARGV[5] retention in ms: 0 deletes the job; otherwise the job hash (state, finished, result) stays
---         readable that long
--- ARGV[6] result bytes to keep with the job (already bounded by the caller; "" for none)
+-- KEYS[1]   active  ZSET
+-- KEYS[1+n] job     HASH  <prefix>job:<id> of the n-th job
+-- ARGV[1]   the queue's key prefix
+-- then five per job, the n-th job's at ARGV[5n-3 .. 5n+1]:
+--   id, lease token, final state ("done" or "canceled"),
+--   retention in ms (0 deletes the job; otherwise the job hash (state, finished, result) stays readable
+--   that long), result bytes to keep with the job (already bounded by the caller; "" for none)
 -- Touches <prefix>unique:<key> (released), <prefix>batch:<batch> (done or canceled += 1).
--- Returns 1 when finished, 0 when the lease was lost (nothing changed).
+-- Returns one integer per job, in order: 1 finished, 0 lease lost (nothing changed for that job).
 
-local prefix, id, token, final = ARGV[1], ARGV[2], ARGV[3], ARGV[4]
-local retention = tonumber(ARGV[5])
-if not holds_lease(KEYS[2], token) then return 0 end
-
-redis.call('ZREM', KEYS[1], id)
-release_unique(prefix, KEYS[2], id)
-count_in_batch(prefix, KEYS[2], final, 1)
-if retention > 0 then
-  redis.call('HSET', KEYS[2], 'state', final, 'finished', now_ms())
-  redis.call('HDEL', KEYS[2], 'token', 'cancel')
-  if ARGV[6] ~= '' then redis.call('HSET', KEYS[2], 'result', ARGV[6]) end
-  redis.call('PEXPIRE', KEYS[2], retention)
-else
-  redis.call('DEL', KEYS[2])
+local prefix = ARGV[1]
+local finished = {}
+for n = 1, #KEYS - 1 do
+  local job_key, at = KEYS[1 + n], 5 * n - 3
+  local id, token, final, retention = ARGV[at], ARGV[at + 1], ARGV[at + 2], tonumber(ARGV[at + 3])
+  if holds_lease(job_key, token) then
+    redis.call('ZREM', KEYS[1], id)
+    release_unique(prefix, job_key, id)
+    count_in_batch(prefix, job_key, final, 1)
+    if retention > 0 then
+      redis.call('HSET', job_key, 'state', final, 'finished', now_ms())
+      redis.call('HDEL', job_key, 'token', 'cancel')
+      if ARGV[at + 4] ~= '' then redis.call('HSET', job_key, 'result', ARGV[at + 4]) end
+      redis.call('PEXPIRE', job_key, retention)
+    else
+      redis.call('DEL', job_key)
+    end
+    finished[n] = 1
+  else
+    finished[n] = 0
+  end
 end
-return 1
+return finished
