@@ -47,9 +47,13 @@ BODY = json.dumps(PAYLOAD, separators=(",", ":")).encode()
 
 
 def run_daemon_backlog(
-    server: RedisServer, tmp: Path, handler: dict[str, object], jobs: int, concurrency: int
+    server: RedisServer, tmp: Path, handler: dict[str, object], jobs: int, concurrency: int, daemons: int = 1
 ) -> float:
-    """jobs/s for a backlog enqueued while the queue is paused, from resume until the last ack."""
+    """jobs/s for a backlog enqueued while the queue is paused, from resume until the last ack.
+
+    `daemons` > 1 runs that many `jobcar run` processes on the same config (each with `concurrency`),
+    as replicas or systemd template units would: the peers run two worker processes on 2 cores.
+    """
     namespace = f"b{time.monotonic_ns()}"
     config = write_config(tmp, server.url, namespace, {"bench": handler}, concurrency=concurrency,
                           log_level="info", lease="30s")  # fmt: skip
@@ -57,7 +61,7 @@ def run_daemon_backlog(
         keys = store.QueueKeys.of(namespace, "default")
         store.execute(client, [store.pause_call(keys, True)])
         Client(client, namespace=namespace).enqueue_many([("bench", PAYLOAD)] * jobs)
-        daemon = DaemonProcess(config).start()
+        running = [DaemonProcess(config).start() for _ in range(daemons)]
         try:
             started = time.perf_counter()
             store.execute(client, [store.pause_call(keys, False)])
@@ -70,9 +74,10 @@ def run_daemon_backlog(
             elapsed = time.perf_counter() - started
             failed = client.zcard(keys.dead)
             if failed:
-                raise RuntimeError(f"{failed} jobs died: {daemon.log_tail()}")
+                raise RuntimeError(f"{failed} jobs died: {running[0].log_tail()}")
         finally:
-            daemon.stop()
+            for daemon in running:
+                daemon.stop()
     return jobs / elapsed
 
 

@@ -158,6 +158,8 @@ def jobcar_round(s: Setup, figures: Figures, n: int) -> None:
     loop, spawn = daemon_bench.bare_http_loop, daemon_bench.bare_spawn_loop
     figures.add("nginx jobcar jobs/s", http_backlog(s.server, s.tmp, {"url": s.nginx_url}, z.processing, c))
     figures.add("nginx bare loop jobs/s", daemon_bench.on_uvloop(loop(s.nginx_url, z.processing, c)))
+    two = http_backlog(s.server, s.tmp, {"url": s.nginx_url}, z.processing, c, daemons=2)
+    figures.add("nginx jobcar 2 daemons jobs/s", two)
     app = f"{s.app_url}/noop"
     figures.add("aiohttp jobcar jobs/s", http_backlog(s.server, s.tmp, {"url": app}, z.processing, c))
     figures.add("aiohttp bare loop jobs/s", daemon_bench.on_uvloop(loop(app, z.processing, c)))
@@ -341,6 +343,13 @@ def build_rows(f: Figures, peers_record: dict[str, Any], sizes: Sizes, skipped: 
     else:
         rows.append(Row(title, rate(nginx_rate), no_peers, target="≥ 1.5×", met="n/a"))
     rows.append(versus(title, nginx_rate, "bare aiohttp loop", m("nginx bare loop jobs/s")))
+    # The peers run two worker processes on 2 cores; so do two jobcar daemons (replicas, template units).
+    title = f"nginx no-op handler, 2 daemons, jobs/s ({sizes.processing:,})"
+    two = m("nginx jobcar 2 daemons jobs/s")
+    if fastest:
+        rows.append(versus(title, two, f"fastest peer {fastest[0]}", fastest[1], on_ratio=("≥", 1.5)))
+    else:
+        rows.append(Row(title, rate(two), no_peers, target="≥ 1.5×", met="n/a"))
     rows.append(versus(f"aiohttp no-op app, jobs/s ({sizes.processing:,})", m("aiohttp jobcar jobs/s"),
                        "bare aiohttp loop", m("aiohttp bare loop jobs/s"), on_ratio=("≥", 0.8)))  # fmt: skip
     rows.append(versus(f"/bin/true command, jobs/s ({sizes.command:,})", m("true jobcar jobs/s"), "bare spawn loop",
