@@ -12,7 +12,6 @@ from datetime import datetime
 from email.utils import formatdate
 from typing import Any
 
-import aiohttp
 import pytest
 from aiohttp import web
 
