@@ -124,38 +124,38 @@ class Job:
 
     @classmethod
     def from_hash(cls, job_id: str, queue: str, fields: dict[bytes, bytes]) -> Job:
-        """Build a Job from an HGETALL reply (bytes keys and values)."""
-        text = {k.decode(): v for k, v in fields.items()}
-
-        def opt_str(name: str) -> str | None:
-            raw = text.get(name)
-            return None if raw is None else raw.decode("utf-8", "replace")
-
-        def opt_int(name: str) -> int | None:
-            raw = text.get(name)
-            return None if raw is None else int(raw)
-
-        meta_raw = text.get("meta")
+        """Build a Job from an HGETALL reply (bytes keys and values). On the daemon's hot path (every
+        leased job): plain lookups, no per-call closures."""
+        get = fields.get
+        meta_raw = get(b"meta")
         return cls(
             id=job_id,
             queue=queue,
-            type=opt_str("type") or "",
-            payload=text.get("payload", b""),
-            state=State(opt_str("state") or State.PENDING.value),
-            content_type=opt_str("content_type") or DEFAULT_CONTENT_TYPE,
-            attempt=opt_int("attempt") or 0,
-            max_attempts=opt_int("max_attempts"),
-            timeout_ms=opt_int("timeout"),
-            created_ms=opt_int("created") or 0,
-            run_at_ms=opt_int("run_at"),
-            started_ms=opt_int("started"),
-            finished_ms=opt_int("finished"),
-            token=opt_str("token"),
-            errors=_parse_errors(text.get("errors")),
-            unique_key=opt_str("unique"),
-            traceparent=opt_str("traceparent"),
+            type=_opt_str(get(b"type")) or "",
+            payload=get(b"payload", b""),
+            state=State(_opt_str(get(b"state")) or State.PENDING.value),
+            content_type=_opt_str(get(b"content_type")) or DEFAULT_CONTENT_TYPE,
+            attempt=_opt_int(get(b"attempt")) or 0,
+            max_attempts=_opt_int(get(b"max_attempts")),
+            timeout_ms=_opt_int(get(b"timeout")),
+            created_ms=_opt_int(get(b"created")) or 0,
+            run_at_ms=_opt_int(get(b"run_at")),
+            started_ms=_opt_int(get(b"started")),
+            finished_ms=_opt_int(get(b"finished")),
+            token=_opt_str(get(b"token")),
+            errors=_parse_errors(get(b"errors")),
+            unique_key=_opt_str(get(b"unique")),
+            traceparent=_opt_str(get(b"traceparent")),
             meta=json.loads(meta_raw) if meta_raw else {},
-            batch=opt_str("batch"),
-            result=text.get("result"),
-            cancel_requested=text.get("cancel") == b"1",
+            batch=_opt_str(get(b"batch")),
+            result=get(b"result"),
+            cancel_requested=get(b"cancel") == b"1",
         )
+
+
+def _opt_str(raw: bytes | None) -> str | None:
+    return None if raw is None else raw.decode("utf-8", "replace")
+
+
+def _opt_int(raw: bytes | None) -> int | None:
+    return None if raw is None else int(raw)

@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from enum import IntEnum, StrEnum
 from functools import cache
 from importlib import resources
-from typing import Any, Final, TypeAlias
+from typing import Any, Final, TypeAlias, cast
 
 import redis
 import redis.asyncio
@@ -191,6 +191,8 @@ async def execute_async(client: AsyncRedis, calls: Sequence[ScriptCall], *, rais
 
 
 async def _execute_async(client: AsyncRedis, calls: Sequence[ScriptCall], raise_on_error: bool) -> list[Reply]:
+    if len(calls) == 1:
+        return [await _execute_one_async(client, calls[0], raise_on_error)]
     pipe = client.pipeline(transaction=False)
     for c in calls:
         pipe.execute_command(*c.command())
@@ -207,6 +209,22 @@ async def _execute_async(client: AsyncRedis, calls: Sequence[ScriptCall], raise_
     if raise_on_error:
         _raise_first_error(replies)
     return replies
+
+
+async def _execute_one_async(client: AsyncRedis, call: ScriptCall, raise_on_error: bool) -> Reply:
+    """One call without a pipeline, as `_execute_one`: the daemon's lease calls and its merged acks are
+    mostly alone in their round trip."""
+    try:
+        try:
+            reply: Reply = await client.execute_command(*call.command())
+        except NoScriptError:
+            await client.script_load(call.script.source)
+            reply = await client.execute_command(*call.command())
+    except redis.exceptions.ResponseError as exc:  # the script's error reply; a lost connection still raises
+        if raise_on_error:
+            raise
+        return exc
+    return reply
 
 
 class CallBatcher:
@@ -387,7 +405,10 @@ def parse_lease(keys: QueueKeys, reply: Reply) -> LeaseResult:
     malformed = []
     for raw in jobs:
         job_id, token, *flat = _list(raw)
-        fields = {_bytes(flat[i]): _bytes(flat[i + 1]) for i in range(0, len(flat), 2)}
+        if all(type(item) is bytes for item in flat):  # a client without decode_responses: the usual case
+            fields = dict(zip(cast(list[bytes], flat[::2]), cast(list[bytes], flat[1::2]), strict=True))
+        else:
+            fields = {_bytes(flat[i]): _bytes(flat[i + 1]) for i in range(0, len(flat), 2)}
         try:
             leased.append(LeasedJob(Job.from_hash(_text(job_id), keys.queue, fields), _text(token)))
         except (ValueError, KeyError, TypeError) as exc:
