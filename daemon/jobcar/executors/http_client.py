@@ -20,7 +20,7 @@ import time
 from collections import deque
 from dataclasses import dataclass
 from typing import Final, cast
-from urllib.parse import urlsplit
+from urllib.parse import unquote, urlsplit
 
 import httptools
 
@@ -95,7 +95,7 @@ def parse_url(url: str) -> Target:
     path = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
     authorization = None
     if parts.username is not None:
-        credentials = f"{parts.username}:{parts.password or ''}".encode()
+        credentials = f"{unquote(parts.username)}:{unquote(parts.password or '')}".encode()
         authorization = "Basic " + base64.b64encode(credentials).decode()
     return Target(Origin(host, port, tls), path, host_header, authorization)
 
@@ -170,8 +170,8 @@ class _Connection(asyncio.Protocol):
         self.reusable = False
         if self._finished:
             return
-        if self._head_done and self._until_close:
-            self._finish(truncated=False)
+        if self._head_done and self._until_close and exc is None:
+            self._finish(truncated=False)  # a close, not a reset, is how such a body ends
         elif exc is not None:
             self._fail(ConnectionClosed(str(exc) or type(exc).__name__))
         else:
@@ -179,14 +179,23 @@ class _Connection(asyncio.Protocol):
 
     # httptools callbacks
 
+    def on_message_begin(self) -> None:
+        if self._finished:
+            # A second answer in the same read: nothing was asked, so the stream cannot be trusted.
+            self.reusable = False
+
     def on_status(self, reason: bytes) -> None:
-        self._reason += reason
+        if not self._finished:
+            self._reason += reason
 
     def on_header(self, name: bytes, value: bytes) -> None:
-        self._headers.append((name, value))
+        if not self._finished:
+            self._headers.append((name, value))
 
     def on_headers_complete(self) -> None:
         assert self._parser is not None
+        if self._finished:
+            return
         status = self._parser.get_status_code()
         if 100 <= status < 200:
             return  # an interim answer (100 Continue, 103 Early Hints): the real one follows
@@ -303,7 +312,8 @@ class HttpClient:
                 connection.idle_since = time.monotonic()
                 self._idle.setdefault(origin, deque()).append(connection)
             else:
-                self._open.discard(connection)
+                # Not reusable (Connection: close, a cut body, an error): close it now (RFC 9112 §9.6).
+                self._retire(connection)
         return response
 
     def _idle_connection(self, origin: Origin) -> _Connection | None:
