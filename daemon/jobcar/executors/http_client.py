@@ -41,6 +41,9 @@ __all__ = [
 KEEPALIVE_S: Final = 15.0
 #: A status line and headers longer than this are refused: an endless head never lands in memory.
 MAX_HEAD_BYTES: Final = 64 * 1024
+#: Headers that delimit a body; without either, it ends when the connection does.
+_FRAMING_HEADERS: Final = frozenset({b"content-length", b"transfer-encoding"})
+_FRAMING_LENGTHS: Final = frozenset(len(name) for name in _FRAMING_HEADERS)
 #: Below this a body goes out in one write with its head (one segment for small jobs).
 _JOIN_BELOW: Final = 16 * 1024
 
@@ -137,6 +140,7 @@ class _Connection(asyncio.Protocol):
         self._body_size = 0
         self._head_size = 0
         self._head_done = False
+        self._framed = False  # the answer has Content-Length or Transfer-Encoding
         self._until_close = False  # no Content-Length and not chunked: the body ends when the connection does
         self._finished = True
 
@@ -191,6 +195,8 @@ class _Connection(asyncio.Protocol):
     def on_header(self, name: bytes, value: bytes) -> None:
         if not self._finished:
             self._headers.append((name, value))
+            if len(name) in _FRAMING_LENGTHS and name.lower() in _FRAMING_HEADERS:
+                self._framed = True
 
     def on_headers_complete(self) -> None:
         assert self._parser is not None
@@ -200,8 +206,7 @@ class _Connection(asyncio.Protocol):
         if 100 <= status < 200:
             return  # an interim answer (100 Continue, 103 Early Hints): the real one follows
         self._head_done = True
-        names = {name.lower() for name, _ in self._headers}
-        self._until_close = b"content-length" not in names and b"transfer-encoding" not in names
+        self._until_close = not self._framed
 
     def on_body(self, chunk: bytes) -> None:
         if self._finished:
@@ -222,7 +227,7 @@ class _Connection(asyncio.Protocol):
         if self._finished:
             return
         if not self._head_done:  # the end of an interim answer
-            self._reason, self._headers, self._head_size = b"", [], 0
+            self._reason, self._headers, self._head_size, self._framed = b"", [], 0, False
             return
         self._finish(truncated=False)
 
@@ -238,7 +243,7 @@ class _Connection(asyncio.Protocol):
         self._limit = limit
         self._reason, self._headers, self._body = b"", [], []
         self._body_size = self._head_size = 0
-        self._head_done = self._until_close = self._finished = False
+        self._head_done = self._until_close = self._finished = self._framed = False
         self.reusable = False
         self.transport.write(first)
         if rest:

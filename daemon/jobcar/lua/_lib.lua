@@ -22,24 +22,37 @@ local function record_error(job_key, attempt, now, message)
   redis.call('HSET', job_key, 'errors', cjson.encode(errors))
 end
 
--- Drop the job's unique lock, but only while it still points at this job (it may have expired and
+-- Drop a job's unique lock, but only while it still points at this job (it may have expired and
 -- been taken by a newer job with the same key).
+local function release_lock(prefix, unique, id)
+  local lock = prefix .. 'unique:' .. unique
+  if redis.call('GET', lock) == id then redis.call('DEL', lock) end
+end
+
 local function release_unique(prefix, job_key, id)
   local unique = redis.call('HGET', job_key, 'unique')
-  if unique then
-    local lock = prefix .. 'unique:' .. unique
-    if redis.call('GET', lock) == id then redis.call('DEL', lock) end
-  end
+  if unique then release_lock(prefix, unique, id) end
 end
 
 -- Count an outcome in the job's batch, if it belongs to one (Spark producers wait on these).
 local BATCH_TTL_MS = 7 * 86400 * 1000
+local function add_to_batch(prefix, batch, field, by)
+  local key = prefix .. 'batch:' .. batch
+  redis.call('HINCRBY', key, field, by)
+  redis.call('PEXPIRE', key, BATCH_TTL_MS)
+end
+
 local function count_in_batch(prefix, job_key, field, by)
   local batch = redis.call('HGET', job_key, 'batch')
-  if batch then
-    local key = prefix .. 'batch:' .. batch
-    redis.call('HINCRBY', key, field, by)
-    redis.call('PEXPIRE', key, BATCH_TTL_MS)
+  if batch then add_to_batch(prefix, batch, field, by) end
+end
+
+-- Call a variadic command with a fixed head and many arguments, in chunks that stay well inside
+-- Lua's stack limit for unpack (about 8,000 values).
+local UNPACK_CHUNK = 1000
+local function call_in_chunks(command, key, values)
+  for first = 1, #values, UNPACK_CHUNK do
+    redis.call(command, key, unpack(values, first, math.min(first + UNPACK_CHUNK - 1, #values)))
   end
 end
 
@@ -92,7 +105,9 @@ end
 -- takes a lease away (reap, another lease after it) changes state or token in the same step, so a
 -- matching token proves nobody else acted, even if the job's entry in the active set vanished
 -- (an operator's ZREM, a bug): extend then restores the entry instead of losing the job.
-local function holds_lease(job_key, token)
-  local fields = redis.call('HMGET', job_key, 'state', 'token')
-  return fields[1] == 'active' and fields[2] == token
+-- Callers that need more of the hash name those fields: their values come back second (after state
+-- and token), read by the same HMGET.
+local function holds_lease(job_key, token, ...)
+  local fields = redis.call('HMGET', job_key, 'state', 'token', ...)
+  return fields[1] == 'active' and fields[2] == token, fields
 end

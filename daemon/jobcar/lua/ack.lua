@@ -13,14 +13,15 @@
 -- Returns one integer per job, in order: 1 finished, 0 lease lost (nothing changed for that job).
 
 local prefix = ARGV[1]
-local finished = {}
+local finished, ended = {}, {}
 for n = 1, #KEYS - 1 do
   local job_key, at = KEYS[1 + n], 5 * n - 3
   local id, token, final, retention = ARGV[at], ARGV[at + 1], ARGV[at + 2], tonumber(ARGV[at + 3])
-  if holds_lease(job_key, token) then
-    redis.call('ZREM', KEYS[1], id)
-    release_unique(prefix, job_key, id)
-    count_in_batch(prefix, job_key, final, 1)
+  local held, fields = holds_lease(job_key, token, 'unique', 'batch')
+  if held then
+    ended[#ended + 1] = id
+    if fields[3] then release_lock(prefix, fields[3], id) end
+    if fields[4] then add_to_batch(prefix, fields[4], final, 1) end
     if retention > 0 then
       redis.call('HSET', job_key, 'state', final, 'finished', now_ms())
       redis.call('HDEL', job_key, 'token', 'cancel')
@@ -34,4 +35,5 @@ for n = 1, #KEYS - 1 do
     finished[n] = 0
   end
 end
+call_in_chunks('ZREM', KEYS[1], ended)
 return finished

@@ -56,6 +56,7 @@ local prefix = ARGV[1]
 local now = now_ms()
 local replies = {}
 local woken = false
+local runnable = {}  -- ids for pending, pushed together at the end (in order, as one LPUSH each would)
 for _, r in ipairs(records) do
   local id, job_type, payload = ARGV[r], ARGV[r + 1], ARGV[r + 2]
   local run_at, delay = tonumber(ARGV[r + 3]), tonumber(ARGV[r + 4])
@@ -92,14 +93,14 @@ for _, r in ipairs(records) do
         woken = true
       end
     else
-      redis.call('LPUSH', KEYS[1], id)
-      if not woken then
-        wake(KEYS[3])
-        woken = true
-      end
+      runnable[#runnable + 1] = id
     end
-    count_in_batch(prefix, job_key, 'total', 1)
+    if nextra > 0 then count_in_batch(prefix, job_key, 'total', 1) end  -- batch is an optional field
     replies[#replies + 1] = state
   end
+end
+if #runnable > 0 then
+  call_in_chunks('LPUSH', KEYS[1], runnable)
+  if not woken then wake(KEYS[3]) end
 end
 return replies

@@ -55,6 +55,7 @@ local reply = {now, 0, 0, {}}
 local missing = reply[4]
 local deadline = now + lease_ms
 local leased = 0
+local deadlines = {}  -- score, id, score, id...: one ZADD for the batch (chunks of 1,000 keep pairs whole)
 if count > 0 then
   local ids = redis.call('RPOP', KEYS[1], count)
   if ids then
@@ -70,7 +71,8 @@ if count > 0 then
         redis.call('HSETNX', job_key, 'max_attempts', max_attempts)
         redis.call('HINCRBY', job_key, 'attempt', 1)
         redis.call('HSET', job_key, 'state', 'active', 'token', token, 'started', now)
-        redis.call('ZADD', KEYS[3], deadline, id)
+        deadlines[#deadlines + 1] = deadline
+        deadlines[#deadlines + 1] = id
         local job = redis.call('HGETALL', job_key)
         table.insert(job, 1, token)
         table.insert(job, 1, id)
@@ -80,6 +82,7 @@ if count > 0 then
   end
 end
 
+call_in_chunks('ZADD', KEYS[3], deadlines)
 if leased == 0 and redis.call('LLEN', KEYS[1]) == 0 then redis.call('DEL', KEYS[4]) end
 reply[2] = next_due_in()
 return reply
