@@ -498,6 +498,7 @@ def main() -> None:
         "python": f"{platform.python_implementation()} {platform.python_version()}",
         "redis-py": redis.__version__,
         "hiredis": version_of("hiredis"),
+        "httptools": version_of("httptools"),
         "aiohttp": aiohttp.__version__,
         "uvloop": version_of("uvloop"),
         "nginx": nginx.nginx_version(),
@@ -515,7 +516,8 @@ def main() -> None:
     print(
         f"jobcar {jobcar.__version__} bench: {mode}medians of {runs} run{'s' if runs > 1 else ''}; "
         f"{machine['cores']} cores ({machine['cpu']}); {versions['server']} ({binary}); Python "
-        f"{platform.python_version()}, redis-py {redis.__version__}, aiohttp {aiohttp.__version__}, uvloop "
+        f"{platform.python_version()}, redis-py {redis.__version__}, httptools {versions['httptools']}, "
+        f"aiohttp {aiohttp.__version__}, uvloop "
         f"{versions['uvloop']}, nginx {versions['nginx']}; concurrency {args.concurrency}; ratio = jobcar ÷ limit "
         f"or peer; {total / 60:.1f} min"
     )
