@@ -4,6 +4,7 @@ Retry-After, timeouts, capped bodies, resets mid-body, signing and cancellation.
 from __future__ import annotations
 
 import asyncio
+import base64
 import contextlib
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
@@ -437,6 +438,31 @@ def test_configured_headers_never_duplicate_jobcar_metadata_whatever_their_case(
     assert request.headers.getall("Jobcar-Attempt") == ["2"]
     assert request.headers.getall("Content-Length") == ["2"]
     assert request.headers["x-tenant"] == "acme"
+
+
+def test_configured_host_user_agent_and_authorization_replace_the_defaults() -> None:
+    received: list[web.Request] = []
+
+    async def handler(request: web.Request) -> web.Response:
+        received.append(request)
+        return web.Response(status=204)
+
+    async def scenario() -> list[Outcome]:
+        async with serve(handler) as url:
+            with_credentials = url.replace("http://", "http://svc:s%40cret@")
+            return [
+                await post_once(with_credentials),
+                await post_once(url, headers={"host": "app.internal", "User-Agent": "billing-jobs/2"}),
+                await post_once(with_credentials, headers={"AUTHORIZATION": "Bearer t0k"}),
+            ]
+
+    assert all(o.kind is OutcomeKind.SUCCESS for o in asyncio.run(scenario()))
+    defaults, configured, bearer = (r.headers for r in received)
+    assert defaults.getall("Authorization") == ["Basic " + base64.b64encode(b"svc:s@cret").decode()]
+    assert defaults["User-Agent"].startswith("jobcar/") and defaults["Host"].startswith("127.0.0.1:")
+    assert configured.getall("Host") == ["app.internal"]
+    assert configured.getall("User-Agent") == ["billing-jobs/2"]
+    assert bearer.getall("Authorization") == ["Bearer t0k"]
 
 
 def test_a_line_break_in_a_job_field_fails_the_job_instead_of_forging_headers() -> None:

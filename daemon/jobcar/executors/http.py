@@ -130,15 +130,18 @@ class HttpExecutor:
         self._client = client
         target = parse_url(handler.url)
         self._origin = target.origin
-        # Everything that is the same for every job of this handler, built once: the request line,
-        # Host, and the configured headers (first, so that the job's own metadata is never overwritten).
+        # Everything that is the same for every job of this handler, built once: the request line, then
+        # our defaults (Host, User-Agent, credentials from the URL), which configured headers replace,
+        # then the other configured headers. The job's own metadata follows per request and is never
+        # overwritten: configured headers of those names are dropped. Names compare case-insensitively.
+        defaults = {"host": ("Host", target.host_header), "user-agent": ("User-Agent", f"jobcar/{__version__}")}
+        if target.authorization:
+            defaults["authorization"] = ("Authorization", target.authorization)
         configured = {name.lower(): (name, value) for name, value in handler.headers.items()}
-        lines = [f"POST {target.path} HTTP/1.1", f"Host: {configured.pop('host', ('', target.host_header))[1]}"]
-        if target.authorization and "authorization" not in configured:
-            lines.append(f"Authorization: {target.authorization}")
-        lines.append(f"User-Agent: jobcar/{__version__}")
         traceparent = configured.pop("traceparent", None)
-        lines += [f"{name}: {value}" for key, (name, value) in configured.items() if key not in _OWN_HEADERS]
+        headers = {**defaults, **configured}
+        lines = [f"POST {target.path} HTTP/1.1"]
+        lines += [f"{name}: {value}" for key, (name, value) in headers.items() if key not in _OWN_HEADERS]
         self._head = "\r\n".join(lines) + "\r\n"
         # A configured traceparent is sent only for jobs that bring none of their own.
         self._default_traceparent = f"traceparent: {traceparent[1]}\r\n" if traceparent else ""
