@@ -405,11 +405,11 @@ def parse_lease(keys: QueueKeys, reply: Reply) -> LeaseResult:
     malformed = []
     for raw in jobs:
         job_id, token, *flat = _list(raw)
-        if all(type(item) is bytes for item in flat):  # a client without decode_responses: the usual case
-            fields = dict(zip(cast(list[bytes], flat[::2]), cast(list[bytes], flat[1::2]), strict=True))
-        else:
-            fields = {_bytes(flat[i]): _bytes(flat[i + 1]) for i in range(0, len(flat), 2)}
         try:
+            if not flat or type(flat[0]) is bytes:  # a client without decode_responses (jobcar's own): all bytes
+                fields = dict(zip(cast(list[bytes], flat[::2]), cast(list[bytes], flat[1::2]), strict=True))
+            else:
+                fields = {_bytes(flat[i]): _bytes(flat[i + 1]) for i in range(0, len(flat), 2)}
             leased.append(LeasedJob(Job.from_hash(_text(job_id), keys.queue, fields), _text(token)))
         except (ValueError, KeyError, TypeError) as exc:
             malformed.append((_text(job_id), _text(token), str(exc)))
