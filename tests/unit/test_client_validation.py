@@ -94,3 +94,15 @@ def test_job_ids_are_short_and_unique() -> None:
     ids = {new_job_id() for _ in range(10_000)}
     assert len(ids) == 10_000
     assert all(len(i) == 20 and ID_PATTERN.fullmatch(i) and not i.startswith("-") for i in ids)
+
+
+def test_a_job_without_options_gets_the_same_record_as_one_with_every_default_spelled_out() -> None:
+    payload = {"user": 42, "text": "héllo"}
+    short = build_record("email.send", payload, 1 << 20)
+    spelled_out = build_record("email.send", payload, 1 << 20, queue="default", job_id=short.id)
+    assert short == spelled_out
+    for bad in ({"x": float("nan")}, {"x": object()}):
+        with pytest.raises(InvalidJob, match="JSON"):
+            build_record("email.send", bad, 1 << 20)
+    with pytest.raises(InvalidJob, match="job type"):
+        build_record("bad type!", payload, 1 << 20)
