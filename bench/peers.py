@@ -13,6 +13,8 @@ Figures per peer, all on the same redis-server started here (flushed between pee
   stops when the last job body starts (a no-op body ends there too).
 - pickup latency p50/p99: enqueue -> job body starts, 200 jobs 10 ms apart on the idle, warm workers
   of the first run (the payload carries the enqueue wall-clock time).
+- single-enqueue rate: --enqueue-jobs enqueues of one job each, every one waiting for its reply before
+  the next (an asyncio peer's in one event-loop run), no worker running, median of --runs.
 - Redis bytes per pending job: INFO memory used_memory delta over 10,000 jobs with a 100-byte JSON
   payload ({"ts": ..., "pad": ...}) and no worker running, after one warm-up job. The pad is random
   base64 so RQ's zlib-compressed job data cannot shrink it below what a real payload costs.
@@ -90,6 +92,10 @@ def payload() -> dict[str, object]:
 class Producer(Protocol):
     def send(self, payload: dict[str, object]) -> None: ...
 
+    def send_each(self, payloads: Sequence[dict[str, object]]) -> None:
+        """One single enqueue after another (each waits for its reply): the single-enqueue rate."""
+        ...
+
     def send_many(self, payloads: Sequence[dict[str, object]]) -> None: ...
 
     def close(self) -> None: ...
@@ -107,6 +113,15 @@ class AsyncProducer:
 
     def run(self, coro: Coroutine[Any, Any, Any]) -> Any:
         return self.runner.run(coro)
+
+    def each(
+        self, send: Callable[[dict[str, object]], Coroutine[Any, Any, Any]], payloads: Sequence[dict[str, object]]
+    ) -> None:
+        async def one_after_another() -> None:
+            for p in payloads:
+                await send(p)
+
+        self.run(one_after_another())  # one loop run for all: a run per call would time asyncio.Runner
 
     def gather(
         self,
@@ -136,6 +151,9 @@ class ArqProducer(AsyncProducer):
     def send(self, payload: dict[str, object]) -> None:
         self.run(self.pool.enqueue_job("noop", payload))
 
+    def send_each(self, payloads: Sequence[dict[str, object]]) -> None:
+        self.each(lambda p: self.pool.enqueue_job("noop", p), payloads)
+
     def send_many(self, payloads: Sequence[dict[str, object]]) -> None:
         self.gather(lambda p: self.pool.enqueue_job("noop", p), payloads)
 
@@ -154,6 +172,9 @@ class SaqProducer(AsyncProducer):
 
     def send(self, payload: dict[str, object]) -> None:
         self.run(self.queue.enqueue("noop", payload=payload))
+
+    def send_each(self, payloads: Sequence[dict[str, object]]) -> None:
+        self.each(lambda p: self.queue.enqueue("noop", payload=p), payloads)
 
     def send_many(self, payloads: Sequence[dict[str, object]]) -> None:
         self.gather(lambda p: self.queue.enqueue("noop", payload=p), payloads)
@@ -174,6 +195,10 @@ class RqProducer:
     def send(self, payload: dict[str, object]) -> None:
         self.queue.enqueue(self.noop, payload)
 
+    def send_each(self, payloads: Sequence[dict[str, object]]) -> None:
+        for p in payloads:
+            self.send(p)
+
     def send_many(self, payloads: Sequence[dict[str, object]]) -> None:
         for start in range(0, len(payloads), 500):
             chunk = payloads[start : start + 500]
@@ -190,6 +215,10 @@ class CeleryProducer:
 
     def send(self, payload: dict[str, object]) -> None:
         self.noop.apply_async((payload,))
+
+    def send_each(self, payloads: Sequence[dict[str, object]]) -> None:
+        for p in payloads:
+            self.send(p)
 
     def send_many(self, payloads: Sequence[dict[str, object]]) -> None:
         with self.app.producer_or_acquire() as producer:
@@ -208,6 +237,10 @@ class CallProducer:
 
     def send(self, payload: dict[str, object]) -> None:
         self.enqueue(payload)
+
+    def send_each(self, payloads: Sequence[dict[str, object]]) -> None:
+        for p in payloads:
+            self.enqueue(p)
 
     def send_many(self, payloads: Sequence[dict[str, object]]) -> None:
         for p in payloads:
@@ -342,6 +375,7 @@ class Result:
     throughput: list[float] = field(default_factory=list)
     pickup_ms: list[float] = field(default_factory=list)
     bytes_per_job: float | None = None
+    enqueue: list[float] = field(default_factory=list)  # single enqueues/s, one run each
     error: str | None = None
 
 
@@ -379,6 +413,11 @@ def measure(peer: Peer, result: Result, server: RedisServer, collector: Collecto
         result.bytes_per_job = (used_memory(client) - before) / args.footprint_jobs
 
         for run in range(args.runs):
+            client.flushall()
+            singles = [payload() for _ in range(args.enqueue_jobs)]
+            began = time.perf_counter()
+            producer.send_each(singles)
+            result.enqueue.append(len(singles) / (time.perf_counter() - began))
             client.flushall()
             producer.send_many([payload() for _ in range(args.jobs)])
             client.rename(peer.queue_key, HELD)
@@ -438,10 +477,11 @@ def main() -> None:
     parser.add_argument("--jobs", type=int, default=20_000, help="backlog drained per throughput run")
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--footprint-jobs", type=int, default=10_000, help="pending jobs for bytes per job")
+    parser.add_argument("--enqueue-jobs", type=int, default=10_000, help="single enqueues timed per run")
     parser.add_argument("--only", default="", help="comma-separated peers, e.g. arq,rq (default: all)")
     args = parser.parse_args()
-    if min(args.jobs, args.runs, args.footprint_jobs) < 1:
-        parser.error("--jobs, --runs and --footprint-jobs must be at least 1")
+    if min(args.jobs, args.runs, args.footprint_jobs, args.enqueue_jobs) < 1:
+        parser.error("--jobs, --runs, --footprint-jobs and --enqueue-jobs must be at least 1")
     names = [n.strip() for n in args.only.split(",") if n.strip()]
     unknown = set(names) - {p.name for p in PEERS}
     if unknown:
@@ -473,7 +513,7 @@ def main() -> None:
           f"{LATENCY_GAP * 1000:.0f} ms apart; bytes per pending job over {args.footprint_jobs} jobs, "
           f"{PAYLOAD_BYTES}-byte payload")  # fmt: skip
     print(f"{'peer':<10}{'version':<9}{'workers (2 cores)':<30}{'jobs/s':>9}  {'runs':<22}{'p50 ms':>9}"
-          f"{'p99 ms':>9}{'bytes/job':>11}")  # fmt: skip
+          f"{'p99 ms':>9}{'bytes/job':>11}{'enqueue/s':>11}")  # fmt: skip
     figures: dict[str, dict[str, object]] = {}
     record: dict[str, object] = {
         "server": f"{Path(binary).name} {server_version}",
@@ -483,6 +523,7 @@ def main() -> None:
         "jobs": args.jobs,
         "runs": args.runs,
         "footprint_jobs": args.footprint_jobs,
+        "enqueue_jobs": args.enqueue_jobs,
         "latency_jobs": LATENCY_JOBS,
         "peers": figures,
     }
@@ -497,6 +538,9 @@ def main() -> None:
             entry["pickup_p99_ms"] = round(percentile(r.pickup_ms, 0.99), 3)
         if r.bytes_per_job is not None:
             entry["redis_bytes_per_pending_job"] = round(r.bytes_per_job)
+        if r.enqueue:
+            entry["enqueue_jobs_per_s"] = round(statistics.median(r.enqueue), 1)
+            entry["enqueue_jobs_per_s_runs"] = [round(e, 1) for e in r.enqueue]
         figures[r.name] = entry
         if r.error and not r.throughput:
             print(f"{head}error: {shorten(r.error)}")
@@ -506,7 +550,8 @@ def main() -> None:
         p99 = f"{entry['pickup_p99_ms']:.2f}" if r.pickup_ms else "-"
         size = f"{r.bytes_per_job:,.0f}" if r.bytes_per_job is not None else "-"
         median = f"{statistics.median(r.throughput):,.0f}" if r.throughput else "-"
-        print(f"{head}{median:>9}  {runs:<22}{p50:>9}{p99:>9}{size:>11}")
+        single = f"{statistics.median(r.enqueue):,.0f}" if r.enqueue else "-"
+        print(f"{head}{median:>9}  {runs:<22}{p50:>9}{p99:>9}{size:>11}{single:>11}")
         if r.error:
             print(f"{'':<10}error after {len(r.throughput)} runs: {shorten(r.error)}")
     print(json.dumps(record, separators=(",", ":")))

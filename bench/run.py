@@ -223,8 +223,9 @@ def run_peers(python: Path, sizes: Sizes, runs: int, binary: str) -> dict[str, A
     """bench/peers.py's JSON record, or {"error": ...}. Its progress goes to stderr; its own table is dropped."""
     if not python.exists():
         return {"error": f"{python} is missing (make bench creates .venv-bench)"}
+    singles = max(1, sizes.enqueue // 10)  # as many single enqueues as jobcar's own figure times
     argv = [str(python), str(BENCH / "peers.py"), "--jobs", str(sizes.peer_jobs), "--runs", str(runs),
-            "--footprint-jobs", str(sizes.peer_footprint)]  # fmt: skip
+            "--footprint-jobs", str(sizes.peer_footprint), "--enqueue-jobs", str(singles)]  # fmt: skip
     say(f"peers: {' '.join(argv[1:])}")
     done = subprocess.run(
         argv, cwd=ROOT, env={**os.environ, "JOBCAR_TEST_SERVER": binary}, stdout=subprocess.PIPE, text=True, check=False
@@ -367,6 +368,7 @@ def build_rows(f: Figures, peers_record: dict[str, Any], sizes: Sizes, skipped: 
     title = "single enqueue vs peers with per-job state"
     if fastest_enqueue:
         rows.append(versus(title, one, f"fastest {fastest_enqueue[0]}", fastest_enqueue[1], on_ratio=(">", 1)))
+        rows += peer_rows(peers, "enqueue_jobs_per_s", one, rate)
     else:
         why = "not measured: peers.py reports no enqueue rate" if peers else no_peers
         rows.append(Row(title, rate(one), why, target="> 1×", met="n/a"))
