@@ -84,6 +84,11 @@ class StopReason(StrEnum):
     SHUTDOWN = "returned to pending: the daemon is shutting down"
 
 
+def log_fields(job: Job) -> dict[str, object]:
+    """The fields every log line about one attempt carries; built only when a line is logged."""
+    return {"queue": job.queue, "job_id": job.id, "type": job.type, "attempt": job.attempt}
+
+
 @dataclass
 class RunningJob:
     leased: LeasedJob
@@ -473,7 +478,6 @@ class Runner:
 
     async def _run_job(self, running: RunningJob) -> None:
         job = running.job
-        context = {"queue": job.queue, "job_id": job.id, "type": job.type, "attempt": job.attempt}
         if job.cancel_requested:
             # Canceled while an earlier attempt ran, which then failed or lost its daemon.
             self._forget(running)
@@ -487,21 +491,21 @@ class Runner:
             if reason is None:
                 raise
             self._forget(running)
-            log.info("job stopped: %s", reason.value, extra=context)
+            log.info("job stopped: %s", reason.value, extra=log_fields(job))
             if reason is StopReason.CANCELED:
                 await self._finish(running, Outcome.success(), final=State.CANCELED)
             elif reason is StopReason.SHUTDOWN:
                 await self._finish(running, Outcome.retry(reason.value, after=0, spend_attempt=False), give_back=True)
             return
         except Exception as exc:
-            log.exception("job failed inside jobcar", extra=context)
+            log.exception("job failed inside jobcar", extra=log_fields(job))
             outcome = Outcome.retry(f"jobcar internal error: {exc!r}")
         self._forget(running)
         elapsed = time.monotonic() - started
         self.metrics.of_job(job.queue, job.type).duration.observe(elapsed)
         level = _LOG_LEVELS[outcome.kind]
         if log.isEnabledFor(level):
-            fields = {**context, "outcome": outcome.kind.value, "duration_s": round(elapsed, 6)}
+            fields = {**log_fields(job), "outcome": outcome.kind.value, "duration_s": round(elapsed, 6)}
             log.log(level, "job %s", outcome.kind.value, extra=fields)
             if outcome.error:
                 log.debug("job %s: %s", outcome.kind.value, outcome.error, extra=fields)
@@ -529,7 +533,6 @@ class Runner:
         """Record the outcome. While Redis is away or refusing, keep trying until the lease would have
         expired: after that the job belongs to whoever reaps it (at-least-once)."""
         job, keys = running.job, running.keys
-        context = {"queue": job.queue, "job_id": job.id, "type": job.type, "attempt": job.attempt}
         call = self._outcome_call(keys, running.leased, outcome, final, give_back)
         while True:
             sent = time.monotonic()
@@ -540,7 +543,7 @@ class Runner:
             except REDIS_ERRORS as exc:
                 expires = running.last_renewed + self.config.lease
                 if time.monotonic() > expires:
-                    log.error("could not record the outcome before the lease expired: %s", exc, extra=context)
+                    log.error("could not record the outcome before the lease expired: %s", exc, extra=log_fields(job))
                     return
                 # Never back off past the lease: once it expires the job is reaped and runs again, even
                 # if Redis was back a moment after the outcome failed.
@@ -548,9 +551,10 @@ class Runner:
         recorded = self._recorded_as(call.script.name, reply, final, give_back)
         self.metrics.of_job(job.queue, job.type).finished[recorded].inc()
         if recorded == "lease_lost":
-            log.warning("lease lost before the outcome was recorded; another daemon owns the job", extra=context)
+            why = "lease lost before the outcome was recorded; another daemon owns the job"
+            log.warning(why, extra=log_fields(job))
         elif recorded == "dead" and call.script.name == "retry":
-            log.warning("attempts exhausted; job moved to the dead-letter queue", extra=context)
+            log.warning("attempts exhausted; job moved to the dead-letter queue", extra=log_fields(job))
 
     @staticmethod
     def _recorded_as(script_name: str, reply: store.Reply, final: State, give_back: bool) -> str:

@@ -147,13 +147,13 @@ class HttpExecutor:
         self._default_traceparent = f"traceparent: {traceparent[1]}\r\n" if traceparent else ""
         self._limit = max(handler.max_response_bytes, ERROR_BODY_BYTES)
 
-    def _request_head(self, job: Job, body: bytes, *, deadline: float, max_attempts: int) -> bytes | None:
+    def _request_head(self, job: Job, *, deadline: float, max_attempts: int) -> bytes | None:
         """The request head for one job, or None when a job field would break out of its header."""
         job_fields = job.content_type + job.id + job.type + job.queue + (job.traceparent or "")
         if _UNSAFE_IN_HEADER.search(job_fields):
             return None
         head = (
-            f"{self._head}Content-Type: {job.content_type}\r\nContent-Length: {len(body)}\r\n"
+            f"{self._head}Content-Type: {job.content_type}\r\nContent-Length: {len(job.payload)}\r\n"
             f"Jobcar-Job-Id: {job.id}\r\nJobcar-Job-Type: {job.type}\r\nJobcar-Queue: {job.queue}\r\n"
             f"Jobcar-Attempt: {job.attempt}\r\nJobcar-Max-Attempts: {max_attempts}\r\n"
             f"Jobcar-Enqueued-At: {rfc3339(job.created_ms / 1000)}\r\nJobcar-Deadline: {rfc3339(deadline)}\r\n"
@@ -161,7 +161,7 @@ class HttpExecutor:
         head += f"traceparent: {job.traceparent}\r\n" if job.traceparent else self._default_traceparent
         if self.handler.signing_secret:
             timestamp = int(time.time())
-            signature = sign(self.handler.signing_secret, timestamp, body)
+            signature = sign(self.handler.signing_secret, timestamp, job.payload)
             head += f"Jobcar-Timestamp: {timestamp}\r\nJobcar-Signature: {signature}\r\n"
         return (head + "\r\n").encode()
 
@@ -169,7 +169,7 @@ class HttpExecutor:
         budget = min(self.handler.timeout, deadline - time.time())
         if budget <= 0:
             return Outcome.retry("timeout: the job's deadline passed before the request was sent")
-        head = self._request_head(job, job.payload, deadline=deadline, max_attempts=max_attempts)
+        head = self._request_head(job, deadline=deadline, max_attempts=max_attempts)
         if head is None:
             return Outcome.fail("the job's id, type, queue, content type or traceparent holds a line break")
         # CancelledError is never caught here: the client drops the connection, so the handler sees
