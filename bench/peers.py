@@ -184,7 +184,18 @@ class SaqProducer(AsyncProducer):
         self.runner.close()
 
 
-class RqProducer:
+class SyncProducer:
+    """A producer whose `send` returns once the job is stored: single enqueues are a plain loop."""
+
+    def send(self, payload: dict[str, object]) -> None:
+        raise NotImplementedError
+
+    def send_each(self, payloads: Sequence[dict[str, object]]) -> None:
+        for p in payloads:
+            self.send(p)
+
+
+class RqProducer(SyncProducer):
     def __init__(self, url: str) -> None:
         from rq import Queue
 
@@ -195,10 +206,6 @@ class RqProducer:
     def send(self, payload: dict[str, object]) -> None:
         self.queue.enqueue(self.noop, payload)
 
-    def send_each(self, payloads: Sequence[dict[str, object]]) -> None:
-        for p in payloads:
-            self.send(p)
-
     def send_many(self, payloads: Sequence[dict[str, object]]) -> None:
         for start in range(0, len(payloads), 500):
             chunk = payloads[start : start + 500]
@@ -208,17 +215,13 @@ class RqProducer:
         self.connection.close()
 
 
-class CeleryProducer:
+class CeleryProducer(SyncProducer):
     def __init__(self, url: str) -> None:
         module = tasks("celery")
         self.app, self.noop = module.app, module.noop
 
     def send(self, payload: dict[str, object]) -> None:
         self.noop.apply_async((payload,))
-
-    def send_each(self, payloads: Sequence[dict[str, object]]) -> None:
-        for p in payloads:
-            self.send(p)
 
     def send_many(self, payloads: Sequence[dict[str, object]]) -> None:
         with self.app.producer_or_acquire() as producer:
@@ -229,7 +232,7 @@ class CeleryProducer:
         self.app.close()
 
 
-class CallProducer:
+class CallProducer(SyncProducer):
     """Dramatiq (`actor.send`) and huey (calling the task enqueues it): one call per job."""
 
     def __init__(self, enqueue: Callable[[dict[str, object]], object], close: Callable[[], object]) -> None:
@@ -237,10 +240,6 @@ class CallProducer:
 
     def send(self, payload: dict[str, object]) -> None:
         self.enqueue(payload)
-
-    def send_each(self, payloads: Sequence[dict[str, object]]) -> None:
-        for p in payloads:
-            self.enqueue(p)
 
     def send_many(self, payloads: Sequence[dict[str, object]]) -> None:
         for p in payloads:

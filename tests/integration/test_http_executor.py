@@ -74,6 +74,16 @@ async def http_client() -> AsyncIterator[HttpClient]:
         await client.close()
 
 
+def recording(received: list[web.Request]) -> Handler:
+    """A handler that keeps every request it gets (headers stay readable) and answers 204."""
+
+    async def handler(request: web.Request) -> web.Response:
+        received.append(request)
+        return web.Response(status=204)
+
+    return handler
+
+
 @contextlib.asynccontextmanager
 async def serve(handler: Handler) -> AsyncIterator[str]:
     """A real aiohttp server on a free loopback port answering every POST with `handler`."""
@@ -422,10 +432,7 @@ def test_parse_retry_after_http_dates() -> None:
 
 def test_configured_headers_never_duplicate_jobcar_metadata_whatever_their_case() -> None:
     received: list[web.Request] = []
-
-    async def handler(request: web.Request) -> web.Response:
-        received.append(request)
-        return web.Response(status=204)
+    handler = recording(received)
 
     async def scenario() -> Outcome:
         async with serve(handler) as url:
@@ -442,10 +449,7 @@ def test_configured_headers_never_duplicate_jobcar_metadata_whatever_their_case(
 
 def test_configured_host_user_agent_and_authorization_replace_the_defaults() -> None:
     received: list[web.Request] = []
-
-    async def handler(request: web.Request) -> web.Response:
-        received.append(request)
-        return web.Response(status=204)
+    handler = recording(received)
 
     async def scenario() -> list[Outcome]:
         async with serve(handler) as url:
@@ -467,10 +471,7 @@ def test_configured_host_user_agent_and_authorization_replace_the_defaults() -> 
 
 def test_a_line_break_in_a_job_field_fails_the_job_instead_of_forging_headers() -> None:
     received: list[web.Request] = []
-
-    async def handler(request: web.Request) -> web.Response:
-        received.append(request)
-        return web.Response(status=204)
+    handler = recording(received)
 
     async def scenario() -> list[Outcome]:
         async with serve(handler) as url:
