@@ -17,9 +17,9 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from importlib import resources
 from typing import Any, Final
 
+from jobcar import store
 from jobcar.job import STORED_IN_SETS, State
 from jobcar.store import DeadLetterLimits, QueueKeys, SyncRedis
 
@@ -192,10 +192,6 @@ local before = redis.call('ZCARD', KEYS[4])
 trim_dead(prefix, KEYS[4], max_jobs, max_age, now_ms())
 return before - redis.call('ZCARD', KEYS[4])
 """
-
-
-def _lib() -> str:
-    return (resources.files("jobcar") / "lua" / "_lib.lua").read_text(encoding="utf-8")
 
 
 def _run(client: SyncRedis, keys: QueueKeys, kind: str, source: str, args: Sequence[str | int]) -> int:
@@ -383,7 +379,7 @@ def check_queue(client: SyncRedis, keys: QueueKeys, *, repair: bool, dead_limits
         )
         repaired = False
         if repair:
-            source = "#!lua flags=allow-oom\n" + _lib() + "\nlocal prefix = ARGV[1]\n" + _TRIM_DEAD
+            source = store.with_helpers("#!lua flags=allow-oom", "local prefix = ARGV[1]\n" + _TRIM_DEAD)
             args = ("", dead_limits.max_jobs, dead_limits.max_age_ms)
             trimmed = 0
             while (n := _run(client, keys, Kind.DEAD_OVER_LIMIT, source, args)) > 0:
