@@ -411,8 +411,8 @@ def parse_enqueue(records: Sequence[EnqueueRecord], replies: Sequence[Reply]) ->
     for index, entry in zip(order, entries, strict=True):
         record = records[index]
         if isinstance(entry, bytes):  # the common case, kept cheap: created, in this state
-            state = _CREATED_STATES.get(entry) or State(entry.decode())
-            infos[index] = JobInfo(record.id, record.queue, state, EnqueueStatus.CREATED)
+            created = _CREATED_STATES.get(entry) or State(entry.decode())
+            infos[index] = JobInfo(record.id, record.queue, created, EnqueueStatus.CREATED)
         else:
             status, job_id, state = (_text(x) for x in _list(entry))
             infos[index] = JobInfo(job_id, record.queue, State(state), EnqueueStatus(status))
