@@ -36,6 +36,7 @@ from jobcar.executors.guardian import Guardian
 from jobcar.executors.http import HttpExecutor
 from jobcar.executors.http_client import HttpClient
 from jobcar.health import AppHealth
+from jobcar.hiredis_packing import use_hiredis_packing
 from jobcar.logs import setup_logging
 from jobcar.metrics import Metrics
 from jobcar.runner import IDLE_WAIT_MAX, REDIS_ERRORS, RedisHealth, Runner
@@ -74,8 +75,11 @@ def connect(config: Config, url: str, *, blocking: bool = False) -> store.AsyncR
         "protocol": 2,
     }
     if config.redis.cluster:
+        # Cluster nodes pick their connection class themselves: redis-py's packing there.
         return redis.asyncio.RedisCluster.from_url(url, **options)
-    return redis.asyncio.Redis.from_url(url, **options)  # type: ignore[arg-type]
+    client = redis.asyncio.Redis.from_url(url, **options)  # type: ignore[arg-type]
+    use_hiredis_packing(client)
+    return client
 
 
 async def check_server(client: store.AsyncRedis, strict: bool) -> None:
