@@ -10,7 +10,8 @@ it is the ceiling, not a peer.
 - enqueue_many (chunks of 500, one round trip each) and HTTP POST /v1/jobs batches of 500
   ({"jobs": [...]}) beside LPUSH pipelined 500 per round trip, over --jobs jobs;
 - single `enqueue` and HTTP POST /v1/jobs of one job, one request at a time, beside one LPUSH round trip
-  at a time, over a tenth of --jobs.
+  at a time, over a tenth of --jobs; and the floor for any script that keeps per-job state, one EVALSHA
+  doing only HSET + LPUSH per job.
 
 The HTTP scenarios post to a real `jobcar run` daemon's listener on loopback, from an aiohttp client on
 uvloop (one keep-alive connection, each body encoded per request as a producer would). The daemon serves
@@ -45,6 +46,7 @@ from tests.servers import RedisServer, find_server_binary, free_port
 
 import jobcar
 from jobcar import Client
+from jobcar.client import new_job_id
 
 CHUNK = 500  # jobcar's enqueue_many chunk: the LPUSH limit pipelines the same number per round trip
 HTTP_BATCH = 500  # jobs per POST /v1/jobs batch (the API takes at most 1,000)
@@ -81,6 +83,23 @@ def single_lpush(client: redis.Redis, jobs: int) -> None:
     key = f"b{uuid.uuid4().hex[:8]}:list"
     for _ in range(jobs):
         client.lpush(key, encode(PAYLOAD))
+
+
+#: The least a script keeping per-job state can do: store a hash and push its id. jobcar's enqueue also
+#: refuses an existing id, reads Redis time and wakes idle daemons; this is the floor under it.
+FLOOR_SCRIPT = """
+redis.call('HSET', KEYS[2], 'type', ARGV[1], 'payload', ARGV[2], 'state', 'pending', 'created', ARGV[3])
+redis.call('LPUSH', KEYS[1], ARGV[4])
+return 1
+"""
+
+
+def single_floor_script(client: redis.Redis, jobs: int) -> None:
+    prefix = f"b{uuid.uuid4().hex[:8]}:"
+    floor = client.register_script(FLOOR_SCRIPT)
+    for _ in range(jobs):
+        job_id = new_job_id()
+        floor(keys=[prefix + "pending", prefix + "job:" + job_id], args=["email.welcome", encode(PAYLOAD), 0, job_id])
 
 
 async def _post_all(url: str, bodies: Iterator[bytes]) -> None:
@@ -133,6 +152,7 @@ def pairs(jobs: int, api_url: str | None) -> list[Pair]:
     found = [
         Pair("enqueue_many", bulk_enqueue_many, "pipelined LPUSH", bulk_lpush, jobs),
         Pair("single enqueue", single_enqueue, "single LPUSH", single_lpush, single),
+        Pair("floor script", single_floor_script, "single LPUSH", single_lpush, single),
     ]
     if api_url is not None:
         found += [

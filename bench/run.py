@@ -368,6 +368,8 @@ def build_rows(f: Figures, peers_record: dict[str, Any], sizes: Sizes, skipped: 
     rows.append(versus(f"enqueue_many, jobs/s ({bulk:,})", m("enqueue enqueue_many jobs/s"), "pipelined LPUSH",
                        pipelined, on_ratio=("≥", 0.5)))  # fmt: skip
     rows.append(versus(f"single enqueue, jobs/s ({single:,})", one, "single LPUSH", lpush, on_ratio=("≥", 0.8)))
+    floor = m("enqueue floor script jobs/s")
+    rows.append(versus(f"  floor: a script doing only HSET + LPUSH ({single:,})", floor, "single LPUSH", lpush))
     stateful = {n: e for n, e in peers.items() if n in PER_JOB_STATE}
     fastest_enqueue = best_peer(stateful, "enqueue_jobs_per_s", max)
     title = "single enqueue vs peers with per-job state"
