@@ -26,7 +26,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 
 import aiohttp
@@ -124,12 +124,16 @@ def on_uvloop(coro: Awaitable[float]) -> float:
         return runner.run(coro)  # type: ignore[arg-type]
 
 
-async def latency(server: RedisServer, tmp: Path) -> tuple[list[float], list[float]]:
-    """(pickup latencies, delayed-job lateness) in ms, measured by an in-process HTTP handler."""
+@contextlib.asynccontextmanager
+async def recording_daemon(
+    server: RedisServer, tmp: Path, clock: Callable[[], float] = time.monotonic
+) -> AsyncIterator[tuple[str, dict[str, float]]]:
+    """A `jobcar run` daemon whose job type "lat" posts to an in-process aiohttp handler that records when
+    each job arrived (`clock()`, by job id). Yields (namespace, arrivals)."""
     arrivals: dict[str, float] = {}
 
     async def handler(request: web.Request) -> web.Response:
-        arrivals[request.headers["Jobcar-Job-Id"]] = time.monotonic()
+        arrivals[request.headers["Jobcar-Job-Id"]] = clock()
         await request.read()
         return web.Response(status=204)
 
@@ -145,30 +149,38 @@ async def latency(server: RedisServer, tmp: Path) -> tuple[list[float], list[flo
     daemon = DaemonProcess(config)
     await asyncio.to_thread(daemon.start)
     try:
-        async with AsyncClient.from_url(server.url, namespace=namespace) as client:
-            await client.enqueue("lat", None)  # warm the connections
-            await asyncio.sleep(0.5)
-            sent: dict[str, float] = {}
-            for _ in range(500):
-                t = time.monotonic()
-                info = await client.enqueue("lat", PAYLOAD)
-                sent[info.id] = t
-                await asyncio.sleep(0.01)
-            due: dict[str, float] = {}
-            for n in range(200):
-                delay = 0.2 + 1.8 * n / 200
-                info = await client.enqueue("lat", PAYLOAD, delay=delay)
-                due[info.id] = time.monotonic() + delay
-                await asyncio.sleep(0.005)
-            deadline = time.monotonic() + 30
-            while not (sent.keys() | due.keys()) <= arrivals.keys() and time.monotonic() < deadline:  # noqa: ASYNC110
-                await asyncio.sleep(0.05)
-        pickup = [(arrivals[i] - t) * 1000 for i, t in sent.items() if i in arrivals]
-        lateness = [(arrivals[i] - t) * 1000 for i, t in due.items() if i in arrivals]
-        return pickup, lateness
+        yield namespace, arrivals
     finally:
         await asyncio.to_thread(daemon.stop)
         await runner.cleanup()
+
+
+async def latency(server: RedisServer, tmp: Path) -> tuple[list[float], list[float]]:
+    """(pickup latencies, delayed-job lateness) in ms, measured by an in-process HTTP handler."""
+    async with (
+        recording_daemon(server, tmp) as (namespace, arrivals),
+        AsyncClient.from_url(server.url, namespace=namespace) as client,
+    ):
+        await client.enqueue("lat", None)  # warm the connections
+        await asyncio.sleep(0.5)
+        sent: dict[str, float] = {}
+        for _ in range(500):
+            t = time.monotonic()
+            info = await client.enqueue("lat", PAYLOAD)
+            sent[info.id] = t
+            await asyncio.sleep(0.01)
+        due: dict[str, float] = {}
+        for n in range(200):
+            delay = 0.2 + 1.8 * n / 200
+            info = await client.enqueue("lat", PAYLOAD, delay=delay)
+            due[info.id] = time.monotonic() + delay
+            await asyncio.sleep(0.005)
+        deadline = time.monotonic() + 30
+        while not (sent.keys() | due.keys()) <= arrivals.keys() and time.monotonic() < deadline:  # noqa: ASYNC110
+            await asyncio.sleep(0.05)
+    pickup = [(arrivals[i] - t) * 1000 for i, t in sent.items() if i in arrivals]
+    lateness = [(arrivals[i] - t) * 1000 for i, t in due.items() if i in arrivals]
+    return pickup, lateness
 
 
 def idle_commands_per_queue(binary: str, tmp: Path, seconds: float = 10) -> float:

@@ -31,16 +31,14 @@ from pathlib import Path
 import redis
 import redis.asyncio
 import uvloop
-from aiohttp import web
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from tests.integration.daemon_harness import DaemonProcess, write_config
-from tests.servers import RedisServer, find_server_binary, free_port
+from tests.servers import RedisServer, find_server_binary
 
+from daemon import PAYLOAD, recording_daemon  # bench/daemon.py
 from jobcar import AsyncClient
 
-PAYLOAD = {"user": 1234567, "template": "welcome", "locale": "en-GB", "campaign": "2026-autumn", "pad": "x" * 16}
 GAP = 0.01  # seconds between jobs, as in make bench's pickup figure
 
 
@@ -70,41 +68,22 @@ class ScriptLog:
 
 
 async def pickups(server: RedisServer, tmp: Path, jobs: int) -> tuple[dict[str, float], dict[str, float]]:
-    """({job id: enqueue start}, {job id: handler arrival}), both Unix time, jobs GAP apart."""
-    arrivals: dict[str, float] = {}
-
-    async def handler(request: web.Request) -> web.Response:
-        arrivals[request.headers["Jobcar-Job-Id"]] = time.time()
-        await request.read()
-        return web.Response(status=204)
-
-    app = web.Application()
-    app.router.add_post("/h", handler)
-    runner = web.AppRunner(app, access_log=None)
-    await runner.setup()
-    port = free_port()
-    await web.TCPSite(runner, "127.0.0.1", port).start()
-    namespace = f"legs{time.monotonic_ns()}"
-    config = write_config(tmp, server.url, namespace, {"lat": {"url": f"http://127.0.0.1:{port}/h"}},
-                          log_level="info")  # fmt: skip
-    daemon = DaemonProcess(config)
-    await asyncio.to_thread(daemon.start)
-    try:
-        async with AsyncClient.from_url(server.url, namespace=namespace) as client:
-            await client.enqueue("lat", None)  # warm the connections
-            await asyncio.sleep(0.5)
-            sent: dict[str, float] = {}
-            for _ in range(jobs):
-                started = time.time()
-                sent[(await client.enqueue("lat", PAYLOAD)).id] = started
-                await asyncio.sleep(GAP)
-            deadline = time.monotonic() + 30
-            while not sent.keys() <= arrivals.keys() and time.monotonic() < deadline:  # noqa: ASYNC110
-                await asyncio.sleep(0.05)
-        return sent, arrivals
-    finally:
-        await asyncio.to_thread(daemon.stop)
-        await runner.cleanup()
+    """({job id: enqueue start}, {job id: handler arrival}), both Unix time (as MONITOR's), jobs GAP apart."""
+    async with (
+        recording_daemon(server, tmp, clock=time.time) as (namespace, arrivals),
+        AsyncClient.from_url(server.url, namespace=namespace) as client,
+    ):
+        await client.enqueue("lat", None)  # warm the connections
+        await asyncio.sleep(0.5)
+        sent: dict[str, float] = {}
+        for _ in range(jobs):
+            started = time.time()
+            sent[(await client.enqueue("lat", PAYLOAD)).id] = started
+            await asyncio.sleep(GAP)
+        deadline = time.monotonic() + 30
+        while not sent.keys() <= arrivals.keys() and time.monotonic() < deadline:  # noqa: ASYNC110
+            await asyncio.sleep(0.05)
+    return sent, arrivals
 
 
 async def ping_round_trips(url: str, gap: float, count: int = 200) -> list[float]:
