@@ -71,21 +71,6 @@ class QueueKeys:
     def of(cls, namespace: str, queue: str) -> QueueKeys:
         return _queue_keys(namespace, queue)
 
-    @classmethod
-    def build(cls, namespace: str, queue: str) -> QueueKeys:
-        prefix = f"{namespace}:{{{queue}}}:"
-        return cls(
-            namespace=namespace,
-            queue=queue,
-            prefix=prefix,
-            pending=prefix + "pending",
-            scheduled=prefix + "scheduled",
-            active=prefix + "active",
-            dead=prefix + "dead",
-            wake=prefix + "wake",
-            paused=prefix + "paused",
-        )
-
     def job(self, job_id: str) -> str:
         return f"{self.prefix}job:{job_id}"
 
@@ -99,7 +84,18 @@ class QueueKeys:
 @lru_cache(maxsize=4096)
 def _queue_keys(namespace: str, queue: str) -> QueueKeys:
     # Producers and the daemon ask for the same few queues on every call; the keys never change.
-    return QueueKeys.build(namespace, queue)
+    prefix = f"{namespace}:{{{queue}}}:"
+    return QueueKeys(
+        namespace=namespace,
+        queue=queue,
+        prefix=prefix,
+        pending=prefix + "pending",
+        scheduled=prefix + "scheduled",
+        active=prefix + "active",
+        dead=prefix + "dead",
+        wake=prefix + "wake",
+        paused=prefix + "paused",
+    )
 
 
 # ---------------------------------------------------------------------------------------------
