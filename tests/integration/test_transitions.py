@@ -104,6 +104,22 @@ def test_lease_uses_per_type_max_attempts_but_never_overrides_the_job(q: QueueDr
     assert jobs[typed].max_attempts == 5 and jobs[own].max_attempts == 2
 
 
+def test_lease_reply_is_the_hash_as_written_and_a_hand_written_attempt_cannot_strand_the_batch(
+    q: QueueDriver,
+) -> None:
+    ids = [q.enqueue("t", n).id for n in range(3)]
+    # An attempt that is not a number (written by hand) used to fail the script after its RPOP, losing
+    # the popped ids; it now counts as no attempt yet.
+    q.redis.hset(q.keys.job(ids[1]), "attempt", "many")
+    q.redis.hset(q.keys.job(ids[2]), mapping={"attempt": "4", "max_attempts": "9"})
+    result = q.lease(count=3, max_attempts=7)
+    assert [j.job.attempt for j in result.jobs] == [1, 1, 5]
+    assert [j.job.max_attempts for j in result.jobs] == [7, 7, 9]
+    for leased in result.jobs:
+        assert leased.job == store.parse_job(leased.job.id, "default", q.redis.hgetall(q.keys.job(leased.job.id)))
+        assert q.redis.zscore(q.keys.active, leased.job.id) is not None
+
+
 def test_lease_on_an_empty_queue_reports_the_next_due_job(q: QueueDriver) -> None:
     assert q.lease().next_due_ms is None
     q.enqueue("t", delay=60)

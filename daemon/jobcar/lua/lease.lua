@@ -51,7 +51,18 @@ if #due > 0 then
   redis.call('ZREM', KEYS[2], unpack(due))
 end
 
+-- Set a field in an HGETALL reply `job` whose value indexes are `at` (name -> index), or append it.
+local function put(job, at, name, value)
+  if at[name] then
+    job[at[name]] = value
+  else
+    job[#job + 1] = name
+    job[#job + 1] = value
+  end
+end
+
 local reply = {now, 0, 0, {}}
+local started = tostring(now)
 local missing = reply[4]
 local deadline = now + lease_ms
 local leased = 0
@@ -61,19 +72,32 @@ if count > 0 then
   if ids then
     for _, id in ipairs(ids) do
       local job_key = prefix .. 'job:' .. id
-      local job_type = redis.call('HGET', job_key, 'type')
-      if not job_type then
+      -- One read and one write per job: the hash as stored, then the lease's fields. The reply is that
+      -- read with the written values put in place (or appended, for fields the hash did not have).
+      local job = redis.call('HGETALL', job_key)
+      local at = {}  -- field name -> index of its value in job
+      for i = 1, #job, 2 do at[job[i]] = i + 1 end
+      if not at.type then
         missing[#missing + 1] = id
       else
         leased = leased + 1
         local token = token_base .. '.' .. leased
-        local max_attempts = max_by_type[job_type] or default_max
-        redis.call('HSETNX', job_key, 'max_attempts', max_attempts)
-        redis.call('HINCRBY', job_key, 'attempt', 1)
-        redis.call('HSET', job_key, 'state', 'active', 'token', token, 'started', now)
+        -- An attempt count that is not a number (a hash written by hand) counts as none.
+        local attempt = tostring((tonumber(at.attempt and job[at.attempt]) or 0) + 1)
+        put(job, at, 'state', 'active')
+        put(job, at, 'token', token)
+        put(job, at, 'started', started)
+        put(job, at, 'attempt', attempt)
+        if at.max_attempts then
+          redis.call('HSET', job_key, 'state', 'active', 'token', token, 'started', started, 'attempt', attempt)
+        else
+          local max_attempts = tostring(max_by_type[job[at.type]] or default_max)
+          put(job, at, 'max_attempts', max_attempts)
+          redis.call('HSET', job_key, 'state', 'active', 'token', token, 'started', started, 'attempt', attempt,
+            'max_attempts', max_attempts)
+        end
         deadlines[#deadlines + 1] = deadline
         deadlines[#deadlines + 1] = id
-        local job = redis.call('HGETALL', job_key)
         table.insert(job, 1, token)
         table.insert(job, 1, id)
         reply[#reply + 1] = job
