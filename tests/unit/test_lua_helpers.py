@@ -35,8 +35,10 @@ def test_every_function_a_script_calls_is_defined_in_it(name: str) -> None:
 
 def test_a_script_carries_only_the_helpers_it_needs_including_helpers_of_helpers() -> None:
     enqueue = set(LOCAL_FUNCTION.findall(store.script("enqueue").source))
-    assert {"now_ms", "wake", "call_in_chunks", "count_in_batch", "add_to_batch"} <= enqueue
-    assert not {"trim_dead", "record_error", "move_to_dead", "holds_lease"} & enqueue
+    assert {"now_ms", "wake", "call_in_chunks", "add_to_batch"} <= enqueue
+    assert not {"trim_dead", "record_error", "move_to_dead", "holds_lease", "count_in_batch"} & enqueue
+    requeue = set(LOCAL_FUNCTION.findall(store.script("requeue").source))
+    assert {"count_in_batch", "add_to_batch", "move_to_pending"} <= requeue  # add_to_batch via count_in_batch
     kill = set(LOCAL_FUNCTION.findall(store.script("kill").source))
     # kill calls move_to_dead, which needs record_error, release_unique (then release_lock) and trim_dead.
     assert {"move_to_dead", "record_error", "release_unique", "release_lock", "trim_dead"} <= kill

@@ -95,7 +95,9 @@ for _, r in ipairs(records) do
     else
       runnable[#runnable + 1] = id
     end
-    if nextra > 0 then count_in_batch(prefix, job_key, 'total', 1) end  -- batch is an optional field
+    for f = r + 8, r + 7 + 2 * nextra, 2 do  -- the batch, if any, is among the optional fields just written
+      if ARGV[f] == 'batch' then add_to_batch(prefix, ARGV[f + 1], 'total', 1) end
+    end
     replies[#replies + 1] = state
   end
 end
