@@ -463,10 +463,14 @@ class Runner:
 
     def _stop(self, running: RunningJob, reason: StopReason) -> None:
         if running.stop_reason is None and running.task is not None:
-            running.stop_reason = reason
+            self._note_stop(running, reason)
             running.task.cancel()
-            if reason is StopReason.SHUTDOWN:
-                self._returned_on_shutdown += 1
+
+    def _note_stop(self, running: RunningJob, reason: StopReason) -> None:
+        """Say why the attempt ends early: its task then records that instead of an outcome."""
+        running.stop_reason = reason
+        if reason is StopReason.SHUTDOWN:
+            self._returned_on_shutdown += 1
 
     def _forget(self, running: RunningJob) -> None:
         """The attempt no longer runs here (called once per attempt); its outcome may still be recorded."""
@@ -485,7 +489,7 @@ class Runner:
             return
         started = time.monotonic()
         try:
-            outcome = await self._execute(job)
+            outcome = await self._execute(running)
         except asyncio.CancelledError:
             reason = running.stop_reason
             if reason is None:
@@ -511,7 +515,8 @@ class Runner:
                 log.debug("job %s: %s", outcome.kind.value, outcome.error, extra=fields)
         await self._finish(running, outcome)
 
-    async def _execute(self, job: Job) -> Outcome:
+    async def _execute(self, running: RunningJob) -> Outcome:
+        job = running.job
         handler = self.handlers.get(job.type)
         executor = self.executors.get(job.type)
         if handler is None or executor is None:
@@ -524,7 +529,10 @@ class Runner:
         # A job of a type at its concurrency limit waits here, holding one of the daemon's slots.
         async with limit[1]:
             if self._draining.is_set():
-                raise asyncio.CancelledError  # never start a handler after the drain began
+                # Never start a handler after the drain began: the job goes back as if stopped by it. (Not
+                # `_stop`: cancelling this task would also cancel the give-back call it is about to make.)
+                self._note_stop(running, StopReason.SHUTDOWN)
+                raise asyncio.CancelledError
             return await executor.run(job, deadline=time.time() + timeout, max_attempts=max_attempts)
 
     async def _finish(

@@ -70,6 +70,34 @@ def test_sigterm_drains_finishes_what_it_can_and_gives_the_rest_back(
     assert "15 returned to pending" in drained["msg"]
 
 
+def test_jobs_waiting_for_their_type_limit_at_a_drain_are_given_back_not_run(
+    redis_server: RedisServer, namespace: str, tmp_path: Path
+) -> None:
+    """Leased jobs queued behind a type's concurrency limit must not start after SIGTERM; they go back to
+    pending with their attempt returned, even when the slot frees up well within shutdown_timeout."""
+    pids = tmp_path / "pids"
+    handler = {"command": [sys.executable, sleeper(tmp_path, pids)], "concurrency": 1}
+    config = write_config(tmp_path, redis_server.url, namespace, {"work": handler},
+                          concurrency=5, shutdown_timeout="20s")  # fmt: skip
+    daemon = DaemonProcess(config).start()
+    with redis_server.client() as client:
+        q = QueueDriver(client, namespace)
+        first = q.enqueue("work", {"sleep": 1}).id
+        waiting = [q.enqueue("work", {"sleep": 0}).id for _ in range(2)]
+        wait_for(lambda: client.zcard(q.keys.active) == 3, what="3 jobs leased")
+        wait_for(lambda: pids.exists() and len(pids.read_text().split()) == 1, what="the first handler to start")
+        daemon.signal(signal.SIGTERM)
+        assert daemon.wait(timeout=30) == 0
+        assert q.job(first) is None, "the running job finishes within shutdown_timeout"
+        assert len(pids.read_text().split()) == 1, "no handler starts after the signal"
+        for job_id in waiting:
+            job = q.job(job_id)
+            assert job is not None and q.where(job_id) is State.PENDING, q.where(job_id)
+            assert job.attempt == 0, "the attempt that never ran is given back"
+    drained = daemon.wait_for_log("drained")
+    assert "2 returned to pending" in drained["msg"]
+
+
 def test_a_second_signal_gives_everything_back_at_once(
     redis_server: RedisServer, namespace: str, tmp_path: Path
 ) -> None:
