@@ -7,7 +7,9 @@ and survives their exceptions (CONVENTIONS: every loop survives a bad moment of 
 
 Leasing: a queue is "ready" until a lease finds it empty; then a watcher task blocks on the queue's
 wake list (ADR 0002) and marks it ready again when work appears, and a timer does so when the
-earliest scheduled job is due. The loop never asks for more jobs than it has free slots.
+earliest scheduled job is due. On a daemon with one queue the watcher sends a lease behind its wait,
+which Redis runs as soon as the wait ends (ADR 0005). The daemon never asks for more jobs than it has
+free slots: a lease waiting behind a watcher holds its slots until its reply.
 """
 
 from __future__ import annotations
@@ -18,11 +20,12 @@ import functools
 import json
 import logging
 import random
+import secrets
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Iterator, Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
-from typing import Any, Final, Protocol
+from typing import Any, Final, NoReturn, Protocol
 
 import redis.exceptions
 
@@ -49,6 +52,11 @@ MAX_FREE_RETRIES: Final = 20
 RECONNECT_MIN, RECONNECT_MAX = 0.05, 5.0
 #: After an outage, a call sent before Redis answered again and still unanswered this long is abandoned.
 STALE_CALL_GRACE: Final = 1.0
+#: A watcher leaves a scheduled job due within its wait (plus this margin) to the daemon's timer: Redis
+#: ends a BLMOVE on timeout only at its next cron tick (100 ms apart at the default hz 10).
+DUE_MARGIN: Final = 1.0
+#: At a drain, how long the daemon waits for the replies of leases still queued behind watchers' waits.
+DRAIN_WAKE_MAX: Final = 2.0
 #: Errors that mean "Redis did not do it": unreachable, or refusing (OOM, READONLY after a failover,
 #: CLUSTERDOWN...). The daemon backs off and tries again; it never exits because of them.
 REDIS_ERRORS: Final = (redis.exceptions.RedisError, OSError)
@@ -109,6 +117,7 @@ class QueueState:
     ready: bool = True
     due_at: float | None = None  # monotonic time when its earliest scheduled job is due
     went_idle: asyncio.Event = field(default_factory=asyncio.Event)
+    reserved: int = 0  # slots held by a lease waiting behind the watcher's BLMOVE
 
     def idle(self, next_due_ms: int | None) -> None:
         self.ready = False
@@ -274,6 +283,10 @@ class Runner:
         self._draining = asyncio.Event()
         self._type_slots: dict[str, tuple[int, asyncio.Semaphore]] = {}
         self.queues = [QueueState(QueueKeys.of(config.namespace, q), w) for q, w in config.queues.items()]
+        # ADR 0005: a one-queue daemon queues a lease behind its idle wait, guarded by its alive key.
+        self._leases_behind_waits = len(self.queues) == 1
+        self._daemon_id = secrets.token_hex(8)
+        self._alive_until = 0.0  # monotonic time until which the alive key surely exists
         self.apply(config, executors)
 
     # -- configuration ------------------------------------------------------------------------
@@ -319,6 +332,7 @@ class Runner:
                     # A bug must not end the daemon with jobs in flight: say so loudly and go on.
                     log.exception("lease loop: unexpected error; continuing")
                     await asyncio.sleep(1)
+            await self._collect_leases_on_wake()
             await self._settle()
         finally:
             # Cancel until every task is gone: a cancel swallowed inside redis-py (see
@@ -373,7 +387,7 @@ class Runner:
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self.app_health.wait(self.config.health_url), 1.0)
             return
-        free = self.config.concurrency - len(self.running)
+        free = self.config.concurrency - len(self.running) - sum(q.reserved for q in self.queues)
         now = time.monotonic()
         candidates = [q for q in self.queues if q.runnable(now)]
         if free <= 0 or not candidates:
@@ -384,9 +398,7 @@ class Runner:
             return
         queue = self._pick(candidates)
         count = min(free, LEASE_BATCH_MAX)
-        call = store.lease_call(
-            queue.keys, count, self.lease_ms, self.config.defaults.max_attempts, self._max_attempts_by_type
-        )
+        call = self._lease(queue, count)
         sent = time.monotonic()
         try:
             async with self.health.guard():
@@ -395,13 +407,20 @@ class Runner:
             await self.health.failed(exc, sent_at=sent)
             return
         self.health.ok(sent)
+        await self._take(queue, count, reply)
+
+    def _lease(self, queue: QueueState, count: int, alive_key: str | None = None) -> ScriptCall:
+        return store.lease_call(
+            queue.keys, count, self.lease_ms, self.config.defaults.max_attempts, self._max_attempts_by_type, alive_key
+        )
+
+    async def _take(self, queue: QueueState, count: int, reply: store.Reply) -> None:
+        """Start the jobs a lease of `count` returned, and mark the queue idle if it ran short."""
         result = store.parse_lease(queue.keys, reply)
-        for job_id in result.missing:
-            log.error("job id in pending list has no job hash; dropped from the list", extra={"job_id": job_id})
-        for job_id, token, problem in result.malformed:
-            log.error("malformed job hash; moved to the dead-letter queue", extra={"job_id": job_id})
-            kill = store.kill_call(queue.keys, job_id, token, f"malformed job: {problem}", self._dead)
-            await store.execute_async(self.client, [kill])
+        if result.declined:
+            # Our alive key lapsed (a stalled heartbeat, a flushed or restarted server): plain waits until
+            # a beat refreshes it; without this, a wake left in place would make every wait return at once.
+            self._alive_until = 0.0
         series = self.metrics.of_queue(queue.keys.queue)
         series.leased.inc(len(result.jobs))
         for leased in result.jobs:
@@ -412,6 +431,12 @@ class Runner:
         elif len(result.jobs) < count:
             # Empty (or emptied) for now: wait for a wake, or for the earliest scheduled job.
             queue.idle(result.next_due_ms)
+        for job_id in result.missing:
+            log.error("job id in pending list has no job hash; dropped from the list", extra={"job_id": job_id})
+        for job_id, token, problem in result.malformed:
+            log.error("malformed job hash; moved to the dead-letter queue", extra={"job_id": job_id})
+            kill = store.kill_call(queue.keys, job_id, token, f"malformed job: {problem}", self._dead)
+            await store.execute_async(self.client, [kill])
 
     def _redis_recovered(self) -> None:
         """Lease from every queue at once after an outage: jobs enqueued meanwhile are waiting, and the
@@ -426,22 +451,81 @@ class Runner:
         return random.choices(candidates, weights=[q.weight for q in candidates])[0]
 
     async def _watch(self, queue: QueueState) -> None:
-        """Block on the queue's wake list while it is idle, then mark it ready (ADR 0002)."""
+        """Block on the queue's wake list while it is idle, then mark it ready (ADR 0002), or, with a lease
+        sent behind the wait, start what it leased (ADR 0005)."""
         await queue.went_idle.wait()
+        count = self._lease_on_wake_count(queue)
+        # IDLE_WAIT_MAX is whole seconds: redis-py types the timeout as int (the server takes decimals).
+        wake, timeout = queue.keys.wake, int(IDLE_WAIT_MAX)
         sent = time.monotonic()
         try:
-            # IDLE_WAIT_MAX is whole seconds: redis-py types the timeout as int (the server takes decimals).
-            wake = queue.keys.wake
-            async with self.health.guard():
-                with store.closed_transport_is_connection_error():
-                    await self.blocking_client.blmove(wake, wake, int(IDLE_WAIT_MAX), "RIGHT", "RIGHT")
+            with self._reserved(queue, count):
+                async with self.health.guard():
+                    if count:
+                        call = self._lease(queue, count, alive_key=queue.keys.alive(self._daemon_id))
+                        reply = await store.lease_on_wake(self.blocking_client, wake, timeout, call)
+                    else:
+                        with store.closed_transport_is_connection_error():
+                            await self.blocking_client.blmove(wake, wake, timeout, "RIGHT", "RIGHT")
+                self.health.ok(sent)
+                queue.went_idle.clear()
+                queue.ready = True
+                if count:
+                    await self._take(queue, count, reply)
+                    # Let the jobs just started send their requests before this task re-arms its wait:
+                    # building that pipeline costs ~0.1 ms of Python, which would delay every pickup.
+                    await asyncio.sleep(0)
         except REDIS_ERRORS as exc:
             await self.health.failed(exc, sent_at=sent)
             return  # the queue stays idle: the next pass blocks again
-        self.health.ok(sent)
-        queue.went_idle.clear()
-        queue.ready = True
-        self._changed.set()
+
+    @contextlib.contextmanager
+    def _reserved(self, queue: QueueState, count: int) -> Iterator[None]:
+        """Hold `count` slots for a lease sent behind a wait, until its jobs are running or it failed."""
+        queue.reserved = count
+        try:
+            yield
+        finally:
+            queue.reserved = 0
+            self._changed.set()
+
+    def _lease_on_wake_count(self, queue: QueueState) -> int:
+        """How many jobs the watcher of an idle queue leases behind its wait; 0 for a plain wait.
+
+        Only on a daemon with one queue: a lease waiting behind one queue's wait holds slots that another
+        queue's jobs could need meanwhile. Only while the heartbeat keeps the alive key that guards it.
+        Never while draining or while the app is unhealthy, and not when a scheduled job is due before
+        the wait ends: the daemon's timer leases that one on time.
+        """
+        if not self._leases_behind_waits or self._alive_until <= time.monotonic():
+            return 0
+        if self._draining.is_set() or not self.app_health.healthy(self.config.health_url):
+            return 0
+        if queue.due_at is not None and queue.due_at < time.monotonic() + IDLE_WAIT_MAX + DUE_MARGIN:
+            return 0
+        return max(0, min(LEASE_BATCH_MAX, self.config.concurrency - len(self.running)))
+
+    async def _collect_leases_on_wake(self) -> None:
+        """At a drain, wake the watchers whose lease still waits behind their BLMOVE and take the replies:
+        the lease runs whenever a wake comes, and cancelling the wait could drop a reply carrying jobs
+        (they would sit leased until their lease expired). The jobs it took go straight back (`_execute`).
+        Extra elements on a wake list are harmless: the next lease that finds nothing pending deletes it."""
+        waiting = [q for q in self.queues if q.reserved]
+        if not waiting:
+            return
+        # The replies are awaited, not the wakes: a reply already on its way may arrive first.
+        wakes = asyncio.gather(*(self.client.rpush(q.keys.wake, "1") for q in waiting), return_exceptions=True)
+        try:
+            async with asyncio.timeout(DRAIN_WAKE_MAX):
+                while any(q.reserved for q in self.queues):
+                    self._changed.clear()
+                    await self._changed.wait()
+        except TimeoutError:
+            # If the lease still runs, the reaper of any daemon recovers its jobs once their lease expires.
+            log.warning("no reply from a lease sent behind a wait within %.0f s; exiting without it", DRAIN_WAKE_MAX)
+        finally:
+            wakes.cancel()
+            await asyncio.wait([wakes])
 
     # -- running one job ----------------------------------------------------------------------
 
@@ -465,6 +549,12 @@ class Runner:
         if running.stop_reason is None and running.task is not None:
             self._note_stop(running, reason)
             running.task.cancel()
+
+    def _give_back_unstarted(self, running: RunningJob) -> NoReturn:
+        """Never start a handler after the drain began: the job goes back as if the drain had stopped it.
+        (Not `_stop`: cancelling its own task would also cancel the give-back call the task then makes.)"""
+        self._note_stop(running, StopReason.SHUTDOWN)
+        raise asyncio.CancelledError
 
     def _note_stop(self, running: RunningJob, reason: StopReason) -> None:
         """Say why the attempt ends early: its task then records that instead of an outcome."""
@@ -517,6 +607,8 @@ class Runner:
 
     async def _execute(self, running: RunningJob) -> Outcome:
         job = running.job
+        if self._draining.is_set():
+            self._give_back_unstarted(running)
         handler = self.handlers.get(job.type)
         executor = self.executors.get(job.type)
         if handler is None or executor is None:
@@ -529,10 +621,7 @@ class Runner:
         # A job of a type at its concurrency limit waits here, holding one of the daemon's slots.
         async with limit[1]:
             if self._draining.is_set():
-                # Never start a handler after the drain began: the job goes back as if stopped by it. (Not
-                # `_stop`: cancelling this task would also cancel the give-back call it is about to make.)
-                self._note_stop(running, StopReason.SHUTDOWN)
-                raise asyncio.CancelledError
+                self._give_back_unstarted(running)
             return await executor.run(job, deadline=time.time() + timeout, max_attempts=max_attempts)
 
     async def _finish(
@@ -607,9 +696,13 @@ class Runner:
     async def _heartbeat(self) -> None:
         """Renew the leases of jobs still in hand, every third of the lease. An attempt is abandoned
         (self-fencing) when its lease is lost, and also when it was not renewed for two thirds of the
-        lease: it could expire before the next beat, and another daemon could then run the job too."""
+        lease: it could expire before the next beat, and another daemon could then run the job too.
+
+        On a daemon that leases behind its idle wait, each beat then refreshes its alive key, for two
+        thirds of the lease: the key lapses before any lease the beat renewed, so a daemon frozen with a
+        lease queued behind its wait cannot take the jobs a reaper returns from it (ADR 0005). The first
+        beat is at start-up, so the key exists before the first idle wait."""
         interval = self.config.lease / 3
-        await asyncio.sleep(interval)
         by_queue: dict[str, list[RunningJob]] = {}
         for running in self.running.values():
             # Jobs being stopped still need their lease: they are given back or acked as canceled.
@@ -619,17 +712,27 @@ class Runner:
         sent = time.monotonic()
         calls = [store.extend_call(g[0].keys, self.lease_ms, [(r.job.id, r.leased.token) for r in g]) for g in groups]
         try:
-            if calls:
-                async with asyncio.timeout(interval):
+            async with asyncio.timeout(interval):
+                if calls:
                     replies = await store.execute_async(self.client, calls)
-                self.health.ok(sent)
-                self._renewed(groups, replies, sent)
+                    self.health.ok(sent)
+                    self._renewed(groups, replies, sent)
+                if self._leases_behind_waits:
+                    await self._refresh_alive_key()
         except REDIS_ERRORS as exc:  # asyncio's TimeoutError is an OSError too
             # No backoff beyond the heartbeat's own pace (a beat per interval, each bounded by it): a
             # longer sleep would let the leases lapse (and the attempts be abandoned) after Redis is back.
             await self.health.failed(exc, sent_at=sent, deadline=sent)
         finally:
             self._abandon_stale(time.monotonic(), interval)
+        await asyncio.sleep(interval)
+
+    async def _refresh_alive_key(self) -> None:
+        ttl = self.config.lease * 2 / 3
+        sent = time.monotonic()
+        await self.client.set(self.queues[0].keys.alive(self._daemon_id), "1", px=max(1, int(ttl * 1000)))
+        self.health.ok(sent)
+        self._alive_until = sent + ttl  # no later than Redis's own expiry: the SET ran after `sent`
 
     def _renewed(self, groups: list[list[RunningJob]], replies: list[store.Reply], sent: float) -> None:
         for group, reply in zip(groups, replies, strict=True):

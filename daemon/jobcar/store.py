@@ -80,6 +80,9 @@ class QueueKeys:
     def batch(self, batch_id: str) -> str:
         return f"{self.prefix}batch:{batch_id}"
 
+    def alive(self, daemon_id: str) -> str:
+        return f"{self.prefix}alive:{daemon_id}"
+
 
 @lru_cache(maxsize=4096)
 def _queue_keys(namespace: str, queue: str) -> QueueKeys:
@@ -275,6 +278,27 @@ async def _execute_one_async(client: AsyncRedis, call: ScriptCall, raise_on_erro
     return reply
 
 
+async def lease_on_wake(client: AsyncRedis, wake: str, timeout_s: int, lease: ScriptCall) -> Reply:
+    """Wait on a queue's wake list (ADR 0002) with a lease call pipelined behind the wait; the lease's reply.
+
+    Redis runs the lease the moment the wait ends, by a wake or by the timeout, with no round trip to
+    the caller in between: an idle daemon starts a new job one wake-up of each process sooner (ADR
+    0005). The lease runs either way, so the caller must reserve the slots it asks for until the reply.
+    """
+    with closed_transport_is_connection_error():
+        pipe = client.pipeline(transaction=False)
+        pipe.blmove(wake, wake, timeout_s, "RIGHT", "RIGHT")
+        pipe.execute_command(*lease.command())
+        reply: Reply = (await pipe.execute(raise_on_error=False))[1]
+        if isinstance(reply, NoScriptError):  # the lease did not run: a restarted or new server
+            reply = (await _execute_async(client, [lease], raise_on_error=True))[0]
+    # An error of the wait itself (a wake key of another type, written by hand) is not raised: the lease
+    # ran regardless and the jobs it took are the caller's now. It also deletes such a key once idle.
+    if isinstance(reply, Exception):
+        raise reply
+    return reply
+
+
 class CallBatcher:
     """Coalesces script calls made by many tasks into one pipeline per round trip.
 
@@ -435,6 +459,8 @@ class LeaseResult:
     #: Milliseconds until the earliest scheduled job is due; None when nothing is scheduled.
     next_due_ms: int | None
     paused: bool
+    #: The lease was given the caller's alive key and found it gone: it took nothing, changed nothing.
+    declined: bool
     #: Ids that were in the pending list without a job hash (corruption; reported, not runnable).
     missing: list[str]
     #: Leased jobs whose hash cannot be read (a producer wrote bad fields): (id, token, problem).
@@ -443,19 +469,26 @@ class LeaseResult:
 
 
 def lease_call(
-    keys: QueueKeys, count: int, lease_ms: int, default_max_attempts: int, max_attempts_by_type: str = "{}"
+    keys: QueueKeys,
+    count: int,
+    lease_ms: int,
+    default_max_attempts: int,
+    max_attempts_by_type: str = "{}",
+    alive_key: str | None = None,
 ) -> ScriptCall:
-    """`max_attempts_by_type` is a JSON object type -> max_attempts (encode it once per config)."""
+    """`max_attempts_by_type` is a JSON object type -> max_attempts (encode it once per config). With
+    `alive_key`, the lease takes nothing unless that key exists (ADR 0005)."""
     token_base = secrets.token_hex(8)
+    script_keys = (keys.pending, keys.scheduled, keys.active, keys.wake, keys.paused)
     return call(
         "lease",
-        (keys.pending, keys.scheduled, keys.active, keys.wake, keys.paused),
+        script_keys if alive_key is None else (*script_keys, alive_key),
         (keys.prefix, count, lease_ms, token_base, default_max_attempts, max_attempts_by_type),
     )
 
 
 def parse_lease(keys: QueueKeys, reply: Reply) -> LeaseResult:
-    now, next_due, paused, missing, *jobs = _list(reply)
+    now, next_due, stopped, missing, *jobs = _list(reply)
     leased = []
     malformed = []
     for raw in jobs:
@@ -473,7 +506,8 @@ def parse_lease(keys: QueueKeys, reply: Reply) -> LeaseResult:
         now_ms=_int(now),
         jobs=leased,
         next_due_ms=None if due < 0 else due,
-        paused=_int(paused) == 1,
+        paused=_int(stopped) == 1,
+        declined=_int(stopped) == 2,
         missing=[_text(m) for m in _list(missing)],
         malformed=malformed,
     )

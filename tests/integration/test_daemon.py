@@ -45,6 +45,12 @@ def blocked_clients(client: redis.Redis) -> int:
     return sum(1 for c in client.client_list() if c.get("cmd") == "blmove")
 
 
+def queued_behind_waits(client: redis.Redis) -> list[int]:
+    """For each connection waiting in BLMOVE, the bytes of commands it sent behind the wait (Redis keeps
+    them in the connection's query buffer until the wait ends): a lease, on a one-queue daemon."""
+    return [int(c["qbuf"]) for c in client.client_list() if c.get("cmd") == "blmove"]
+
+
 def test_http_success_gets_the_exact_bytes_and_metadata(
     handlers: HandlerServer, start_daemon: StartDaemon, q: QueueDriver
 ) -> None:
@@ -180,6 +186,7 @@ def test_idle_daemon_blocks_instead_of_polling(
                 return sum(int(v["calls"]) for k, v in probe.info("commandstats").items() if "info" not in k)
 
             wait_for(lambda: blocked_clients(probe) == 3, what="the daemon to block on its 3 idle queues")
+            assert queued_behind_waits(probe) == [0, 0, 0], "several queues: plain waits (ADR 0005)"
             before, started = calls(), time.monotonic()
             time.sleep(6)  # the measurement window (longer than the 5 s idle safety interval), not a wait
             rate = (calls() - before) / (time.monotonic() - started) / 3
@@ -189,6 +196,17 @@ def test_idle_daemon_blocks_instead_of_polling(
     finally:
         daemon.stop()
         server.stop()
+
+
+def test_a_one_queue_daemon_leases_behind_its_idle_wait(
+    handlers: HandlerServer, start_daemon: StartDaemon, q: QueueDriver
+) -> None:
+    daemon = start_daemon({"t": {"url": handlers.url("/jobs/ok", ok)}})
+    for n in range(3):
+        wait_for(lambda: any(queued_behind_waits(q.redis)), what="a lease queued behind the idle wait")
+        job = q.enqueue("t", n).id
+        wait_gone(q, job, daemon)
+    assert len(handlers.requests_to("/jobs/ok")) == 3
 
 
 def test_app_health_gates_leasing(handlers: HandlerServer, start_daemon: StartDaemon, q: QueueDriver) -> None:

@@ -5,13 +5,15 @@ from __future__ import annotations
 import json
 import signal
 import sys
+import threading
 import time
 from pathlib import Path
 
 import pytest
 
 from jobcar import State
-from tests.integration.daemon_harness import DaemonProcess, handler_server, write_config
+from tests.faultproxy import FaultProxy
+from tests.integration.daemon_harness import DaemonProcess, Received, handler_server, write_config
 from tests.integration.driver import QueueDriver
 from tests.servers import RedisServer, wait_for
 
@@ -96,6 +98,72 @@ def test_jobs_waiting_for_their_type_limit_at_a_drain_are_given_back_not_run(
             assert job.attempt == 0, "the attempt that never ran is given back"
     drained = daemon.wait_for_log("drained")
     assert "2 returned to pending" in drained["msg"]
+
+
+def test_a_lease_waiting_behind_the_idle_wait_at_a_drain_gives_its_job_back(
+    redis_server: RedisServer, namespace: str, tmp_path: Path
+) -> None:
+    """An idle one-queue daemon keeps a lease queued behind its BLMOVE (ADR 0005). A job enqueued just
+    before SIGTERM is leased by it while the reply is on the wire: the draining daemon must take that
+    reply and give the job back, not drop the connection and leave the job leased until it expires."""
+    with handler_server() as handlers, FaultProxy("127.0.0.1", redis_server.port) as proxy:
+        url = handlers.url("/jobs/t", lambda req: (200, {}, b""))
+        config = write_config(tmp_path, proxy.url_for_redis(), namespace, {"t": {"url": url}}, lease="30s")
+        daemon = DaemonProcess(config).start()
+        with redis_server.client() as client:
+            q = QueueDriver(client, namespace)
+            wait_for(lambda: any(c.get("cmd") == "blmove" for c in client.client_list()), what="an idle wait")
+            proxy.latency = 0.5  # the lease's reply (and every later byte) reaches the daemon 0.5 s late
+            job = q.enqueue("t", {}).id
+            wait_for(lambda: q.where(job) is State.ACTIVE, what="the lease behind the wait to take the job")
+            daemon.signal(signal.SIGTERM)
+            assert daemon.wait(timeout=30) == 0
+            assert q.where(job) is State.PENDING, "given back at once, not left leased for 30 s"
+            leased = q.job(job)
+            assert leased is not None and leased.attempt == 0, "the attempt that never ran is given back"
+            assert handlers.requests_to("/jobs/t") == [], "no handler starts after the signal"
+        assert "1 returned to pending" in daemon.wait_for_log("drained")["msg"]
+
+
+def test_a_lease_behind_the_idle_wait_takes_no_more_jobs_than_free_slots(
+    redis_server: RedisServer, namespace: str, tmp_path: Path
+) -> None:
+    """Jobs arriving one by one at a daemon whose slots are partly busy: each lease sent behind the idle
+    wait asks for the free slots only, so the daemon's concurrency holds."""
+    running = {"now": 0, "most": 0}
+    lock = threading.Lock()  # the handler server answers each request on its own thread
+    release = threading.Event()
+
+    def slow(req: Received) -> tuple[int, dict[str, str], bytes]:
+        with lock:
+            running["now"] += 1
+            running["most"] = max(running["most"], running["now"])
+        release.wait(30)
+        with lock:
+            running["now"] -= 1
+        return 200, {}, b""
+
+    with handler_server() as handlers:
+        url = handlers.url("/jobs/slow", slow)
+        config = write_config(tmp_path, redis_server.url, namespace, {"t": {"url": url}}, concurrency=3)
+        daemon = DaemonProcess(config).start()
+        try:
+            with redis_server.client() as client:
+                q = QueueDriver(client, namespace)
+                ids = []
+                for n in range(6):
+                    ids.append(q.enqueue("t", n).id)
+                    # One at a time while the daemon has free slots, so each is leased behind an idle wait.
+                    wait_for(lambda n=n: len(handlers.requests_to("/jobs/slow")) == min(n + 1, 3) and
+                             client.llen(q.keys.pending) == max(0, n - 2), what=f"job {n} to be placed")  # fmt: skip
+                assert running["most"] == 3 and client.zcard(q.keys.active) == 3
+                release.set()
+                for job_id in ids:
+                    wait_for(lambda job_id=job_id: q.job(job_id) is None, what="every job to finish")
+                assert running["most"] == 3
+        finally:
+            release.set()
+            daemon.stop()
 
 
 def test_a_second_signal_gives_everything_back_at_once(

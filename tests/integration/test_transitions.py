@@ -30,6 +30,34 @@ def test_enqueue_stores_a_pending_job_with_its_fields(q: QueueDriver) -> None:
     assert q.redis.smembers(store.queues_key(q.keys.namespace)) == {b"default"}
 
 
+def test_wake_stays_while_jobs_are_pending_and_goes_with_the_last_one(q: QueueDriver) -> None:
+    """A daemon that leased the last pending job blocks on wake next: it must be gone, or the daemon's
+    wait would return at once for one more lease that finds nothing."""
+    for _ in range(3):
+        q.enqueue("t")
+    assert len(q.lease(2).jobs) == 2
+    assert q.redis.exists(q.keys.wake) == 1, "one job is still pending"
+    assert len(q.lease(2).jobs) == 1
+    assert q.redis.exists(q.keys.wake) == 0, "the lease that emptied pending clears wake"
+
+
+def test_a_lease_given_an_alive_key_takes_jobs_only_while_the_key_exists(q: QueueDriver) -> None:
+    """The lease a daemon queues behind its idle wait (ADR 0005) carries the daemon's alive key: once
+    the key has lapsed (the daemon froze), the lease takes nothing and changes nothing."""
+    info = q.enqueue("t")
+    q.enqueue("later", delay=60)
+    alive = q.keys.alive("d1")
+    call = store.lease_call(q.keys, 10, 30_000, 3, alive_key=alive)
+    before = {key: q.redis.dump(key) for key in (q.keys.pending, q.keys.wake, q.keys.job(info.id))}
+    declined = store.parse_lease(q.keys, q.run(call))
+    assert declined.declined and declined.jobs == [] and not declined.paused
+    assert declined.next_due_ms is not None and 59_000 < declined.next_due_ms <= 60_000
+    assert {key: q.redis.dump(key) for key in before} == before, "a declined lease changes nothing"
+    q.redis.set(alive, "1", px=10_000)
+    leased = store.parse_lease(q.keys, q.run(call))
+    assert not leased.declined and [j.job.id for j in leased.jobs] == [info.id]
+
+
 def test_raw_bytes_payload_keeps_its_bytes_and_content_type(q: QueueDriver) -> None:
     raw = b"\x00\xff\xfe; $(rm -rf /) `id`\n"
     info = q.enqueue("blob", raw, content_type="application/x-thing")

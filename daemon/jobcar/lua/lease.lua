@@ -4,8 +4,10 @@
 -- KEYS[1] pending    LIST
 -- KEYS[2] scheduled  ZSET  id -> run-at ms
 -- KEYS[3] active     ZSET  id -> lease deadline ms
--- KEYS[4] wake       LIST  cleared here when the caller finds nothing to do, so it can block on it
+-- KEYS[4] wake       LIST  cleared here once nothing is pending, so the caller can block on it
 -- KEYS[5] paused     STRING present while the queue is paused
+-- KEYS[6] (optional) the caller's alive key, STRING with a TTL: a lease the caller queued behind its
+--         idle wait (ADR 0005) takes jobs only while that key says the caller is still alive
 -- ARGV[1] the queue's key prefix
 -- ARGV[2] N, the most jobs to lease (the caller's free slots)
 -- ARGV[3] lease length in ms
@@ -13,7 +15,8 @@
 -- ARGV[5] default max_attempts, stored on a job that has none of its own
 -- ARGV[6] JSON object type -> max_attempts overriding ARGV[5] for those types ("{}" for none)
 -- Touches <prefix>job:<id> HASH: state=active, attempt+1, token, started, max_attempts (if absent).
--- Returns {now_ms, next_due_in_ms (-1: nothing scheduled), paused (0/1), missing, job...}
+-- Returns {now_ms, next_due_in_ms (-1: nothing scheduled), stopped, missing, job...}
+--   stopped: 0 leased as asked, 1 the queue is paused, 2 KEYS[6] is absent (nothing was changed)
 --   missing: array of ids that were popped but had no job hash (reported, not runnable)
 --   job: {id, token, field1, value1, ...} with every field of the job hash
 -- Attempts count here, at lease time: a job that kills its daemon every time still reaches the DLQ.
@@ -30,6 +33,10 @@ local function next_due_in()
   local head = redis.call('ZRANGE', KEYS[2], 0, 0, 'WITHSCORES')
   if #head == 0 then return -1 end
   return math.max(0, tonumber(head[2]) - now)
+end
+
+if KEYS[6] and redis.call('EXISTS', KEYS[6]) == 0 then
+  return {now, next_due_in(), 2, {}}
 end
 
 if redis.call('EXISTS', KEYS[5]) == 1 then
@@ -107,6 +114,6 @@ if count > 0 then
 end
 
 call_in_chunks('ZADD', KEYS[3], deadlines)
-if leased == 0 and redis.call('LLEN', KEYS[1]) == 0 then redis.call('DEL', KEYS[4]) end
+if redis.call('LLEN', KEYS[1]) == 0 then redis.call('DEL', KEYS[4]) end
 reply[2] = next_due_in()
 return reply

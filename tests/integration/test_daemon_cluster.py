@@ -1,0 +1,90 @@
+"""`jobcar run` against the local 3-master Redis Cluster: leasing, waking and draining end to end.
+
+Each queue's keys share a hash tag, so a queue lives on one node; with several queues they spread
+over the masters. The one-queue daemon leases behind its idle wait (ADR 0005), the multi-queue one
+with a plain wait: both paths run here against Cluster's client.
+"""
+
+from __future__ import annotations
+
+import signal
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import redis
+
+from jobcar import Client, State
+from tests.integration.daemon_harness import DaemonProcess, HandlerServer, handler_server, wait_gone, write_config
+from tests.integration.driver import QueueDriver
+from tests.servers import RedisServer, wait_for
+
+pytestmark = pytest.mark.cluster
+
+
+@pytest.fixture
+def cluster(redis_cluster: list[RedisServer]) -> Iterator[redis.RedisCluster]:
+    client = redis.RedisCluster(host="127.0.0.1", port=redis_cluster[0].port)
+    yield client
+    client.close()
+
+
+@pytest.fixture
+def handlers() -> Iterator[HandlerServer]:
+    with handler_server() as server:
+        yield server
+
+
+def start(tmp_path: Path, nodes: list[RedisServer], namespace: str, url: str, **top: object) -> DaemonProcess:
+    redis_config = {"url": nodes[0].url, "cluster": True}
+    return DaemonProcess(write_config(tmp_path, "", namespace, {"t": {"url": url}}, redis=redis_config, **top)).start()
+
+
+def test_a_one_queue_daemon_on_cluster_runs_jobs_as_they_come_and_when_due(
+    redis_cluster: list[RedisServer], cluster: redis.RedisCluster, handlers: HandlerServer,
+    namespace: str, tmp_path: Path,
+) -> None:  # fmt: skip
+    url = handlers.url("/jobs/t", lambda req: (200, {}, b"ok"))
+    daemon = start(tmp_path, redis_cluster, namespace, url)
+    try:
+        q = QueueDriver(cluster, namespace)
+        node = cluster.get_redis_connection(cluster.get_node_from_key(q.keys.wake))
+
+        def lease_behind_wait() -> bool:  # a blocked connection with a command in its query buffer
+            return any(c.get("cmd") == "blmove" and int(c["qbuf"]) > 0 for c in node.client_list())
+
+        for n in range(5):  # one at a time, each arriving at an idle daemon
+            wait_for(lease_behind_wait, what="a lease queued behind the idle wait on the queue's node")
+            job = q.enqueue("t", n).id
+            wait_gone(q, job, daemon)
+        later = q.enqueue("t", "later", delay=0.3).id
+        wait_gone(q, later, daemon)
+        assert len(handlers.requests_to("/jobs/t")) == 6
+        burst = [info.id for info in Client(cluster, namespace=namespace).enqueue_many([("t", n) for n in range(200)])]
+        for job in burst:
+            wait_gone(q, job, daemon)
+    finally:
+        daemon.stop()
+    assert daemon.process is not None and daemon.process.returncode == 0
+
+
+def test_a_multi_queue_daemon_on_cluster_serves_every_queue_and_drains(
+    redis_cluster: list[RedisServer], cluster: redis.RedisCluster, handlers: HandlerServer,
+    namespace: str, tmp_path: Path,
+) -> None:  # fmt: skip
+    url = handlers.url("/jobs/t", lambda req: (200, {}, b""))
+    queues = {"a": 1, "b": 1, "c": 1}
+    daemon = start(tmp_path, redis_cluster, namespace, url, queues=queues)
+    client = Client(cluster, namespace=namespace)
+    drivers = {name: QueueDriver(cluster, namespace, name) for name in queues}
+    slots = {cluster.keyslot(d.keys.pending) for d in drivers.values()}
+    nodes = {cluster.get_node_from_key(d.keys.pending).name for d in drivers.values()}
+    assert len(slots) == 3 and len(nodes) >= 2, "the queues spread over the masters"
+    for name, driver in drivers.items():
+        job = client.enqueue("t", name, queue=name).id
+        wait_gone(driver, job, daemon)
+    daemon.signal(signal.SIGTERM)
+    assert daemon.wait(timeout=30) == 0
+    late = client.enqueue("t", "after", queue="b").id
+    assert drivers["b"].where(late) is State.PENDING
+    wait_for(lambda: len(handlers.requests_to("/jobs/t")) == 3, what="one request per queue")
