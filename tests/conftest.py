@@ -9,7 +9,14 @@ from pathlib import Path
 import pytest
 import redis
 
+from tests.integration.daemon_harness import DaemonProcess
 from tests.servers import RedisServer, find_server_binary, start_cluster
+
+
+@pytest.fixture(autouse=True)
+def no_daemon_outlives_its_test() -> Iterator[None]:
+    yield
+    DaemonProcess.stop_leftovers()
 
 
 @pytest.fixture(scope="session")

@@ -19,7 +19,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 from jobcar.job import Job, State
 from tests.integration.driver import QueueDriver
@@ -48,6 +48,10 @@ def write_config(directory: Path, redis_url: str, namespace: str, handlers: dict
 
 
 class DaemonProcess:
+    #: Every daemon started and not yet stopped: `stop_leftovers` ends them after each test, so a test that
+    #: fails half-way never leaves a daemon running into the next tests (or stopped by SIGSTOP).
+    _running: ClassVar[set[DaemonProcess]] = set()
+
     def __init__(self, config_path: Path, env: dict[str, str] | None = None) -> None:
         self.config_path = config_path
         self.log_path = config_path.with_suffix(f".{time.monotonic_ns()}.log")
@@ -69,6 +73,7 @@ class DaemonProcess:
                 env=self.env,
                 start_new_session=True,
             )
+        DaemonProcess._running.add(self)
         if wait_ready:
             self.wait_for_log("jobcar running", timeout=30)
         return self
@@ -112,6 +117,7 @@ class DaemonProcess:
 
     def stop(self) -> None:
         """Terminate (drain) and, if it does not go, kill. Idempotent; used by fixtures."""
+        DaemonProcess._running.discard(self)
         if self.process is None or self.process.poll() is not None:
             return
         self.process.send_signal(signal.SIGTERM)
@@ -120,6 +126,13 @@ class DaemonProcess:
         except subprocess.TimeoutExpired:
             os.killpg(self.process.pid, signal.SIGKILL)
             self.process.wait()
+
+    @classmethod
+    def stop_leftovers(cls) -> None:
+        for daemon in list(cls._running):
+            if daemon.process is not None and daemon.process.poll() is None:
+                daemon.process.send_signal(signal.SIGCONT)  # a test that failed while it was stopped
+            daemon.stop()
 
 
 @dataclass
