@@ -492,12 +492,17 @@ def parse_lease(keys: QueueKeys, reply: Reply) -> LeaseResult:
     leased = []
     malformed = []
     for raw in jobs:
-        job_id, token, *flat = _list(raw)
+        items = _list(raw)
+        job_id, token = items[0], items[1]
         try:
-            if not flat or type(flat[0]) is bytes:  # a client without decode_responses (jobcar's own): all bytes
-                fields = dict(zip(cast(list[bytes], flat[::2]), cast(list[bytes], flat[1::2]), strict=True))
+            # One iterator over the name/value pairs after id and token: no slices copied (~1 us a job). Zipped
+            # with itself, strict: a name without a value is a ValueError.
+            pairs = iter(items)
+            next(pairs), next(pairs)
+            if len(items) == 2 or type(items[2]) is bytes:  # a client without decode_responses (jobcar's own)
+                fields = dict(zip(cast(Iterator[bytes], pairs), cast(Iterator[bytes], pairs), strict=True))
             else:
-                fields = {_bytes(flat[i]): _bytes(flat[i + 1]) for i in range(0, len(flat), 2)}
+                fields = {_bytes(name): _bytes(value) for name, value in zip(pairs, pairs, strict=True)}
             leased.append(LeasedJob(Job.from_hash(_text(job_id), keys.queue, fields), _text(token)))
         except (ValueError, KeyError, TypeError) as exc:
             malformed.append((_text(job_id), _text(token), str(exc)))
