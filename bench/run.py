@@ -4,9 +4,11 @@
 
 jobcar's scenarios run in this interpreter (.venv) by calling the other bench modules' functions, on one
 redis-server started here (the idle-commands figure starts its own, from the same binary); each round
-measures every jobcar figure beside its limit, one after the other, and the table shows medians over
---runs rounds. The peers run afterwards as `.venv-bench/bin/python bench/peers.py`, told to use the same
-server binary (JOBCAR_TEST_SERVER), with the same --runs; its JSON line is parsed.
+measures every jobcar figure beside its limit, one after the other, then every peer once, as
+`.venv-bench/bin/python bench/peers.py --runs 1` told to use the same server binary (JOBCAR_TEST_SERVER);
+its JSON lines are parsed. The table shows medians over --runs rounds, the peers' too: interleaved, a
+slow spell of the machine hits both sides of a ratio instead of one (in separate phases, single
+enqueue vs Dramatiq read 1.07, 0.84 and 1.15 in three runs of the same code).
 
 Table: figure | jobcar | limit or peer | ratio (jobcar ÷ limit or peer) | target (issue #7) | met?
 Then one JSON line with every figure (medians and each run's), the sizes and the versions of everything.
@@ -241,6 +243,33 @@ def run_peers(python: Path, sizes: Sizes, runs: int, binary: str) -> dict[str, A
         return {"error": f"bench/peers.py exited with {done.returncode}: {tail}"}
     record: dict[str, Any] = json.loads(lines[-1])
     return record
+
+
+#: The figures of a peers.py record that the table reads, each a median over the rounds that measured it.
+PEER_FIGURES = ("jobs_per_s", "enqueue_jobs_per_s", "pickup_p50_ms", "pickup_p99_ms", "redis_bytes_per_pending_job")
+
+
+def merge_peer_rounds(records: list[dict[str, Any]]) -> dict[str, Any]:
+    """One peers.py record from the records of single-run rounds: each peer's figures become medians over
+    the rounds (each round's value kept under `<figure>_rounds`); a peer's first error is kept."""
+    measured = [r for r in records if not r.get("error")]
+    if not measured:
+        return records[-1] if records else {}
+    peers: dict[str, dict[str, Any]] = {}
+    for record in measured:
+        for name, entry in record["peers"].items():
+            merged = peers.setdefault(
+                name, {"version": entry.get("version"), "setup": entry.get("setup"), "error": None}
+            )
+            merged["error"] = merged["error"] or entry.get("error")
+            for key in PEER_FIGURES:
+                if entry.get(key) is not None:
+                    merged.setdefault(f"{key}_rounds", []).append(entry[key])
+    for merged in peers.values():
+        for key in PEER_FIGURES:
+            if f"{key}_rounds" in merged:
+                merged[key] = round(statistics.median(merged[f"{key}_rounds"]), 3)
+    return {**measured[0], "runs": len(measured), "peers": peers}
 
 
 # -- the table ---------------------------------------------------------------------------------------
@@ -482,6 +511,8 @@ def main() -> None:
     binary = find_server_binary()
     os.environ["JOBCAR_TEST_SERVER"] = binary  # every server started from here on, the peers' too
     figures = Figures()
+    peer_rounds: list[dict[str, Any]] = []
+    peers_seconds = 0.0
     with tempfile.TemporaryDirectory(prefix="jobcar-bench-") as directory:
         tmp = Path(directory)
         server = RedisServer(binary, tmp / "redis").start()
@@ -492,14 +523,14 @@ def main() -> None:
                 for n in range(runs):
                     say(f"jobcar round {n + 1}/{runs} ({time.monotonic() - started:.0f} s)")
                     jobcar_round(setup, figures, n)
+                    if not args.skip_peers:
+                        began = time.monotonic()
+                        peer_rounds.append(run_peers(args.peers_python, sizes, 1, binary))
+                        peers_seconds += time.monotonic() - began
                 jobcar_scale(setup, figures)
         finally:
             server.stop()
-    jobcar_seconds = time.monotonic() - started
-
-    peers_record: dict[str, Any] = {}
-    if not args.skip_peers:
-        peers_record = run_peers(args.peers_python, sizes, runs, binary)
+    peers_record = merge_peer_rounds(peer_rounds)
     peers: dict[str, dict[str, Any]] = peers_record.get("peers", {})
     total = time.monotonic() - started
 
@@ -543,7 +574,7 @@ def main() -> None:
         "figures_each_run": {k: [round(v, 4) for v in vs] for k, vs in figures.runs.items()},
         "targets": {r.figure: r.met for r in rows if r.met not in ("-", "")},
         "peers": peers_record,
-        "seconds": {"jobcar": round(jobcar_seconds), "total": round(total)},
+        "seconds": {"jobcar": round(total - peers_seconds), "peers": round(peers_seconds), "total": round(total)},
     }
     print(json.dumps(record, separators=(",", ":"), ensure_ascii=False))
 
