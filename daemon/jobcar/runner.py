@@ -25,7 +25,7 @@ import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Iterator, Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
-from typing import Any, Final, NoReturn, Protocol
+from typing import Any, Final, Protocol
 
 import redis.exceptions
 
@@ -90,6 +90,7 @@ class StopReason(StrEnum):
     CANCELED = "canceled by an operator"
     LEASE_LOST = "lease lost"
     SHUTDOWN = "returned to pending: the daemon is shutting down"
+    APP_UNHEALTHY = "returned to pending: the app is unhealthy"
 
 
 def log_fields(job: Job) -> dict[str, object]:
@@ -550,10 +551,17 @@ class Runner:
             self._note_stop(running, reason)
             running.task.cancel()
 
-    def _give_back_unstarted(self, running: RunningJob) -> NoReturn:
-        """Never start a handler after the drain began: the job goes back as if the drain had stopped it.
-        (Not `_stop`: cancelling its own task would also cancel the give-back call the task then makes.)"""
-        self._note_stop(running, StopReason.SHUTDOWN)
+    def _check_may_start(self, running: RunningJob) -> None:
+        """Never start a handler after the drain began, nor while the app is unhealthy (a lease queued behind
+        an idle wait takes jobs whenever they come, ADR 0005): the job goes back, its attempt returned, as
+        if stopped. (Not `_stop`: cancelling its own task would also cancel the give-back call it makes.)"""
+        if self._draining.is_set():
+            reason = StopReason.SHUTDOWN
+        elif not self.app_health.healthy(self.config.health_url):
+            reason = StopReason.APP_UNHEALTHY
+        else:
+            return
+        self._note_stop(running, reason)
         raise asyncio.CancelledError
 
     def _note_stop(self, running: RunningJob, reason: StopReason) -> None:
@@ -588,7 +596,7 @@ class Runner:
             log.info("job stopped: %s", reason.value, extra=log_fields(job))
             if reason is StopReason.CANCELED:
                 await self._finish(running, Outcome.success(), final=State.CANCELED)
-            elif reason is StopReason.SHUTDOWN:
+            elif reason in (StopReason.SHUTDOWN, StopReason.APP_UNHEALTHY):
                 await self._finish(running, Outcome.retry(reason.value, after=0, spend_attempt=False), give_back=True)
             return
         except Exception as exc:
@@ -607,8 +615,7 @@ class Runner:
 
     async def _execute(self, running: RunningJob) -> Outcome:
         job = running.job
-        if self._draining.is_set():
-            self._give_back_unstarted(running)
+        self._check_may_start(running)
         handler = self.handlers.get(job.type)
         executor = self.executors.get(job.type)
         if handler is None or executor is None:
@@ -620,8 +627,7 @@ class Runner:
             return await executor.run(job, deadline=time.time() + timeout, max_attempts=max_attempts)
         # A job of a type at its concurrency limit waits here, holding one of the daemon's slots.
         async with limit[1]:
-            if self._draining.is_set():
-                self._give_back_unstarted(running)
+            self._check_may_start(running)
             return await executor.run(job, deadline=time.time() + timeout, max_attempts=max_attempts)
 
     async def _finish(

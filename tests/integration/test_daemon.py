@@ -223,6 +223,33 @@ def test_app_health_gates_leasing(handlers: HandlerServer, start_daemon: StartDa
     daemon.wait_for_log("app healthy")
 
 
+def test_a_job_leased_after_the_app_turned_unhealthy_goes_back_unrun(
+    handlers: HandlerServer, start_daemon: StartDaemon, q: QueueDriver
+) -> None:
+    """The lease queued behind the idle wait (ADR 0005) was sent while the app was healthy and takes the
+    next job whenever it comes; no handler may start against an app now known to be unhealthy."""
+    healthy = {"now": True}
+    handlers.routes["/health"] = lambda req: (200 if healthy["now"] else 503, {}, b"")
+    daemon = start_daemon({"t": {"url": handlers.url("/jobs/ok", ok)}}, health_url=handlers.base_url + "/health")
+    daemon.wait_for_log("app healthy")
+
+    def just_queued() -> bool:  # a lease behind a wait that began under a second ago: 4 s before it ends
+        return any(c.get("cmd") == "blmove" and int(c["qbuf"]) > 0 and int(c["idle"]) == 0
+                   for c in q.redis.client_list())  # fmt: skip
+
+    wait_for(just_queued, what="a lease freshly queued behind the idle wait")
+    healthy["now"] = False
+    daemon.wait_for_log("app unhealthy")
+    info = q.enqueue("t", {})
+    daemon.wait_for_log("returned to pending: the app is unhealthy")
+    wait_for(lambda: q.where(info.id) is State.PENDING, what="the job back in pending")
+    job = q.job(info.id)
+    assert job is not None and job.attempt == 0, "the attempt that never ran is given back"
+    assert handlers.requests_to("/jobs/ok") == []
+    healthy["now"] = True
+    wait_gone(q, info.id, daemon)
+
+
 def test_handler_concurrency_bounds_parallel_runs(
     handlers: HandlerServer, start_daemon: StartDaemon, q: QueueDriver
 ) -> None:
