@@ -8,7 +8,8 @@ daemon) is split with Redis's own clock: a MONITOR connection records when each 
 gives three legs:
 
 - start -> enqueue ran: the producer's work and its request reaching Redis;
-- enqueue ran -> lease ran: the wake reaching the blocked daemon and its lease call reaching Redis;
+- enqueue ran -> lease ran: Redis ending the daemon's blocked wait and running the lease queued behind
+  it (ADR 0005; before it, the wake reaching the daemon and its lease call reaching Redis);
 - lease ran -> handler: the lease reply, the daemon's work and the HTTP request reaching the handler.
 
 Beside them, PING round trips back to back and 10 ms apart: on a virtual machine a process that went
