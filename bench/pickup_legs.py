@@ -38,13 +38,13 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from tests.servers import RedisServer, find_server_binary
 
 from daemon import PAYLOAD, recording_daemon  # bench/daemon.py
-from jobcar import AsyncClient
+from jobcar import AsyncClient, store
 
 GAP = 0.01  # seconds between jobs, as in make bench's pickup figure
 
 
 class ScriptLog:
-    """(Redis time, numkeys, command text) of every EVALSHA, from a MONITOR connection in a thread."""
+    """(Redis time, script SHA, command text) of every EVALSHA, from a MONITOR connection in a thread."""
 
     def __init__(self, url: str) -> None:
         self.entries: list[tuple[float, str, str]] = []
@@ -65,7 +65,7 @@ class ScriptLog:
             for entry in monitor.listen():
                 parts = entry["command"].split(" ", 3)
                 if parts[0] == "EVALSHA":
-                    self.entries.append((float(entry["time"]), parts[2], entry["command"]))
+                    self.entries.append((float(entry["time"]), parts[1], entry["command"]))
 
 
 async def pickups(server: RedisServer, tmp: Path, jobs: int) -> tuple[dict[str, float], dict[str, float]]:
@@ -106,10 +106,11 @@ async def ping_round_trips(url: str, gap: float, count: int = 200) -> list[float
 def legs(
     sent: dict[str, float], arrivals: dict[str, float], scripts: list[tuple[float, str, str]]
 ) -> list[list[float]]:
-    """Per job: [start -> enqueue ran, enqueue ran -> lease ran, lease ran -> handler, total], in ms. The
-    enqueue script has 3 keys, the lease script 5; a job's lease is the first lease after its enqueue."""
-    enqueues = [(t, text) for t, keys, text in scripts if keys == "3"]
-    leases = sorted(t for t, keys, _ in scripts if keys == "5")
+    """Per job: [start -> enqueue ran, enqueue ran -> lease ran, lease ran -> handler, total], in ms. Scripts
+    are told apart by their SHA; a job's lease is the first lease after its enqueue."""
+    enqueue_sha, lease_sha = store.script("enqueue").sha, store.script("lease").sha
+    enqueues = [(t, text) for t, sha, text in scripts if sha == enqueue_sha]
+    leases = sorted(t for t, sha, _ in scripts if sha == lease_sha)
     rows = []
     for job_id, started in sent.items():
         enqueued = next((t for t, text in enqueues if f" {job_id} " in text), None)

@@ -509,7 +509,7 @@ class Runner:
     async def _collect_leases_on_wake(self) -> None:
         """At a drain, wake the watchers whose lease still waits behind their BLMOVE and take the replies:
         the lease runs whenever a wake comes, and cancelling the wait could drop a reply carrying jobs
-        (they would sit leased until their lease expired). The jobs it took go straight back (`_execute`).
+        (they would sit leased until their lease expired). The jobs it took go straight back (`_check_may_start`).
         Extra elements on a wake list are harmless: the next lease that finds nothing pending deletes it."""
         waiting = [q for q in self.queues if q.reserved]
         if not waiting:
