@@ -11,6 +11,16 @@ from jobcar.client import Client
 from jobcar.job import Job, JobInfo, State
 from jobcar.store import DeadLetterLimits, LeaseResult, QueueKeys, ScriptCall
 
+#: For `where`: how often the id is in pending, its scores in scheduled, active and dead, and its hash.
+_READ_JOB_AND_SETS = """
+local in_pending = 0
+for _, id in ipairs(redis.call('LRANGE', KEYS[1], 0, -1)) do
+  if id == ARGV[1] then in_pending = in_pending + 1 end
+end
+local function score(key) return redis.call('ZSCORE', key, ARGV[1]) or false end
+return {in_pending, score(KEYS[2]), score(KEYS[3]), score(KEYS[4]), redis.call('HGETALL', KEYS[5])}
+"""
+
 
 class QueueDriver:
     def __init__(self, client: redis.Redis | redis.RedisCluster, namespace: str, queue: str = "default") -> None:
@@ -74,9 +84,15 @@ class QueueDriver:
         return found
 
     def where(self, job_id: str) -> State | None:
-        """The job's state, after checking that its hash and its set agree."""
-        sets = self.sets_of(job_id)
-        job = self.job(job_id)
+        """The job's state, after checking that its hash and its set agree. Sets and hash are read in one
+        script, so a daemon moving the job meanwhile cannot make them disagree."""
+        keys = (self.keys.pending, self.keys.scheduled, self.keys.active, self.keys.dead, self.keys.job(job_id))
+        pending, scheduled, active, dead, fields = self.redis.eval(_READ_JOB_AND_SETS, len(keys), *keys, job_id)
+        scores = ((State.SCHEDULED, scheduled), (State.ACTIVE, active), (State.DEAD, dead))
+        sets = [State.PENDING] * pending + [state for state, score in scores if score is not None]
+        job = None
+        if fields:
+            job = store.parse_job(job_id, self.keys.queue, dict(zip(fields[::2], fields[1::2], strict=True)))
         if job is None or job.state in (State.DONE, State.CANCELED):
             assert sets == [], f"{job_id} has no runnable hash but is in {sets}"
             return None if job is None else job.state

@@ -242,8 +242,7 @@ def test_a_job_leased_after_the_app_turned_unhealthy_goes_back_unrun(
     daemon.wait_for_log("app unhealthy")
     info = q.enqueue("t", {})
     daemon.wait_for_log("returned to pending: the app is unhealthy")
-    # Read the hash alone until the give-back landed (`where` reads sets and hash in several calls).
-    wait_for(lambda: (j := q.job(info.id)) is not None and j.state is State.PENDING, what="the job back")
+    wait_for(lambda: q.where(info.id) is State.PENDING, what="the job back in pending")
     job = q.job(info.id)
     assert job is not None and job.attempt == 0, "the attempt that never ran is given back"
     assert q.where(info.id) is State.PENDING, "and it stays there while the app is unhealthy"

@@ -87,4 +87,4 @@ def test_a_multi_queue_daemon_on_cluster_serves_every_queue_and_drains(
     assert daemon.wait(timeout=30) == 0
     late = client.enqueue("t", "after", queue="b").id
     assert drivers["b"].where(late) is State.PENDING
-    wait_for(lambda: len(handlers.requests_to("/jobs/t")) == 3, what="one request per queue")
+    assert len(handlers.requests_to("/jobs/t")) == 3, "one request per queue"
