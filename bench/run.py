@@ -226,12 +226,13 @@ def server_versions(binary: str, server: RedisServer) -> dict[str, str]:
 # -- peers -------------------------------------------------------------------------------------------
 
 
-def run_peers(python: Path, sizes: Sizes, runs: int, binary: str) -> dict[str, Any]:
-    """bench/peers.py's JSON record, or {"error": ...}. Its progress goes to stderr; its own table is dropped."""
+def run_peer_round(python: Path, sizes: Sizes, binary: str) -> dict[str, Any]:
+    """One run of every peer: bench/peers.py's JSON record, or {"error": ...}. Its progress goes to stderr;
+    its own table is dropped."""
     if not python.exists():
         return {"error": f"{python} is missing (make bench creates .venv-bench)"}
     singles = max(1, sizes.enqueue // 10)  # as many single enqueues as jobcar's own figure times
-    argv = [str(python), str(BENCH / "peers.py"), "--jobs", str(sizes.peer_jobs), "--runs", str(runs),
+    argv = [str(python), str(BENCH / "peers.py"), "--jobs", str(sizes.peer_jobs), "--runs", "1",
             "--footprint-jobs", str(sizes.peer_footprint), "--enqueue-jobs", str(singles)]  # fmt: skip
     say(f"peers: {' '.join(argv[1:])}")
     done = subprocess.run(
@@ -525,7 +526,7 @@ def main() -> None:
                     jobcar_round(setup, figures, n)
                     if not args.skip_peers:
                         began = time.monotonic()
-                        peer_rounds.append(run_peers(args.peers_python, sizes, 1, binary))
+                        peer_rounds.append(run_peer_round(args.peers_python, sizes, binary))
                         peers_seconds += time.monotonic() - began
                 jobcar_scale(setup, figures)
         finally:
