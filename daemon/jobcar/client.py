@@ -12,13 +12,15 @@ nothing else. `AsyncClient` has the same methods, awaited.
 from __future__ import annotations
 
 import asyncio
+import base64
 import hashlib
 import json
 import math
+import os
 import re
-import secrets
 import time
-from collections.abc import Iterable, Mapping, Sequence
+from collections import deque
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from functools import lru_cache
@@ -54,14 +56,50 @@ ENQUEUE_OPTIONS: Final = frozenset(
 )  # fmt: skip
 
 
-_json_encode = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False, allow_nan=False).encode
+def _unserialisable(value: object) -> object:
+    raise TypeError(f"Object of type {type(value).__name__} is not JSON serializable")
+
+
+def _json_encoder() -> Callable[[object], str]:
+    """Compact JSON, no NaN or infinity, non-ASCII kept. The C encoder called directly: what
+    `JSONEncoder.encode` does on top (a new C encoder per call, a circular-reference table) cost as much
+    as the encoding itself for a typical 100-byte payload (1.8 vs 1.0 µs), paid per job by enqueue_many.
+    Without the table a circular payload ends in RecursionError, which encode_payload reports."""
+    make_encoder: Callable[..., Callable[[object, int], list[str]]] | None
+    make_encoder = getattr(json.encoder, "c_make_encoder", None)  # not in typeshed
+    if make_encoder is None:  # an interpreter without the C accelerator
+        return json.JSONEncoder(separators=(",", ":"), ensure_ascii=False, allow_nan=False).encode
+    # markers, default, string encoder, indent, separators, sort_keys, skipkeys, allow_nan
+    iterencode = make_encoder(None, _unserialisable, json.encoder.encode_basestring, None, ":", ",", False, False,
+                              False)  # fmt: skip
+    return lambda value: "".join(iterencode(value, 0))
+
+
+_json_encode = _json_encoder()
+
+
+#: Job ids are drawn this many at a time: one urandom call and one base64 pass instead of one each per id
+#: (0.25 vs 0.8 µs an id; enqueue_many pays it per job).
+IDS_PER_DRAW: Final = 64
+_ID_BYTES: Final = 15  # 120 random bits: 20 URL-safe base64 characters, no padding
+_spare_ids: deque[str] = deque()
+# A forked child (a Spark Python worker, a multiprocessing pool) must not hand out its parent's spare ids.
+os.register_at_fork(after_in_child=_spare_ids.clear)
 
 
 def new_job_id() -> str:
     """120 random bits as 20 URL-safe base64 characters: short (an id is stored several times per job).
-    Never starting with "-", which a command line would take for an option (`jobcar cancel ID`)."""
+    Never starting with "-", which a command line would take for an option (`jobcar cancel ID`).
+    Thread-safe: deque's popleft and extend are atomic."""
     while True:
-        job_id = secrets.token_urlsafe(15)
+        try:
+            job_id = _spare_ids.popleft()
+        except IndexError:
+            # base64 turns every 3 bytes into 4 characters on its own, so the text of 64 draws of 15
+            # bytes is the 64 ids back to back.
+            text = base64.urlsafe_b64encode(os.urandom(_ID_BYTES * IDS_PER_DRAW)).decode("ascii")
+            _spare_ids.extend([text[i : i + 20] for i in range(0, len(text), 20)])
+            continue
         if job_id[0] != "-":
             return job_id
 
@@ -115,6 +153,8 @@ def encode_payload(payload: Payload, content_type: str | None, max_bytes: int) -
             body = _json_encode(payload).encode()
         except (TypeError, ValueError) as exc:
             raise InvalidJob(f"payload is not JSON-serialisable: {exc}") from None
+        except RecursionError:
+            raise InvalidJob("payload is not JSON-serialisable: it refers to itself or nests too deeply") from None
         ctype = DEFAULT_CONTENT_TYPE
     if len(body) > max_bytes:
         raise PayloadTooLarge(f"payload is {len(body)} bytes, over the limit of {max_bytes} bytes")

@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
+import json
+import os
 import re
 from datetime import UTC, datetime, timedelta
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from jobcar import InvalidJob, PayloadTooLarge
-from jobcar.client import ID_PATTERN, build_record, build_records, encode_payload, new_job_id
+from jobcar.client import ID_PATTERN, IDS_PER_DRAW, build_record, build_records, encode_payload, new_job_id
 
 MIB = 1024 * 1024
 
@@ -17,6 +21,29 @@ def test_json_payload_is_compact_utf8_and_default_content_type_is_not_stored() -
     record = build_record("email.welcome", {"name": "Zoë", "n": [1, 2]}, MIB)
     assert record.payload == '{"name":"Zoë","n":[1,2]}'.encode()
     assert record.content_type is None and record.queue == "default"
+
+
+JSON_VALUES = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False, allow_infinity=False) | st.text(),
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=8), inner, max_size=4),
+    max_leaves=20,
+)
+
+
+@given(JSON_VALUES)
+def test_payload_encodes_as_the_standard_library_does(value: object) -> None:
+    # The client calls json's C encoder directly (a per-job cost); the bytes must be what json.dumps gives.
+    expected = json.dumps(value, separators=(",", ":"), ensure_ascii=False, allow_nan=False).encode()
+    assert encode_payload(value, None, MIB) == (expected, None)
+
+
+def test_self_referring_payload_is_an_invalid_job() -> None:
+    loop: list[object] = []
+    loop.append(loop)
+    with pytest.raises(InvalidJob, match="payload is not JSON-serialisable: it refers to itself"):
+        build_record("t", loop, MIB)
+    with pytest.raises(InvalidJob, match="payload is not JSON-serialisable: Object of type set"):
+        build_record("t", {"a": {1}}, MIB)
 
 
 def test_bytes_payload_is_raw_with_a_content_type() -> None:
@@ -94,6 +121,23 @@ def test_job_ids_are_short_and_unique() -> None:
     ids = {new_job_id() for _ in range(10_000)}
     assert len(ids) == 10_000
     assert all(len(i) == 20 and ID_PATTERN.fullmatch(i) and not i.startswith("-") for i in ids)
+
+
+def test_a_forked_child_draws_ids_of_its_own() -> None:
+    # Ids are drawn IDS_PER_DRAW at a time; a child forked with spares left (a Spark Python worker) must
+    # not hand out the ones its parent will.
+    new_job_id()
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: report the ids it would give, then leave without running pytest's exit
+        os.write(write, " ".join(new_job_id() for _ in range(IDS_PER_DRAW)).encode())
+        os._exit(0)
+    os.close(write)
+    with os.fdopen(read) as pipe:
+        child = set(pipe.read().split())
+    os.waitpid(pid, 0)
+    assert len(child) == IDS_PER_DRAW
+    assert child.isdisjoint(new_job_id() for _ in range(IDS_PER_DRAW))
 
 
 def test_a_job_without_options_gets_the_same_record_as_one_with_every_default_spelled_out() -> None:
