@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any, Final, Protocol
 
+import redis.asyncio
 import redis.exceptions
 
 from jobcar import store
@@ -288,6 +289,7 @@ class Runner:
         self._leases_behind_waits = len(self.queues) == 1
         self._daemon_id = secrets.token_hex(8)
         self._alive_until = 0.0  # monotonic time until which the alive key surely exists
+        self._wait_connection: redis.asyncio.Connection | None = None
         self.apply(config, executors)
 
     # -- configuration ------------------------------------------------------------------------
@@ -343,6 +345,8 @@ class Runner:
                 for task in pending:
                     task.cancel()
                 _, pending = await asyncio.wait(pending, timeout=1)
+            if self._wait_connection is not None and isinstance(self.blocking_client, redis.asyncio.Redis):
+                await self.blocking_client.connection_pool.release(self._wait_connection)
 
     def drain(self) -> None:
         """Stop leasing; run() then waits up to shutdown_timeout for in-flight jobs (DESIGN §4)."""
@@ -464,7 +468,7 @@ class Runner:
                 async with self.health.guard():
                     if count:
                         call = self._lease(queue, count, alive_key=queue.keys.alive(self._daemon_id))
-                        reply = await store.lease_on_wake(self.blocking_client, wake, timeout, call)
+                        reply = await store.lease_on_wake(await self._wait_target(), wake, timeout, call)
                     else:
                         with store.closed_transport_is_connection_error():
                             await self.blocking_client.blmove(wake, wake, timeout, "RIGHT", "RIGHT")
@@ -479,6 +483,21 @@ class Runner:
         except REDIS_ERRORS as exc:
             await self.health.failed(exc, sent_at=sent)
             return  # the queue stays idle: the next pass blocks again
+
+    async def _wait_target(self) -> store.AsyncRedis | redis.asyncio.Connection:
+        """Where a one-queue daemon's watcher sends its wait and lease: a connection of its own, checked
+        out of the blocking client's pool once (given back when the runner stops); on Cluster, the
+        client (store.lease_on_wake)."""
+        if not isinstance(self.blocking_client, redis.asyncio.Redis):
+            return self.blocking_client
+        pool = self.blocking_client.connection_pool
+        if self._wait_connection is None:
+            self._wait_connection = await pool.get_connection()  # type: ignore[no-untyped-call]
+        else:
+            # The pool's check-out probe, kept: a connection the server closed while the queue was busy
+            # (a restart) is replaced unseen, instead of failing its next wait as a second outage.
+            await pool.ensure_connection(self._wait_connection)
+        return self._wait_connection
 
     @contextlib.contextmanager
     def _reserved(self, queue: QueueState, count: int) -> Iterator[None]:

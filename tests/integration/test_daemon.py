@@ -209,6 +209,18 @@ def test_a_one_queue_daemon_leases_behind_its_idle_wait(
     assert len(handlers.requests_to("/jobs/ok")) == 3
 
 
+def test_a_lease_queued_behind_the_wait_is_loaded_again_when_the_server_forgot_its_script(
+    handlers: HandlerServer, start_daemon: StartDaemon, q: QueueDriver
+) -> None:
+    daemon = start_daemon({"t": {"url": handlers.url("/jobs/ok", ok)}})
+    wait_for(lambda: any(queued_behind_waits(q.redis)), what="a lease queued behind the idle wait")
+    q.redis.script_flush()  # as after a failover to a replica that never ran jobcar's scripts
+    job = q.enqueue("t", 1).id
+    wait_gone(q, job, daemon)
+    unreachable = [line for line in daemon.lines() if "unreachable" in str(line.get("msg"))]
+    assert not unreachable, "NOSCRIPT behind a wait is not an outage: the lease is loaded and sent again"
+
+
 def test_app_health_gates_leasing(handlers: HandlerServer, start_daemon: StartDaemon, q: QueueDriver) -> None:
     """While the app's health URL fails, jobs stay pending instead of burning attempts."""
     healthy = {"now": False}
