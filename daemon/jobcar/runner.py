@@ -29,6 +29,7 @@ from typing import Any, Final, Protocol
 
 import redis.asyncio
 import redis.exceptions
+from redis.asyncio.connection import AbstractConnection
 
 from jobcar import store
 from jobcar.backoff import retry_delay
@@ -289,7 +290,7 @@ class Runner:
         self._leases_behind_waits = len(self.queues) == 1
         self._daemon_id = secrets.token_hex(8)
         self._alive_until = 0.0  # monotonic time until which the alive key surely exists
-        self._wait_connection: redis.asyncio.Connection | None = None
+        self._wait_connection: AbstractConnection | None = None
         self.apply(config, executors)
 
     # -- configuration ------------------------------------------------------------------------
@@ -484,7 +485,7 @@ class Runner:
             await self.health.failed(exc, sent_at=sent)
             return  # the queue stays idle: the next pass blocks again
 
-    async def _wait_target(self) -> store.AsyncRedis | redis.asyncio.Connection:
+    async def _wait_target(self) -> store.AsyncRedis | AbstractConnection:
         """Where a one-queue daemon's watcher sends its wait and lease: a connection of its own, checked
         out of the blocking client's pool once (given back when the runner stops); on Cluster, the
         client (store.lease_on_wake)."""

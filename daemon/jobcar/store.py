@@ -27,6 +27,7 @@ from typing import Any, Final, TypeAlias, cast
 
 import redis
 import redis.asyncio
+from redis.asyncio.connection import AbstractConnection
 from redis.exceptions import NoScriptError
 
 from jobcar.job import EnqueueStatus, Job, JobInfo, State
@@ -278,9 +279,7 @@ async def _execute_one_async(client: AsyncRedis, call: ScriptCall, raise_on_erro
     return reply
 
 
-async def lease_on_wake(
-    target: AsyncRedis | redis.asyncio.Connection, wake: str, timeout_s: int, lease: ScriptCall
-) -> Reply:
+async def lease_on_wake(target: AsyncRedis | AbstractConnection, wake: str, timeout_s: int, lease: ScriptCall) -> Reply:
     """Wait on a queue's wake list (ADR 0002) with a lease call sent right behind the wait; the lease's reply.
 
     Redis runs the lease the moment the wait ends, by a wake or by the timeout, with no round trip to
@@ -293,7 +292,7 @@ async def lease_on_wake(
     finds the queue's node.
     """
     with closed_transport_is_connection_error():
-        if isinstance(target, redis.asyncio.Connection):
+        if isinstance(target, AbstractConnection):  # TCP, TLS and unix sockets alike
             reply = await _lease_on_wake_on(target, wake, timeout_s, lease)
         else:
             pipe = target.pipeline(transaction=False)
@@ -309,9 +308,7 @@ async def lease_on_wake(
     return reply
 
 
-async def _lease_on_wake_on(
-    connection: redis.asyncio.Connection, wake: str, timeout_s: int, lease: ScriptCall
-) -> Reply:
+async def _lease_on_wake_on(connection: AbstractConnection, wake: str, timeout_s: int, lease: ScriptCall) -> Reply:
     wait = ("BLMOVE", wake, wake, "RIGHT", "RIGHT", timeout_s)
     # Replies are read whole or the connection is dropped (redis-py disconnects on a timeout, a lost
     # connection or a cancel mid-read), so the next wait never reads a stale reply; it reconnects.

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sys
+import tempfile
 import threading
 import time
 from collections.abc import Iterator
@@ -219,6 +220,28 @@ def test_a_lease_queued_behind_the_wait_is_loaded_again_when_the_server_forgot_i
     wait_gone(q, job, daemon)
     unreachable = [line for line in daemon.lines() if "unreachable" in str(line.get("msg"))]
     assert not unreachable, "NOSCRIPT behind a wait is not an outage: the lease is loaded and sent again"
+
+
+def test_a_one_queue_daemon_on_a_unix_socket_leases_behind_its_idle_wait(
+    handlers: HandlerServer, server_binary: str, tmp_path: Path, namespace: str
+) -> None:
+    # `make run`'s embedded server listens on a unix socket: its connections are not redis-py's
+    # `Connection` class, and the watcher's kept connection must serve them the same.
+    with tempfile.TemporaryDirectory(prefix="jc") as short:  # socket paths are limited to ~100 bytes
+        socket = Path(short) / "redis.sock"
+        server = RedisServer(server_binary, tmp_path / "unix", extra_args=("--unixsocket", str(socket))).start()
+        path = write_config(tmp_path, f"unix://{socket}?db=0", namespace, {"t": {"url": handlers.url("/jobs/ok", ok)}})
+        daemon = DaemonProcess(path).start()
+        try:
+            with server.client() as probe:
+                driver = QueueDriver(probe, namespace)
+                for n in range(2):
+                    wait_for(lambda: any(queued_behind_waits(probe)), what="a lease queued behind the idle wait")
+                    wait_gone(driver, driver.enqueue("t", n).id, daemon)
+            assert not [line for line in daemon.lines() if line["level"] == "error"], daemon.log_tail()
+        finally:
+            daemon.stop()
+            server.stop()
 
 
 def test_app_health_gates_leasing(handlers: HandlerServer, start_daemon: StartDaemon, q: QueueDriver) -> None:
