@@ -313,7 +313,7 @@ async def _lease_on_wake_on(connection: AbstractConnection, wake: str, timeout_s
     # Replies are read whole or the connection is dropped (redis-py disconnects on a timeout, a lost
     # connection or a cancel mid-read), so the next wait never reads a stale reply; it reconnects.
     await connection.send_packed_command(connection.pack_commands([wait, lease.command()]), check_health=False)
-    with contextlib.suppress(redis.exceptions.ResponseError):
+    with contextlib.suppress(redis.exceptions.ResponseError):  # the wait's own error: see lease_on_wake
         await connection.read_response()
     try:
         reply: Reply = await connection.read_response()
