@@ -122,7 +122,9 @@ def connected(config: Config) -> Iterator[store.SyncRedis]:
             raise _embedded_not_running(config) from None  # a socket left behind by a killed server
         raise CommandFailed(f"cannot reach Redis at {_redacted(url)}: {exc}", EX_UNAVAILABLE) from None
     except redis.exceptions.RedisError as exc:
-        raise CommandFailed(f"Redis refused the command: {exc}", EX_FAILURE) from None
+        # redis-py strips the code off the replies it has a class for (OOM, READONLY, NOPERM, ...): name the class.
+        kind = "" if type(exc) is redis.exceptions.ResponseError else f"{type(exc).__name__}: "
+        raise CommandFailed(f"Redis refused the command: {kind}{exc}", EX_FAILURE) from None
     finally:
         client.close()
 

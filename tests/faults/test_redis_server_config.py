@@ -150,8 +150,8 @@ def test_out_of_memory_refuses_every_enqueue_whole_and_the_daemon_rides_it_out(
             refused = cli("enqueue", "hold", '{"n": 2}', "--id", "oom-cli", "-c", str(config))
             assert refused.returncode == 1, (refused.returncode, refused.stdout, refused.stderr)
             assert refused.stdout == ""
-            # (redis-py drops the "OOM" code from the message; what is left still says why.)
-            assert refused.stderr.startswith("jobcar: Redis refused the command: "), refused.stderr
+            # (redis-py drops the "OOM" code from the message; the CLI names the class that stands for it.)
+            assert refused.stderr.startswith("jobcar: Redis refused the command: OutOfMemoryError: "), refused.stderr
             assert "used memory > 'maxmemory'" in refused.stderr and len(refused.stderr.splitlines()) == 1
             assert "Traceback" not in refused.stderr
             # The producer client raises, whether its first write is registering the queue (a fresh client) or
