@@ -1,0 +1,100 @@
+"""CPU per job of each process while one daemon drains a backlog: where a throughput figure's cores go.
+
+    .venv/bin/python bench/cpu_per_job.py [--jobs 100000] [--runs 2]
+
+For each handler, the nginx no-op (`return 204`) and the minimal aiohttp app of `make bench`: a backlog
+enqueued while the queue is paused, one `jobcar run` (concurrency 50) draining it, and the user + system
+CPU that the daemon, Redis and (for the aiohttp app) the handler spent from resume to the last ack, read
+from /proc and divided by the jobs. Runs alternate between the handlers. On two cores the sum over the
+processes bounds throughput: three processes needing T µs of CPU a job cannot pass 2e6 / T jobs/s.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from contextlib import ExitStack
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from tests.integration.daemon_harness import DaemonProcess, write_config
+from tests.servers import RedisServer, find_server_binary, free_port, wait_for
+
+from daemon import PAYLOAD, bare_http_loop, on_uvloop  # bench/daemon.py
+from jobcar import Client, store
+from nginx import Nginx  # bench/nginx.py
+
+_TICKS: int = os.sysconf("SC_CLK_TCK")
+_ENQUEUE_CHUNK = 10_000
+
+
+def cpu_seconds(pid: int) -> float:
+    """utime + stime of a process (fields 14 and 15 of /proc/PID/stat, after the parenthesised name)."""
+    with open(f"/proc/{pid}/stat") as stat:
+        fields = stat.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / _TICKS
+
+
+def drain(server: RedisServer, tmp: Path, url: str, jobs: int, handler_pid: int | None) -> dict[str, float]:
+    """µs of CPU per job by process, and jobs/s, for one daemon draining `jobs` jobs posted to `url`."""
+    namespace = f"cpu{time.monotonic_ns()}"
+    config = write_config(tmp, server.url, namespace, {"bench": {"url": url}}, concurrency=50, log_level="info",
+                          lease="30s")  # fmt: skip
+    keys = store.QueueKeys.of(namespace, "default")
+    assert server.process is not None
+    with server.client() as client:
+        store.execute(client, [store.pause_call(keys, True)])
+        producer = Client(client, namespace=namespace)
+        for start in range(0, jobs, _ENQUEUE_CHUNK):
+            producer.enqueue_many([("bench", PAYLOAD)] * min(_ENQUEUE_CHUNK, jobs - start))
+        daemon = DaemonProcess(config).start()
+        try:
+            pids = {"daemon": daemon.pid, "redis": server.process.pid}
+            if handler_pid is not None:
+                pids["handler"] = handler_pid
+            before = {name: cpu_seconds(pid) for name, pid in pids.items()}
+            started = time.perf_counter()
+            store.execute(client, [store.pause_call(keys, False)])
+
+            def done() -> bool:
+                stats = store.parse_stats(keys, store.execute(client, [store.stats_call(keys)])[0])
+                return stats.pending + stats.active + stats.scheduled == 0
+
+            wait_for(done, timeout=600, what="the backlog to drain")
+            elapsed = time.perf_counter() - started
+            used = {name: (cpu_seconds(pid) - before[name]) / jobs * 1e6 for name, pid in pids.items()}
+        finally:
+            daemon.stop()
+    return {"jobs/s": jobs / elapsed, **used}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--jobs", type=int, default=100_000)
+    parser.add_argument("--runs", type=int, default=2)
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory() as directory, ExitStack() as stack:
+        tmp = Path(directory)
+        server = RedisServer(find_server_binary(), tmp / "redis").start()
+        stack.callback(server.stop)
+        nginx_url = stack.enter_context(Nginx())
+        app_port = free_port()
+        app = subprocess.Popen([sys.executable, str(Path(__file__).with_name("noop_app.py")), str(app_port)])
+        stack.callback(app.wait)
+        stack.callback(app.terminate)
+        app_url = f"http://127.0.0.1:{app_port}/noop"
+        wait_for(lambda: on_uvloop(bare_http_loop(app_url, 1, 1)), what="the no-op app")
+        for run in range(1, args.runs + 1):
+            for name, url, handler_pid in (("nginx", nginx_url, None), ("aiohttp app", app_url, app.pid)):
+                figures = drain(server, tmp, url, args.jobs, handler_pid)
+                line = "; ".join(f"{k} {v:.1f} µs" for k, v in figures.items() if k != "jobs/s")
+                print(f"run {run}, {name}: {figures['jobs/s']:,.0f} jobs/s; CPU per job: {line}", flush=True)
+
+
+if __name__ == "__main__":
+    main()
