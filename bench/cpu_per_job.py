@@ -25,7 +25,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from tests.integration.daemon_harness import DaemonProcess, write_config
 from tests.servers import RedisServer, find_server_binary, free_port, wait_for
 
-from daemon import PAYLOAD, bare_http_loop, on_uvloop  # bench/daemon.py
+from daemon import PAYLOAD, bare_http_loop, on_uvloop, resume_and_drain  # bench/daemon.py
 from jobcar import Client, store
 from nginx import Nginx  # bench/nginx.py
 
@@ -58,15 +58,7 @@ def drain(server: RedisServer, tmp: Path, url: str, jobs: int, handler_pid: int 
             if handler_pid is not None:
                 pids["handler"] = handler_pid
             before = {name: cpu_seconds(pid) for name, pid in pids.items()}
-            started = time.perf_counter()
-            store.execute(client, [store.pause_call(keys, False)])
-
-            def done() -> bool:
-                stats = store.parse_stats(keys, store.execute(client, [store.stats_call(keys)])[0])
-                return stats.pending + stats.active + stats.scheduled == 0
-
-            wait_for(done, timeout=600, what="the backlog to drain")
-            elapsed = time.perf_counter() - started
+            elapsed = resume_and_drain(client, keys)
             used = {name: (cpu_seconds(pid) - before[name]) / jobs * 1e6 for name, pid in pids.items()}
         finally:
             daemon.stop()

@@ -63,15 +63,7 @@ def run_daemon_backlog(
         Client(client, namespace=namespace).enqueue_many([("bench", PAYLOAD)] * jobs)
         running = [DaemonProcess(config).start() for _ in range(daemons)]
         try:
-            started = time.perf_counter()
-            store.execute(client, [store.pause_call(keys, False)])
-
-            def done() -> bool:
-                stats = store.parse_stats(keys, store.execute(client, [store.stats_call(keys)])[0])
-                return stats.pending + stats.active + stats.scheduled == 0
-
-            wait_for(done, timeout=600, what="the backlog to drain")
-            elapsed = time.perf_counter() - started
+            elapsed = resume_and_drain(client, keys)
             failed = client.zcard(keys.dead)
             if failed:
                 raise RuntimeError(f"{failed} jobs died: {running[0].log_tail()}")
@@ -79,6 +71,19 @@ def run_daemon_backlog(
             for daemon in running:
                 daemon.stop()
     return jobs / elapsed
+
+
+def resume_and_drain(client: redis.Redis, keys: store.QueueKeys) -> float:
+    """Resume a paused queue and wait until none of its jobs is pending, scheduled or active; the seconds."""
+    started = time.perf_counter()
+    store.execute(client, [store.pause_call(keys, False)])
+
+    def done() -> bool:
+        stats = store.parse_stats(keys, store.execute(client, [store.stats_call(keys)])[0])
+        return stats.pending + stats.active + stats.scheduled == 0
+
+    wait_for(done, timeout=600, what="the backlog to drain")
+    return time.perf_counter() - started
 
 
 async def bare_http_loop(url: str, jobs: int, concurrency: int) -> float:
