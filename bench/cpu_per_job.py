@@ -23,7 +23,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from tests.integration.daemon_harness import DaemonProcess, write_config
-from tests.servers import RedisServer, find_server_binary, free_port, wait_for
+from tests.servers import RedisServer, find_server_binary, free_port, stop_process, wait_for
 
 from daemon import PAYLOAD, bare_http_loop, on_uvloop, resume_and_drain  # bench/daemon.py
 from jobcar import Client, store
@@ -77,8 +77,7 @@ def main() -> None:
         nginx_url = stack.enter_context(Nginx())
         app_port = free_port()
         app = subprocess.Popen([sys.executable, str(Path(__file__).with_name("noop_app.py")), str(app_port)])
-        stack.callback(app.wait)
-        stack.callback(app.terminate)
+        stack.callback(stop_process, app)
         app_url = f"http://127.0.0.1:{app_port}/noop"
         wait_for(lambda: on_uvloop(bare_http_loop(app_url, 1, 1)), what="the no-op app")
         for run in range(1, args.runs + 1):
