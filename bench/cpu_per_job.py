@@ -26,7 +26,8 @@ from tests.integration.daemon_harness import DaemonProcess, write_config
 from tests.servers import RedisServer, find_server_binary, free_port, stop_process, wait_for
 
 from daemon import PAYLOAD, bare_http_loop, on_uvloop, resume_and_drain  # bench/daemon.py
-from jobcar import Client, store
+from jobcar import Client, transitions, transport
+from jobcar.keys import QueueKeys
 from nginx import Nginx  # bench/nginx.py
 
 _TICKS: int = os.sysconf("SC_CLK_TCK")
@@ -45,10 +46,10 @@ def drain(server: RedisServer, tmp: Path, url: str, jobs: int, handler_pid: int 
     namespace = f"cpu{time.monotonic_ns()}"
     config = write_config(tmp, server.url, namespace, {"bench": {"url": url}}, concurrency=50, log_level="info",
                           lease="30s")  # fmt: skip
-    keys = store.QueueKeys.of(namespace, "default")
+    keys = QueueKeys.of(namespace, "default")
     assert server.process is not None
     with server.client() as client:
-        store.execute(client, [store.pause_call(keys, True)])
+        transport.execute(client, [transitions.pause_call(keys, True)])
         producer = Client(client, namespace=namespace)
         for start in range(0, jobs, _ENQUEUE_CHUNK):
             producer.enqueue_many([("bench", PAYLOAD)] * min(_ENQUEUE_CHUNK, jobs - start))

@@ -40,7 +40,8 @@ from tests.integration.daemon_harness import DaemonProcess, write_config
 from tests.servers import RedisServer, find_server_binary, free_port, wait_for
 
 import jobcar
-from jobcar import AsyncClient, Client, store
+from jobcar import AsyncClient, Client, transitions, transport
+from jobcar.keys import QueueKeys
 
 PAYLOAD = {"user": 1234567, "template": "welcome", "locale": "en-GB", "campaign": "2026-autumn", "pad": "x" * 16}
 BODY = json.dumps(PAYLOAD, separators=(",", ":")).encode()
@@ -58,8 +59,8 @@ def run_daemon_backlog(
     config = write_config(tmp, server.url, namespace, {"bench": handler}, concurrency=concurrency,
                           log_level="info", lease="30s")  # fmt: skip
     with server.client() as client:
-        keys = store.QueueKeys.of(namespace, "default")
-        store.execute(client, [store.pause_call(keys, True)])
+        keys = QueueKeys.of(namespace, "default")
+        transport.execute(client, [transitions.pause_call(keys, True)])
         Client(client, namespace=namespace).enqueue_many([("bench", PAYLOAD)] * jobs)
         running = [DaemonProcess(config).start() for _ in range(daemons)]
         try:
@@ -73,13 +74,13 @@ def run_daemon_backlog(
     return jobs / elapsed
 
 
-def resume_and_drain(client: redis.Redis, keys: store.QueueKeys) -> float:
+def resume_and_drain(client: redis.Redis, keys: QueueKeys) -> float:
     """Resume a paused queue and wait until none of its jobs is pending, scheduled or active; the seconds."""
     started = time.perf_counter()
-    store.execute(client, [store.pause_call(keys, False)])
+    transport.execute(client, [transitions.pause_call(keys, False)])
 
     def done() -> bool:
-        stats = store.parse_stats(keys, store.execute(client, [store.stats_call(keys)])[0])
+        stats = transitions.parse_stats(keys, transport.execute(client, [transitions.stats_call(keys)])[0])
         return stats.pending + stats.active + stats.scheduled == 0
 
     wait_for(done, timeout=600, what="the backlog to drain")

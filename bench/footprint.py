@@ -30,7 +30,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from tests.integration.daemon_harness import DaemonProcess, write_config
 from tests.servers import RedisServer, find_server_binary, free_port, wait_for
 
-from jobcar import Client, store
+from jobcar import Client, transitions, transport
+from jobcar.keys import QueueKeys
 from nginx import Nginx  # bench/nginx.py: this script's directory is on sys.path
 
 PAYLOAD_100 = {"data": "x" * 89}  # {"data":"xxx…"} is exactly 100 bytes of JSON
@@ -68,9 +69,9 @@ def round_trips_per_job(
     namespace = f"rt{time.monotonic_ns()}"
     config = write_config(tmp, server.url, namespace, {"bench": {"url": url}}, concurrency=concurrency,
                           log_level="info", lease="30s")  # fmt: skip
-    keys = store.QueueKeys.of(namespace, "default")
+    keys = QueueKeys.of(namespace, "default")
     with server.client() as client:
-        store.execute(client, [store.pause_call(keys, True)])
+        transport.execute(client, [transitions.pause_call(keys, True)])
         producer = Client(client, namespace=namespace)
         for start in range(0, jobs, 5000):
             producer.enqueue_many([("bench", PAYLOAD_100)] * min(5000, jobs - start))
@@ -86,7 +87,7 @@ def round_trips_per_job(
                 return int(stats["total_reads_processed"]), scripts
 
             reads_before, scripts_before = counters()
-            store.execute(client, [store.pause_call(keys, False)])
+            transport.execute(client, [transitions.pause_call(keys, False)])
 
             def drained() -> bool:
                 nonlocal probes
@@ -108,7 +109,7 @@ def rss_with_jobs_in_flight(server: RedisServer, tmp: Path, app_url: str, in_fli
     handler = {"url": f"{app_url.rstrip('/')}/sleep/60", "timeout": "120s"}
     config = write_config(tmp, server.url, namespace, {"hold": handler}, concurrency=in_flight, log_level="info",
                           lease="30s")  # fmt: skip
-    keys = store.QueueKeys.of(namespace, "default")
+    keys = QueueKeys.of(namespace, "default")
     daemon = DaemonProcess(config).start()
     try:
         with server.client() as client:
@@ -121,7 +122,7 @@ def rss_with_jobs_in_flight(server: RedisServer, tmp: Path, app_url: str, in_fli
         daemon.stop()
 
 
-def _renewed(client: redis.Redis, keys: store.QueueKeys) -> bool:
+def _renewed(client: redis.Redis, keys: QueueKeys) -> bool:
     """True once every lease deadline lies more than the first lease away (that is, was extended)."""
     entries = client.zrange(keys.active, 0, 0, withscores=True)
     now_ms = client.time()[0] * 1000

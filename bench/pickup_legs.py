@@ -38,7 +38,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from tests.servers import RedisServer, find_server_binary
 
 from daemon import PAYLOAD, recording_daemon  # bench/daemon.py
-from jobcar import AsyncClient, store
+from jobcar import AsyncClient
+from jobcar.scripts import script
 
 GAP = 0.01  # seconds between jobs, as in make bench's pickup figure
 
@@ -108,7 +109,7 @@ def legs(
 ) -> list[list[float]]:
     """Per job: [start -> enqueue ran, enqueue ran -> lease ran, lease ran -> handler, total], in ms. Scripts
     are told apart by their SHA; a job's lease is the first lease after its enqueue."""
-    enqueue_sha, lease_sha = store.script("enqueue").sha, store.script("lease").sha
+    enqueue_sha, lease_sha = script("enqueue").sha, script("lease").sha
     enqueues = [(t, text) for t, sha, text in scripts if sha == enqueue_sha]
     leases = sorted(t for t, sha, _ in scripts if sha == lease_sha)
     rows = []

@@ -28,7 +28,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from tests.integration.daemon_harness import DaemonProcess, write_config
 from tests.servers import RedisServer, find_server_binary, wait_for
 
-from jobcar import Client, store
+from jobcar import Client, transitions, transport
+from jobcar.keys import QueueKeys
 from nginx import Nginx
 
 PAYLOAD = {"user": 1234567, "template": "welcome", "locale": "en-GB", "campaign": "2026-autumn", "pad": "x" * 16}
@@ -38,7 +39,7 @@ PAYLOAD = {"user": 1234567, "template": "welcome", "locale": "en-GB", "campaign"
 class PausedQueue:
     """A queue of its own namespace, paused between timed runs, with a daemon that serves only it."""
 
-    keys: store.QueueKeys
+    keys: QueueKeys
     producer: Client
 
 
@@ -49,8 +50,8 @@ def paused_queue(
     namespace = f"scale{time.monotonic_ns()}"
     config = write_config(tmp, server.url, namespace, {"bench": {"url": url}}, concurrency=concurrency,
                           log_level="info", lease="30s")  # fmt: skip
-    keys = store.QueueKeys.of(namespace, "default")
-    store.execute(client, [store.pause_call(keys, True)])
+    keys = QueueKeys.of(namespace, "default")
+    transport.execute(client, [transitions.pause_call(keys, True)])
     daemon = DaemonProcess(config).start()
     try:
         yield PausedQueue(keys, Client(client, namespace=namespace))
@@ -69,9 +70,9 @@ def timed_run(client: redis.Redis, queue: PausedQueue, backlog: int, measured: i
         queue.producer.enqueue_many([("bench", PAYLOAD)] * min(5000, missing - start))
     target = client.llen(keys.pending) - measured
     started = time.perf_counter()
-    store.execute(client, [store.pause_call(keys, False)])
+    transport.execute(client, [transitions.pause_call(keys, False)])
     wait_for(lambda: client.llen(keys.pending) <= target, timeout=600, what="the measured jobs to be leased")
-    store.execute(client, [store.pause_call(keys, True)])
+    transport.execute(client, [transitions.pause_call(keys, True)])
     wait_for(lambda: client.zcard(keys.active) == 0, timeout=60, what="the jobs in flight to finish")
     return measured / (time.perf_counter() - started)
 

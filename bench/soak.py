@@ -71,8 +71,9 @@ from tests.integration.daemon_harness import DaemonProcess, write_config
 from tests.servers import RedisServer, find_server_binary, free_port, stop_process, wait_for
 
 import jobcar
-from jobcar import AsyncClient, store
+from jobcar import AsyncClient, replies, transitions, transport
 from jobcar.job import Job, State
+from jobcar.keys import QueueKeys
 from jobcar.units import parse_duration
 
 NAMESPACE: Final = "soak"
@@ -223,8 +224,8 @@ class Soak:
     started: float = 0.0
 
     @property
-    def keys(self) -> store.QueueKeys:
-        return store.QueueKeys.of(NAMESPACE, "default")
+    def keys(self) -> QueueKeys:
+        return QueueKeys.of(NAMESPACE, "default")
 
     def elapsed(self) -> float:
         return time.monotonic() - self.started
@@ -261,7 +262,7 @@ class Soak:
             now = time.monotonic()
             if now - start >= self.duration:
                 break
-            due = min(math.floor((now - start) * self.rate) + 1, len(self.sent) + store.ENQUEUE_CHUNK)
+            due = min(math.floor((now - start) * self.rate) + 1, len(self.sent) + transitions.ENQUEUE_CHUNK)
             first = len(self.sent)
             if due <= first:
                 await asyncio.sleep(start + first / self.rate - now)
@@ -325,9 +326,9 @@ class Soak:
         self.samples.append(sample)
         return sample
 
-    async def queue_stats(self, probe: redis.asyncio.Redis) -> store.QueueStats:
-        reply = (await store.execute_async(probe, [store.stats_call(self.keys)]))[0]
-        return store.parse_stats(self.keys, reply)
+    async def queue_stats(self, probe: redis.asyncio.Redis) -> transitions.QueueStats:
+        reply = (await transport.execute_async(probe, [transitions.stats_call(self.keys)]))[0]
+        return transitions.parse_stats(self.keys, reply)
 
     async def handler_stats(self, session: aiohttp.ClientSession) -> dict[str, int]:
         async with session.get(f"{self.handler_url}/stats") as resp:
@@ -451,7 +452,7 @@ def audit(soak: Soak, counts: bytes) -> Audit:
                     else:
                         result.vanished.append(job_id)
                 elif state.decode() == State.DEAD.value:
-                    job = store.parse_job(job_id, keys.queue, client.hgetall(keys.job(job_id)))
+                    job = replies.parse_job(job_id, keys.queue, client.hgetall(keys.job(job_id)))
                     result.dead[job_id] = _reason(job)
                 else:
                     result.unsettled[job_id] = state.decode()

@@ -34,12 +34,13 @@ from typing import Any, Final, TypeAlias
 from aiohttp import hdrs, web
 from redis import exceptions as redis_errors
 
-from jobcar import store
+from jobcar import keys, replies, transitions, transport
 from jobcar.client import ID_PATTERN, AsyncClient, JobSpec, check_name
 from jobcar.config_types import Config
 from jobcar.errors import InvalidJob, PayloadTooLarge
 from jobcar.job import DEFAULT_CONTENT_TYPE, EnqueueStatus, Job, JobInfo, State
-from jobcar.store import CancelResult, QueueKeys
+from jobcar.keys import QueueKeys
+from jobcar.transitions import CancelResult
 from jobcar.units import parse_duration
 
 log = logging.getLogger("jobcar.api")
@@ -251,9 +252,9 @@ async def _cancel(request: web.Request) -> web.Response:
     queue = queue or await _find_queue(client, job_id)
     if queue is None:
         return _error(404, "no such job")
-    call = store.cancel_call(QueueKeys.of(client.namespace, queue), job_id)
-    (reply,) = await store.execute_async(client.redis, [call])
-    result, before = store.parse_cancel(reply)
+    call = transitions.cancel_call(QueueKeys.of(client.namespace, queue), job_id)
+    (reply,) = await transport.execute_async(client.redis, [call])
+    result, before = transitions.parse_cancel(reply)
     if result is CancelResult.MISSING or before is None:
         return _error(404, "no such job")
     if result is CancelResult.NOT_CANCELABLE:
@@ -272,7 +273,7 @@ def _job_ref(request: web.Request) -> tuple[str, str | None]:
 
 async def _find_queue(client: AsyncClient, job_id: str) -> str | None:
     """The queue holding `job_id`, searched as AsyncClient.get does: every known queue, in name order."""
-    for queue in store.decode_names(await client.redis.smembers(store.queues_key(client.namespace))):
+    for queue in replies.decode_names(await client.redis.smembers(keys.queues_key(client.namespace))):
         if await client.redis.exists(QueueKeys.of(client.namespace, queue).job(job_id)):
             return queue
     return None

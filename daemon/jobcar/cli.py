@@ -25,7 +25,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Final
 
-from jobcar import store
+from jobcar import keys, transitions, transport
 from jobcar.cli_ops import (
     cancel_arguments,
     cmd_cancel,
@@ -49,10 +49,6 @@ from jobcar.cli_ops import (
 )
 from jobcar.cli_support import (
     CONFIG_HELP,
-    EX_FAILURE,
-    EX_OK,
-    EX_UNAVAILABLE,
-    EX_USAGE,
     CommandFailed,
     config_path,
     connected,
@@ -65,8 +61,9 @@ from jobcar.cli_support import (
 from jobcar.client import build_record, encode_payload
 from jobcar.embedded import EmbeddedServerError
 from jobcar.errors import InvalidJob, PayloadTooLarge
+from jobcar.exit_codes import EX_FAILURE, EX_OK, EX_UNAVAILABLE, EX_USAGE
 from jobcar.job import DEFAULT_CONTENT_TYPE, EnqueueStatus, JobInfo
-from jobcar.store import DEFAULT_QUEUE
+from jobcar.keys import DEFAULT_QUEUE
 
 __all__ = ["COMMANDS", "Command", "CommandFailed", "build_parser", "main"]
 
@@ -295,9 +292,9 @@ def cmd_enqueue(args: argparse.Namespace) -> int:
         raise CommandFailed(str(exc), EX_USAGE) from None
     with connected(config) as client:
         # What Client.enqueue does with a record (docs/protocol.md): register the queue, run the script.
-        client.sadd(store.queues_key(config.namespace), record.queue)
-        replies = store.execute(client, store.enqueue_calls(config.namespace, [record]))
-    info = store.parse_enqueue([record], replies)[0]
+        client.sadd(keys.queues_key(config.namespace), record.queue)
+        replies = transport.execute(client, transitions.enqueue_calls(config.namespace, [record]))
+    info = transitions.parse_enqueue([record], replies)[0]
     _report(info, args.json)
     # Said after the id, so a script reading stdout still gets it; these jobs would sit or die unrun.
     if args.type not in config.handlers:

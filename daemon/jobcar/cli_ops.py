@@ -20,11 +20,8 @@ from email.message import Message as HTTPMessage
 from typing import IO, Final
 from urllib.parse import urlsplit
 
-from jobcar import store
+from jobcar import admin, replies, scripts, transitions, transport
 from jobcar.cli_support import (
-    EX_FAILURE,
-    EX_OK,
-    EX_USAGE,
     ID_DASH,
     ID_HELP,
     CommandFailed,
@@ -38,8 +35,10 @@ from jobcar.cli_support import (
 from jobcar.client import check_name
 from jobcar.config_types import Config
 from jobcar.errors import InvalidJob
+from jobcar.exit_codes import EX_FAILURE, EX_OK, EX_USAGE
 from jobcar.job import STORED_IN_SETS, Job, State
-from jobcar.store import BULK_LIMIT, CancelResult, QueueKeys, QueueStats
+from jobcar.keys import QueueKeys
+from jobcar.transitions import BULK_LIMIT, CancelResult, QueueStats
 
 # -- shared by the operators' commands -------------------------------------------------------------
 
@@ -59,17 +58,17 @@ def _add_json_option(parser: argparse.ArgumentParser, what: str) -> None:
     parser.add_argument("--json", action="store_true", help=f"print {what} as JSON")
 
 
-def _queues(client: store.SyncRedis, config: Config, only: str | None) -> list[str]:
+def _queues(client: transport.SyncRedis, config: Config, only: str | None) -> list[str]:
     """`only`, else the config's queues in its order, then every other queue producers have used."""
     if only is not None:
         return [only]
-    return list(dict.fromkeys([*config.queues, *store.known_queues(client, config.namespace)]))
+    return list(dict.fromkeys([*config.queues, *admin.known_queues(client, config.namespace)]))
 
 
-def _read_stats(client: store.SyncRedis, config: Config, queues: Sequence[str]) -> list[QueueStats]:
+def _read_stats(client: transport.SyncRedis, config: Config, queues: Sequence[str]) -> list[QueueStats]:
     keys = [QueueKeys.of(config.namespace, queue) for queue in queues]
-    replies = store.execute(client, [store.stats_call(k) for k in keys])
-    return [store.parse_stats(k, reply) for k, reply in zip(keys, replies, strict=True)]
+    replies = transport.execute(client, [transitions.stats_call(k) for k in keys])
+    return [transitions.parse_stats(k, reply) for k, reply in zip(keys, replies, strict=True)]
 
 
 def _reply_count(reply: object) -> int:
@@ -78,9 +77,9 @@ def _reply_count(reply: object) -> int:
     return reply
 
 
-def _locate(client: store.SyncRedis, config: Config, job_id: str, queue: str | None) -> tuple[str, str]:
+def _locate(client: transport.SyncRedis, config: Config, job_id: str, queue: str | None) -> tuple[str, str]:
     """(queue, state) of the job with this id, searched in `queue` or every queue."""
-    found = store.find_job(client, config.namespace, job_id, _queues(client, config, queue))
+    found = admin.find_job(client, config.namespace, job_id, _queues(client, config, queue))
     if not found:
         raise CommandFailed(f"no such job {job_id}" + (f" in queue {queue}" if queue else ""))
     if len(found) > 1:
@@ -142,7 +141,7 @@ def _per_queue(counts: Mapping[str, int]) -> str:
 def _parse_job(job_id: str, queue: str, fields: Mapping[bytes, bytes]) -> Job | str:
     """The job, or why its hash cannot be read (written around the enqueue script)."""
     try:
-        return store.parse_job(job_id, queue, fields)
+        return replies.parse_job(job_id, queue, fields)
     except (ValueError, KeyError, TypeError) as exc:
         return f"job {job_id} in queue {queue} cannot be read: {exc}"
 
@@ -239,8 +238,8 @@ def cmd_jobs_list(args: argparse.Namespace) -> int:
                 total = _state_count(queue_stats, state)
                 if total == 0:
                     continue
-                ids = store.list_job_ids(client, keys, state, args.limit)
-                for job_id, fields in zip(ids, store.job_hashes(client, keys, ids), strict=True):
+                ids = admin.list_job_ids(client, keys, state, args.limit)
+                for job_id, fields in zip(ids, admin.job_hashes(client, keys, ids), strict=True):
                     if not fields:
                         continue  # finished or deleted since the ids were read
                     job = _parse_job(job_id, keys.queue, fields)
@@ -391,7 +390,7 @@ def cmd_jobs_show(args: argparse.Namespace) -> int:
     with connected(config) as client:
         queue, _ = _locate(client, config, args.job_id, args.queue)
         keys = QueueKeys.of(config.namespace, queue)
-        fields = store.job_hashes(client, keys, [args.job_id])[0]
+        fields = admin.job_hashes(client, keys, [args.job_id])[0]
         deadline = client.zscore(keys.active, args.job_id)
         now_ms = _read_stats(client, config, [queue])[0].now_ms
     if not fields:
@@ -416,14 +415,14 @@ def dead_requeue_arguments(parser: argparse.ArgumentParser) -> None:
     _add_queue_option(parser, "the queue (default: every queue)")
 
 
-def _drain_dead(client: store.SyncRedis, keys: QueueKeys, bulk: Callable[..., store.ScriptCall]) -> int:
+def _drain_dead(client: transport.SyncRedis, keys: QueueKeys, bulk: Callable[..., scripts.ScriptCall]) -> int:
     """Call `bulk` (requeue_call or purge_call) on the oldest dead jobs until those dead now are done."""
     # Bounded by the count taken first: jobs that die meanwhile stay. Otherwise a requeued job that
     # fails again at once, under a running daemon, could keep this loop going.
     remaining = int(client.zcard(keys.dead))
     done = 0
     while remaining > 0:
-        moved = _reply_count(store.execute(client, [bulk(keys, (), min(BULK_LIMIT, remaining))])[0])
+        moved = _reply_count(transport.execute(client, [bulk(keys, (), min(BULK_LIMIT, remaining))])[0])
         if moved == 0:
             break
         done += moved
@@ -432,13 +431,13 @@ def _drain_dead(client: store.SyncRedis, keys: QueueKeys, bulk: Callable[..., st
 
 
 def _requeue_ids(
-    client: store.SyncRedis, config: Config, queues: Sequence[str], job_ids: Sequence[str]
+    client: transport.SyncRedis, config: Config, queues: Sequence[str], job_ids: Sequence[str]
 ) -> tuple[dict[str, int], list[str]]:
     """(jobs moved per queue, why some ids were not moved)."""
     by_queue: dict[str, list[str]] = {}
     problems = []
     for job_id in dict.fromkeys(job_ids):
-        found = store.find_job(client, config.namespace, job_id, queues)
+        found = admin.find_job(client, config.namespace, job_id, queues)
         dead = [queue for queue, state in found.items() if state == State.DEAD]
         if dead:
             for queue in dead:
@@ -451,8 +450,8 @@ def _requeue_ids(
     moved = {}
     for queue, ids in by_queue.items():
         keys = QueueKeys.of(config.namespace, queue)
-        calls = [store.requeue_call(keys, ids[i : i + BULK_LIMIT]) for i in range(0, len(ids), BULK_LIMIT)]
-        moved[queue] = sum(_reply_count(reply) for reply in store.execute(client, calls))
+        calls = [transitions.requeue_call(keys, ids[i : i + BULK_LIMIT]) for i in range(0, len(ids), BULK_LIMIT)]
+        moved[queue] = sum(_reply_count(reply) for reply in transport.execute(client, calls))
     return moved, problems
 
 
@@ -464,7 +463,7 @@ def cmd_dead_requeue(args: argparse.Namespace) -> int:
         queues = _queues(client, config, args.queue)
         if args.all:
             moved = {
-                queue: _drain_dead(client, QueueKeys.of(config.namespace, queue), store.requeue_call)
+                queue: _drain_dead(client, QueueKeys.of(config.namespace, queue), transitions.requeue_call)
                 for queue in queues
             }
             problems: list[str] = []
@@ -489,7 +488,8 @@ def cmd_dead_purge(args: argparse.Namespace) -> int:
     with connected(config) as client:
         queues = _queues(client, config, args.queue)
         deleted = {
-            queue: _drain_dead(client, QueueKeys.of(config.namespace, queue), store.purge_call) for queue in queues
+            queue: _drain_dead(client, QueueKeys.of(config.namespace, queue), transitions.purge_call)
+            for queue in queues
         }
     print(f"deleted {count(sum(deleted.values()), 'dead job')}{_per_queue(deleted)}")
     return EX_OK
@@ -507,9 +507,9 @@ def _set_paused(args: argparse.Namespace, paused: bool) -> int:
     queue = args.queue
     with connected(config) as client:
         changed = _reply_count(
-            store.execute(client, [store.pause_call(QueueKeys.of(config.namespace, queue), paused)])[0]
+            transport.execute(client, [transitions.pause_call(QueueKeys.of(config.namespace, queue), paused)])[0]
         )
-        known = queue in config.queues or queue in store.known_queues(client, config.namespace)
+        known = queue in config.queues or queue in admin.known_queues(client, config.namespace)
     if paused:
         print(
             f"queue {queue} paused: its jobs wait until `jobcar queue resume {queue}`"
@@ -543,8 +543,10 @@ def cmd_cancel(args: argparse.Namespace) -> int:
     config = load(args)
     with connected(config) as client:
         queue, _ = _locate(client, config, args.job_id, args.queue)
-        reply = store.execute(client, [store.cancel_call(QueueKeys.of(config.namespace, queue), args.job_id)])[0]
-    result, state = store.parse_cancel(reply)
+        reply = transport.execute(
+            client, [transitions.cancel_call(QueueKeys.of(config.namespace, queue), args.job_id)]
+        )[0]
+    result, state = transitions.parse_cancel(reply)
     if result is CancelResult.CANCELED:
         print(f"canceled job {args.job_id} ({state} in queue {queue}): it is deleted and will not run")
     elif result is CancelResult.CANCEL_REQUESTED:
@@ -576,7 +578,7 @@ def cmd_fsck(args: argparse.Namespace) -> int:
     from jobcar import fsck
 
     config = load(args)
-    limits = store.DeadLetterLimits(config.dead_letter.max_jobs, int(config.dead_letter.max_age * 1000))
+    limits = transitions.DeadLetterLimits(config.dead_letter.max_jobs, int(config.dead_letter.max_age * 1000))
     findings: list[fsck.Finding] = []
     with connected(config) as client:
         for queue in _queues(client, config, args.queue):

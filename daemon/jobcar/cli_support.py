@@ -18,17 +18,13 @@ from urllib.parse import urlsplit, urlunsplit
 import redis
 import redis.exceptions
 
-from jobcar import store
+from jobcar import transport
 from jobcar.config import ConfigError, load_config
 from jobcar.config_types import Config
 from jobcar.embedded import EMBEDDED_URL, embedded_socket_path, unix_socket_url
+from jobcar.exit_codes import EX_CONFIG, EX_FAILURE, EX_UNAVAILABLE
+from jobcar.transport import COMMAND_TIMEOUT
 from jobcar.units import parse_duration
-
-EX_OK: Final = 0
-EX_FAILURE: Final = 1
-EX_USAGE: Final = 2
-EX_UNAVAILABLE: Final = 69
-EX_CONFIG: Final = 78
 
 CONFIG_ENV: Final = "JOBCAR_CONFIG"
 DEFAULT_CONFIG: Final = "jobcar.yaml"
@@ -37,7 +33,6 @@ ID_DASH: Final = "an id that starts with - goes after --"
 ID_HELP: Final = f"the job's id ({ID_DASH})"
 #: A CLI call waits this long for Redis to accept a connection, and for each reply, before giving up.
 CONNECT_TIMEOUT: Final = 5.0
-COMMAND_TIMEOUT: Final = 10.0
 
 
 class CommandFailed(Exception):
@@ -86,7 +81,7 @@ def _embedded_not_running(config: Config) -> CommandFailed:
 
 
 @contextmanager
-def connected(config: Config) -> Iterator[store.SyncRedis]:
+def connected(config: Config) -> Iterator[transport.SyncRedis]:
     """A redis client for the config's server, closed on exit. Connection failures (at any point inside
     the block) become CommandFailed(69); other Redis errors CommandFailed(1).
 
@@ -102,7 +97,7 @@ def connected(config: Config) -> Iterator[store.SyncRedis]:
         url = unix_socket_url(socket_path)
     options: dict[str, Any] = {"socket_connect_timeout": CONNECT_TIMEOUT, "socket_timeout": COMMAND_TIMEOUT}
     try:
-        client: store.SyncRedis
+        client: transport.SyncRedis
         if config.redis.cluster and not embedded:
             client = redis.RedisCluster.from_url(url, **options)  # connects to discover the nodes
         else:

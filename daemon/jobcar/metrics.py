@@ -27,7 +27,7 @@ from prometheus_client.registry import Collector
 from prometheus_client.samples import Sample
 from prometheus_client.utils import floatToGoString
 
-from jobcar import __version__, store
+from jobcar import __version__, keys, transitions, transport
 from jobcar.config_types import Config
 from jobcar.job import STORED_IN_SETS
 
@@ -234,13 +234,13 @@ class Metrics:
             series = self._job_series[(queue, job_type)] = self.flow.job(self.queue(queue), self.type(job_type))
         return series
 
-    async def render(self, client: store.AsyncRedis, queues: Iterable[store.QueueKeys]) -> bytes:
+    async def render(self, client: transport.AsyncRedis, queues: Iterable[keys.QueueKeys]) -> bytes:
         """The exposition, with queue depths refreshed from Redis at most once a second."""
         if time.monotonic() - self._stats_at > STATS_CACHE_SECONDS:
             keys = list(queues)
-            replies = await store.execute_async(client, [store.stats_call(k) for k in keys])
+            replies = await transport.execute_async(client, [transitions.stats_call(k) for k in keys])
             for k, reply in zip(keys, replies, strict=True):
-                stats = store.parse_stats(k, reply)
+                stats = transitions.parse_stats(k, reply)
                 for state in STORED_IN_SETS:
                     self.queue_jobs.labels(k.queue, state.value).set(getattr(stats, state.value))
                 self.queue_latency.labels(k.queue).set(stats.latency_s)

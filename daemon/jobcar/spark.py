@@ -28,7 +28,8 @@ from jobcar.client import (
     check_name,
 )
 from jobcar.errors import InvalidJob
-from jobcar.store import DEFAULT_NAMESPACE, DEFAULT_QUEUE, ENQUEUE_CHUNK
+from jobcar.keys import DEFAULT_NAMESPACE, DEFAULT_QUEUE
+from jobcar.transitions import ENQUEUE_CHUNK
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, Row

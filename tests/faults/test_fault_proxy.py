@@ -18,7 +18,8 @@ import uvloop
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 
-from jobcar import store
+from jobcar import transitions, transport
+from jobcar.keys import QueueKeys
 from tests.faultproxy import FaultProxy
 from tests.integration.daemon_harness import DaemonProcess, Received, handler_server, write_config
 from tests.integration.driver import QueueDriver
@@ -109,7 +110,7 @@ def test_on_uvloop_a_reset_idle_connection_fails_the_next_call_as_a_connection_e
     """The asyncio pool does not notice; on uvloop redis-py's write then raises RuntimeError ("the
     handler is closed"), which the daemon's calls must see as the connection error it is, or its loops
     take an outage for a bug and a finishing job's ack is never retried."""
-    keys = store.QueueKeys.of(namespace, "default")
+    keys = QueueKeys.of(namespace, "default")
 
     async def transport_closed(client: redis.asyncio.Redis) -> None:
         """Until uvloop has read the RST and closed the idle pooled connection's transport: the state in
@@ -125,11 +126,11 @@ def test_on_uvloop_a_reset_idle_connection_fails_the_next_call_as_a_connection_e
         outcomes = []
         try:
             for _ in range(5):
-                await store.execute_async(client, [store.stats_call(keys)])
+                await transport.execute_async(client, [transitions.stats_call(keys)])
                 proxy.reset()
                 await transport_closed(client)
                 try:
-                    await store.execute_async(client, [store.stats_call(keys)])
+                    await transport.execute_async(client, [transitions.stats_call(keys)])
                     outcomes.append("answered")
                 except redis.ConnectionError:
                     outcomes.append("connection error")

@@ -30,7 +30,7 @@ from redis.backoff import NoBackoff
 from redis.retry import Retry
 
 from jobcar import Client, State
-from jobcar.store import QueueKeys
+from jobcar.keys import QueueKeys
 from tests.faultproxy import FaultProxy
 from tests.integration.daemon_harness import DaemonProcess, HandlerServer, Received, handler_server, write_config
 from tests.servers import RedisServer, wait_for

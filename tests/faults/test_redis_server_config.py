@@ -24,7 +24,7 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import NoPermissionError, OutOfMemoryError
 
 from jobcar import Client, State
-from jobcar.store import QueueKeys
+from jobcar.keys import QueueKeys
 from tests.integration.daemon_harness import DaemonProcess, Received, handler_server, write_config
 from tests.integration.driver import QueueDriver
 from tests.integration.test_cli import cli

@@ -6,10 +6,12 @@ from typing import Any
 
 import redis
 
-from jobcar import store
+from jobcar import replies, transitions, transport
 from jobcar.client import Client
 from jobcar.job import Job, JobInfo, State
-from jobcar.store import DeadLetterLimits, LeaseResult, QueueKeys, ScriptCall
+from jobcar.keys import QueueKeys
+from jobcar.scripts import ScriptCall
+from jobcar.transitions import DeadLetterLimits, LeaseResult
 
 #: For `where`: how often the id is in pending, its scores in scheduled, active and dead, and its hash.
 _READ_JOB_AND_SETS = """
@@ -31,48 +33,48 @@ class QueueDriver:
         self.dead_limits = DeadLetterLimits()
 
     def run(self, call: ScriptCall) -> Any:
-        return store.execute(self.redis, [call])[0]
+        return transport.execute(self.redis, [call])[0]
 
     def enqueue(self, job_type: str = "t", payload: Any = None, **options: Any) -> JobInfo:
         options.setdefault("queue", self.keys.queue)
         return self.producer.enqueue(job_type, payload, **options)
 
     def lease(self, count: int = 10, lease_ms: int = 30_000, max_attempts: int = 3, by_type: str = "{}") -> LeaseResult:
-        return store.parse_lease(
-            self.keys, self.run(store.lease_call(self.keys, count, lease_ms, max_attempts, by_type))
+        return transitions.parse_lease(
+            self.keys, self.run(transitions.lease_call(self.keys, count, lease_ms, max_attempts, by_type))
         )
 
-    def lease_one(self, **kwargs: Any) -> store.LeasedJob:
+    def lease_one(self, **kwargs: Any) -> transitions.LeasedJob:
         result = self.lease(count=1, **kwargs)
         assert len(result.jobs) == 1, f"expected one leased job, got {result}"
         return result.jobs[0]
 
-    def extend(self, leases: list[tuple[str, str]], lease_ms: int = 30_000) -> list[store.ExtendStatus]:
-        return store.parse_extend(self.run(store.extend_call(self.keys, lease_ms, leases)))
+    def extend(self, leases: list[tuple[str, str]], lease_ms: int = 30_000) -> list[transitions.ExtendStatus]:
+        return transitions.parse_extend(self.run(transitions.extend_call(self.keys, lease_ms, leases)))
 
     def ack(self, job_id: str, token: str, **kwargs: Any) -> int:
-        [finished] = store.parse_ack(self.run(store.ack_call(self.keys, job_id, token, **kwargs)))
+        [finished] = transitions.parse_ack(self.run(transitions.ack_call(self.keys, job_id, token, **kwargs)))
         return finished
 
     def retry(
         self, job_id: str, token: str, delay_ms: int = 0, error: str = "boom", spend: bool = True, max_free: int = 0
     ) -> int:
-        call = store.retry_call(
+        call = transitions.retry_call(
             self.keys, job_id, token, delay_ms=delay_ms, error=error, spend_attempt=spend,
             max_free_retries=max_free, dead=self.dead_limits,
         )  # fmt: skip
         return int(self.run(call))
 
     def kill(self, job_id: str, token: str, reason: str = "bad") -> int:
-        return int(self.run(store.kill_call(self.keys, job_id, token, reason, self.dead_limits)))
+        return int(self.run(transitions.kill_call(self.keys, job_id, token, reason, self.dead_limits)))
 
     def reap(self, default_max_attempts: int = 3) -> dict[str, str]:
-        call = store.reap_call(self.keys, default_max_attempts=default_max_attempts, dead=self.dead_limits)
-        return store.parse_reap(self.run(call))
+        call = transitions.reap_call(self.keys, default_max_attempts=default_max_attempts, dead=self.dead_limits)
+        return transitions.parse_reap(self.run(call))
 
     def job(self, job_id: str) -> Job | None:
         fields = self.redis.hgetall(self.keys.job(job_id))
-        return store.parse_job(job_id, self.keys.queue, fields) if fields else None
+        return replies.parse_job(job_id, self.keys.queue, fields) if fields else None
 
     def sets_of(self, job_id: str) -> list[State]:
         """Every state set that holds this id (the invariant says: exactly one while the job exists)."""
@@ -92,7 +94,7 @@ class QueueDriver:
         sets = [State.PENDING] * pending + [state for state, score in scores if score is not None]
         job = None
         if fields:
-            job = store.parse_job(job_id, self.keys.queue, dict(zip(fields[::2], fields[1::2], strict=True)))
+            job = replies.parse_job(job_id, self.keys.queue, dict(zip(fields[::2], fields[1::2], strict=True)))
         if job is None or job.state in (State.DONE, State.CANCELED):
             assert sets == [], f"{job_id} has no runnable hash but is in {sets}"
             return None if job is None else job.state

@@ -6,7 +6,7 @@ import sys
 import threading
 from pathlib import Path
 
-from jobcar import State, store
+from jobcar import State, transitions
 from tests.integration.daemon_harness import DaemonProcess, Received, handler_server, write_config
 from tests.integration.driver import QueueDriver
 from tests.integration.test_daemon_lifecycle import pid_alive
@@ -32,8 +32,8 @@ def test_cancel_stops_a_running_command_and_its_process_group(
             q = QueueDriver(client, namespace)
             job_id = q.enqueue("long", None).id
             wait_for(lambda: pids.exists() and len(pids.read_text().split()) == 2, what="the handler and its child")
-            result = store.parse_cancel(q.run(store.cancel_call(q.keys, job_id)))
-            assert result == (store.CancelResult.CANCEL_REQUESTED, State.ACTIVE)
+            result = transitions.parse_cancel(q.run(transitions.cancel_call(q.keys, job_id)))
+            assert result == (transitions.CancelResult.CANCEL_REQUESTED, State.ACTIVE)
             wait_for(lambda: (j := q.job(job_id)) is not None and j.state is State.CANCELED, timeout=15,
                      what="the daemon to stop the job at its next heartbeat")  # fmt: skip
             for pid in map(int, pids.read_text().split()):
@@ -63,7 +63,7 @@ def test_cancel_aborts_a_running_http_request(redis_server: RedisServer, namespa
                 q = QueueDriver(client, namespace)
                 job_id = q.enqueue("hang", {}).id
                 wait_for(lambda: len(handlers.requests_to("/jobs/hang")) == 1, what="the request to arrive")
-                q.run(store.cancel_call(q.keys, job_id))
+                q.run(transitions.cancel_call(q.keys, job_id))
                 wait_for(lambda: (j := q.job(job_id)) is not None and j.state is State.CANCELED, timeout=15,
                          what="the daemon to abort the request")  # fmt: skip
                 canceled = daemon.wait_for_log("job stopped")

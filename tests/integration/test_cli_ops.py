@@ -20,11 +20,11 @@ from pathlib import Path
 
 import pytest
 
-from jobcar import Client, Job, store
+from jobcar import Client, Job, transitions, transport
 from jobcar.cli import main
 from jobcar.cli_ops import health_url
 from jobcar.job import State
-from jobcar.store import QueueKeys
+from jobcar.keys import QueueKeys, queues_key
 from tests.integration.test_cli import cli, write_config
 from tests.servers import free_port
 
@@ -60,11 +60,11 @@ def enqueue(client: Client, count: int = 1, queue: str = "default", **options: o
 _ids = itertools.count()
 
 
-def lease(client: Client, count: int, queue: str = "default") -> list[store.LeasedJob]:
+def lease(client: Client, count: int, queue: str = "default") -> list[transitions.LeasedJob]:
     """Lease `count` jobs as a daemon would (the oldest pending first): they become active."""
     keys = QueueKeys.of(client.namespace, queue)
-    reply = store.execute(client.redis, [store.lease_call(keys, count, 60_000, 3)])[0]
-    leased = store.parse_lease(keys, reply).jobs
+    reply = transport.execute(client.redis, [transitions.lease_call(keys, count, 60_000, 3)])[0]
+    leased = transitions.parse_lease(keys, reply).jobs
     assert len(leased) == count
     return leased
 
@@ -74,8 +74,8 @@ def make_dead(client: Client, count: int, queue: str = "default", reason: str = 
     enqueue(client, count, queue)
     keys = QueueKeys.of(client.namespace, queue)
     leased = lease(client, count, queue)
-    calls = [store.kill_call(keys, job.job.id, job.token, reason) for job in leased]
-    assert store.execute(client.redis, calls) == [1] * count
+    calls = [transitions.kill_call(keys, job.job.id, job.token, reason) for job in leased]
+    assert transport.execute(client.redis, calls) == [1] * count
     return [job.job.id for job in leased]
 
 
@@ -389,8 +389,8 @@ def test_pause_and_resume_show_in_stats(run: Run, client: Client, config: Path) 
     # A paused queue leases nothing (what the daemon sees).
     enqueue(client, 1, queue="low")
     keys = QueueKeys.of(client.namespace, "low")
-    reply = store.execute(client.redis, [store.lease_call(keys, 1, 60_000, 3)])[0]
-    assert store.parse_lease(keys, reply).paused
+    reply = transport.execute(client.redis, [transitions.lease_call(keys, 1, 60_000, 3)])[0]
+    assert transitions.parse_lease(keys, reply).paused
 
     done = cli("queue", "resume", "low", "-c", str(config))
     assert (done.returncode, done.stdout) == (0, "queue low resumed\n"), done
@@ -444,7 +444,7 @@ def test_an_id_that_starts_with_a_dash(run: Run, client: Client, config: Path) -
     client.enqueue("t.echo", 1, job_id="-d")
     (leased,) = lease(client, 1)
     keys = QueueKeys.of(client.namespace, "default")
-    assert store.execute(client.redis, [store.kill_call(keys, "-d", leased.token, "boom")]) == [1]
+    assert transport.execute(client.redis, [transitions.kill_call(keys, "-d", leased.token, "boom")]) == [1]
     client.enqueue("t.echo", 2, job_id="-q1")
 
     code, out, _ = run("jobs", "show", "--json", "--", "-q1")
@@ -469,7 +469,7 @@ def test_enqueue_registers_the_queue_and_stores_the_job(run: Run, client: Client
     assert code == 0
     assert json.loads(out) == {"id": "e-1", "queue": "low", "state": "pending", "status": "created"}
     assert get(client, "e-1").payload == b'{"a": 1}'
-    assert client.redis.sismember(store.queues_key(client.namespace), "low")
+    assert client.redis.sismember(queues_key(client.namespace), "low")
 
 
 # -- health ------------------------------------------------------------------------------------------

@@ -12,8 +12,9 @@ import pytest
 import redis
 
 import jobcar
-from jobcar import AsyncClient, Client, EnqueueStatus, State, store
-from jobcar.store import ENQUEUE_CHUNK, QueueKeys
+from jobcar import AsyncClient, Client, EnqueueStatus, State
+from jobcar.keys import QueueKeys, queues_key
+from jobcar.transitions import ENQUEUE_CHUNK
 from tests.integration.driver import QueueDriver
 from tests.servers import RedisServer, find_server_binary
 
@@ -35,7 +36,7 @@ def test_enqueue_many_keeps_input_order_across_queues_and_chunks(
         keys = QueueKeys.of(namespace, queue)
         expected = [i.id for i in infos if i.queue == queue and i.created]
         assert [m.decode() for m in reversed(any_redis.lrange(keys.pending, 0, -1))] == expected
-    assert any_redis.smembers(store.queues_key(namespace)) == {b"a", b"b", b"c"}
+    assert any_redis.smembers(queues_key(namespace)) == {b"a", b"b", b"c"}
     job = client.get(infos[1].id)
     assert job is not None and job.queue == "b" and job.payload == b"1" and job.state is State.PENDING
     assert client.get("no-such-job") is None

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 import redis
 
-from jobcar import Client, State, store
+from jobcar import Client, State, transitions
 from tests.integration.conftest import StartDaemon
 from tests.integration.daemon_harness import (
     DaemonProcess,
@@ -329,7 +329,7 @@ def test_a_job_canceled_before_its_next_attempt_is_not_run_again(
     """The cancel flag set on a running attempt survives its retry; the next lease honours it."""
     info = q.enqueue("t", {})
     leased = q.lease_one()
-    q.run(store.cancel_call(q.keys, info.id))
+    q.run(transitions.cancel_call(q.keys, info.id))
     assert q.retry(info.id, leased.token, delay_ms=0) == 1
     daemon = start_daemon({"t": {"url": handlers.url("/jobs/ok", ok)}}, result_ttl="1h")
     wait_state(q, info.id, State.CANCELED, daemon)

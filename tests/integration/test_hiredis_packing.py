@@ -4,7 +4,6 @@ falling back to redis-py for what only it packs, and working against a real serv
 from __future__ import annotations
 
 import asyncio
-from pathlib import Path
 
 import pytest
 import redis.asyncio
@@ -13,14 +12,13 @@ from hypothesis import strategies as st
 from redis.asyncio.connection import Connection, SSLConnection, UnixDomainSocketConnection
 from redis.exceptions import DataError
 
-from jobcar.config import load_config
-from jobcar.daemon import connect
 from jobcar.hiredis_packing import (
     HiredisConnection,
     HiredisSSLConnection,
     HiredisUnixDomainSocketConnection,
     use_hiredis_packing,
 )
+from jobcar.redis_link import connect
 from tests.servers import RedisServer
 
 ARGUMENT = st.one_of(st.text(), st.binary(), st.integers(min_value=-(2**70), max_value=2**70))
@@ -65,13 +63,9 @@ def test_every_kind_of_url_gets_the_hiredis_class_of_its_own_kind(url: str, expe
     assert original in (Connection, SSLConnection, UnixDomainSocketConnection)
 
 
-def test_the_daemon_connects_with_hiredis_packing(tmp_path: Path, redis_server: RedisServer) -> None:
-    path = tmp_path / "jobcar.yaml"
-    path.write_text(f'redis: {{url: "{redis_server.url}"}}\nhandlers: {{t: {{command: [cat]}}}}\n')
-    config = load_config(path)
-
+def test_the_daemon_connects_with_hiredis_packing(redis_server: RedisServer) -> None:
     async def round_trip() -> list[object]:
-        client = connect(config, redis_server.url)
+        client = connect(redis_server.url, cluster=False)
         assert isinstance(client, redis.asyncio.Redis)
         assert client.connection_pool.connection_class is HiredisConnection
         try:

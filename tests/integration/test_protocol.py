@@ -14,9 +14,23 @@ LUA = Path(jobcar.__file__).parent / "lua"
 
 
 def documented_source(name: str) -> str:
-    """The rule from docs/protocol.md, applied without jobcar's own loader."""
-    first, _, rest = (LUA / f"{name}.lua").read_text().partition("\n")
-    return f"{first}\n{(LUA / '_lib.lua').read_text()}\n{rest}"
+    """The rule from docs/protocol.md, applied without jobcar's own loader: each `--- @include "x"` line is
+    replaced by includes/x.lua with its own includes replaced first; a file already inserted is skipped."""
+    inserted: set[str] = set()
+
+    def expand(text: str) -> str:
+        lines = []
+        for line in text.split("\n"):
+            if line.startswith('--- @include "'):
+                helper = line.split('"')[1]
+                if helper not in inserted:
+                    inserted.add(helper)
+                    lines.append(expand((LUA / "includes" / f"{helper}.lua").read_text()))
+            else:
+                lines.append(line)
+        return "\n".join(lines)
+
+    return expand((LUA / f"{name}.lua").read_text())
 
 
 def test_the_documented_redis_cli_example_enqueues_a_job(r: redis.Redis, namespace: str) -> None:

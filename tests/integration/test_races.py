@@ -8,7 +8,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import redis
 
-from jobcar import EnqueueStatus, State, store
+from jobcar import EnqueueStatus, State, transitions, transport
 from tests.integration.driver import QueueDriver
 from tests.servers import RedisServer
 
@@ -18,7 +18,7 @@ JOBS_PER_ROUND = 100  # 10,000 ack-vs-reap races in all
 
 def _race_one_round(
     acker: QueueDriver, reapers: tuple[QueueDriver, QueueDriver], lease_ms: int
-) -> tuple[list[store.LeasedJob], dict[str, int], list[dict[str, str]]]:
+) -> tuple[list[transitions.LeasedJob], dict[str, int], list[dict[str, str]]]:
     """Lease a round of jobs, then ack them one by one while both reapers run: (leased, acks, reaps)."""
     acker.producer.enqueue_many([("race", None)] * JOBS_PER_ROUND)
     leased = acker.lease(count=JOBS_PER_ROUND, lease_ms=lease_ms).jobs
@@ -81,9 +81,9 @@ def test_ack_versus_two_reapers_at_the_lease_boundary(redis_server: RedisServer,
             again = acker.lease(count=JOBS_PER_ROUND).jobs
             assert all(job.job.attempt == 2 for job in again), "attempt += 1 exactly once per lease"
             if again:
-                acks = [store.ack_call(acker.keys, job.job.id, job.token) for job in again]
-                [reply] = store.execute(acker.redis, [store.merge_acks(acks)])
-                assert store.parse_ack(reply) == [1] * len(again)
+                acks = [transitions.ack_call(acker.keys, job.job.id, job.token) for job in again]
+                [reply] = transport.execute(acker.redis, [transitions.merge_acks(acks)])
+                assert transitions.parse_ack(reply) == [1] * len(again)
     finally:
         for c in clients:
             c.close()

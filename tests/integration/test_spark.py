@@ -35,8 +35,8 @@ from pyspark.sql import Row, SparkSession
 import jobcar
 from jobcar import Client, InvalidJob
 from jobcar.client import AsyncClient, BatchStatus
+from jobcar.keys import QueueKeys
 from jobcar.spark import enqueue_dataframe
-from jobcar.store import QueueKeys
 from tests.integration.daemon_harness import DaemonProcess, Received, handler_server, write_config
 from tests.servers import RedisServer
 

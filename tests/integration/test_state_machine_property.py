@@ -21,8 +21,8 @@ from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule, run_state_machine_as_test
 
-from jobcar import State, store
-from jobcar.store import ExtendStatus, RetryResult
+from jobcar import State, transitions
+from jobcar.transitions import ExtendStatus, RetryResult
 from tests.integration.driver import QueueDriver
 from tests.servers import RedisServer
 
@@ -182,7 +182,7 @@ class StoreMachine(RuleBasedStateMachine):
     @rule(data=st.data())
     def requeue(self, data: st.DataObject) -> None:
         model = data.draw(st.sampled_from(self.in_state(State.DEAD)))
-        assert self.q.run(store.requeue_call(self.q.keys, [model.id])) == 1
+        assert self.q.run(transitions.requeue_call(self.q.keys, [model.id])) == 1
         model.state, model.attempt = State.PENDING, 0
 
     @precondition(lambda self: not self.restarted)

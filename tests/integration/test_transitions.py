@@ -7,8 +7,10 @@ import json
 import pytest
 import redis
 
-from jobcar import EnqueueStatus, State, store
-from jobcar.store import CancelResult, ExtendStatus, RetryResult
+from jobcar import EnqueueStatus, State, replies, transitions, transport
+from jobcar.keys import queues_key
+from jobcar.scripts import ScriptCall, script
+from jobcar.transitions import CancelResult, ExtendStatus, RetryResult
 from tests.integration.driver import QueueDriver
 from tests.servers import wait_for
 
@@ -16,6 +18,10 @@ from tests.servers import wait_for
 @pytest.fixture
 def q(any_redis: redis.Redis | redis.RedisCluster, namespace: str) -> QueueDriver:
     return QueueDriver(any_redis, namespace)
+
+
+def cancel(q: QueueDriver, job_id: str) -> tuple[CancelResult, State | None]:
+    return transitions.parse_cancel(q.run(transitions.cancel_call(q.keys, job_id)))
 
 
 def test_enqueue_stores_a_pending_job_with_its_fields(q: QueueDriver) -> None:
@@ -27,7 +33,7 @@ def test_enqueue_stores_a_pending_job_with_its_fields(q: QueueDriver) -> None:
     assert job.meta == {"tenant": "a"} and job.attempt == 0 and job.content_type == "application/json"
     assert q.where(info.id) is State.PENDING
     assert q.redis.exists(q.keys.wake) == 1, "an enqueue must wake blocked daemons"
-    assert q.redis.smembers(store.queues_key(q.keys.namespace)) == {b"default"}
+    assert q.redis.smembers(queues_key(q.keys.namespace)) == {b"default"}
 
 
 def test_wake_stays_while_jobs_are_pending_and_goes_with_the_last_one(q: QueueDriver) -> None:
@@ -47,14 +53,14 @@ def test_a_lease_given_an_alive_key_takes_jobs_only_while_the_key_exists(q: Queu
     info = q.enqueue("t")
     q.enqueue("later", delay=60)
     alive = q.keys.alive("d1")
-    call = store.lease_call(q.keys, 10, 30_000, 3, alive_key=alive)
+    call = transitions.lease_call(q.keys, 10, 30_000, 3, alive_key=alive)
     before = {key: q.redis.dump(key) for key in (q.keys.pending, q.keys.wake, q.keys.job(info.id))}
-    declined = store.parse_lease(q.keys, q.run(call))
+    declined = transitions.parse_lease(q.keys, q.run(call))
     assert declined.declined and declined.jobs == [] and not declined.paused
     assert declined.next_due_ms is not None and 59_000 < declined.next_due_ms <= 60_000
     assert {key: q.redis.dump(key) for key in before} == before, "a declined lease changes nothing"
     q.redis.set(alive, "1", px=10_000)
-    leased = store.parse_lease(q.keys, q.run(call))
+    leased = transitions.parse_lease(q.keys, q.run(call))
     assert not leased.declined and [j.job.id for j in leased.jobs] == [info.id]
 
 
@@ -71,7 +77,7 @@ def test_delayed_job_waits_in_scheduled_then_is_promoted_when_due(q: QueueDriver
     early = q.lease()
     assert early.jobs == [] and early.next_due_ms is not None and 0 < early.next_due_ms <= 300
     assert q.redis.exists(q.keys.wake) == 0, "a lease that finds nothing clears wake so the daemon can block"
-    leased: list[store.LeasedJob] = []
+    leased: list[transitions.LeasedJob] = []
     wait_for(lambda: leased.extend(q.lease().jobs) or leased, what="the delayed job to become due")
     assert leased[0].job.id == info.id and leased[0].job.run_at_ms is not None
     assert leased[0].job.started_ms is not None and leased[0].job.started_ms >= leased[0].job.run_at_ms
@@ -144,7 +150,7 @@ def test_lease_reply_is_the_hash_as_written_and_a_hand_written_attempt_cannot_st
     assert [j.job.attempt for j in result.jobs] == [1, 1, 5]
     assert [j.job.max_attempts for j in result.jobs] == [7, 7, 9]
     for leased in result.jobs:
-        assert leased.job == store.parse_job(leased.job.id, "default", q.redis.hgetall(q.keys.job(leased.job.id)))
+        assert leased.job == replies.parse_job(leased.job.id, "default", q.redis.hgetall(q.keys.job(leased.job.id)))
         assert q.redis.zscore(q.keys.active, leased.job.id) is not None
 
 
@@ -166,7 +172,7 @@ def test_extend_renews_only_the_callers_lease_and_reports_cancel(q: QueueDriver)
     ]
     after = q.redis.zscore(q.keys.active, a.job.id)
     assert before is not None and after is not None and after > before + 50_000
-    q.run(store.cancel_call(q.keys, b.job.id))
+    q.run(transitions.cancel_call(q.keys, b.job.id))
     assert q.extend([(b.job.id, b.token)]) == [ExtendStatus.CANCEL_REQUESTED]
 
 
@@ -197,16 +203,16 @@ def test_one_ack_call_finishes_many_jobs_each_by_its_own_lease(q: QueueDriver) -
         q.enqueue(job_id=job_id, batch="b1")
     leased = {j.job.id: j for j in q.lease(count=4).jobs}
     calls = [
-        store.ack_call(q.keys, "a", leased["a"].token),
-        store.ack_call(q.keys, "b", "not-the-token"),
-        store.ack_call(q.keys, "c", leased["c"].token, result=b"r", retention_ms=60_000),
-        store.ack_call(q.keys, "d", leased["d"].token, final=State.CANCELED, retention_ms=60_000),
+        transitions.ack_call(q.keys, "a", leased["a"].token),
+        transitions.ack_call(q.keys, "b", "not-the-token"),
+        transitions.ack_call(q.keys, "c", leased["c"].token, result=b"r", retention_ms=60_000),
+        transitions.ack_call(q.keys, "d", leased["d"].token, final=State.CANCELED, retention_ms=60_000),
     ]
     # coalesce merges them into one script call; split_reply hands each caller its own answer.
-    [(merged, positions)] = store.coalesce(calls)
+    [(merged, positions)] = transitions.coalesce(calls)
     assert positions == [0, 1, 2, 3] and len(merged.keys) == 5
-    [reply] = store.execute(q.redis, [merged])
-    assert store.split_reply(merged, reply, 4) == [1, 0, 1, 1]
+    [reply] = transport.execute(q.redis, [merged])
+    assert transitions.split_reply(merged, reply, 4) == [1, 0, 1, 1]
     assert q.where("a") is None and q.where("b") is State.ACTIVE, "a lost lease changes nothing for that job"
     kept, canceled = q.job("c"), q.job("d")
     assert kept is not None and (kept.state, kept.result) == (State.DONE, b"r")
@@ -217,15 +223,15 @@ def test_one_ack_call_finishes_many_jobs_each_by_its_own_lease(q: QueueDriver) -
 def test_coalesce_keeps_other_calls_and_other_queues_apart(q: QueueDriver) -> None:
     other = QueueDriver(q.redis, q.namespace, queue="other").keys
     calls = [
-        store.ack_call(q.keys, "a", "t1"),
-        store.ack_call(other, "b", "t2"),
-        store.ack_call(q.keys, "c", "t3"),
-        store.extend_call(q.keys, 1000, [("a", "t1")]),
+        transitions.ack_call(q.keys, "a", "t1"),
+        transitions.ack_call(other, "b", "t2"),
+        transitions.ack_call(q.keys, "c", "t3"),
+        transitions.extend_call(q.keys, 1000, [("a", "t1")]),
     ]
-    sent = store.coalesce(calls)
+    sent = transitions.coalesce(calls)
     assert sorted(positions for _, positions in sent) == [[0, 2], [1], [3]]
     with pytest.raises(ValueError, match="one queue"):
-        store.merge_acks([calls[0], calls[1]])
+        transitions.merge_acks([calls[0], calls[1]])
 
 
 def test_retry_schedules_the_next_attempt_and_records_the_error(q: QueueDriver) -> None:
@@ -317,11 +323,11 @@ def test_requeue_from_dead_resets_attempts(q: QueueDriver) -> None:
     ids = [q.enqueue(max_attempts=1).id for _ in range(3)]
     for leased in q.lease().jobs:
         q.kill(leased.job.id, leased.token)
-    assert q.run(store.requeue_call(q.keys, [ids[0], "not-dead"])) == 1
+    assert q.run(transitions.requeue_call(q.keys, [ids[0], "not-dead"])) == 1
     assert q.where(ids[0]) is State.PENDING
-    assert q.run(store.requeue_call(q.keys, limit=1)) == 1
-    assert q.run(store.requeue_call(q.keys, limit=1)) == 1
-    assert q.run(store.requeue_call(q.keys, limit=1)) == 0
+    assert q.run(transitions.requeue_call(q.keys, limit=1)) == 1
+    assert q.run(transitions.requeue_call(q.keys, limit=1)) == 1
+    assert q.run(transitions.requeue_call(q.keys, limit=1)) == 0
     for i in ids:
         job = q.job(i)
         assert job is not None and job.attempt == 0 and q.where(i) is State.PENDING
@@ -331,13 +337,13 @@ def test_purge_deletes_dead_jobs(q: QueueDriver) -> None:
     ids = [q.enqueue().id for _ in range(3)]
     for leased in q.lease().jobs:
         q.kill(leased.job.id, leased.token)
-    assert q.run(store.purge_call(q.keys, [ids[0]])) == 1
-    assert q.run(store.purge_call(q.keys)) == 2
+    assert q.run(transitions.purge_call(q.keys, [ids[0]])) == 1
+    assert q.run(transitions.purge_call(q.keys)) == 2
     assert all(q.job(i) is None for i in ids) and q.redis.zcard(q.keys.dead) == 0
 
 
 def test_dead_set_is_trimmed_by_size_and_age(q: QueueDriver) -> None:
-    q.dead_limits = store.DeadLetterLimits(max_jobs=2, max_age_ms=180 * 86400 * 1000)
+    q.dead_limits = transitions.DeadLetterLimits(max_jobs=2, max_age_ms=180 * 86400 * 1000)
     ids = [q.enqueue().id for _ in range(4)]
     for leased in q.lease().jobs:
         # One death per Redis millisecond, so "oldest" is well defined (equal scores sort by id).
@@ -346,7 +352,7 @@ def test_dead_set_is_trimmed_by_size_and_age(q: QueueDriver) -> None:
         q.kill(leased.job.id, leased.token)
     assert q.redis.zrange(q.keys.dead, 0, -1) == [i.encode() for i in ids[2:]]
     assert q.job(ids[0]) is None and q.job(ids[1]) is None, "trimmed jobs' hashes go too"
-    q.dead_limits = store.DeadLetterLimits(max_jobs=100, max_age_ms=1)
+    q.dead_limits = transitions.DeadLetterLimits(max_jobs=100, max_age_ms=1)
     last = q.enqueue().id
     died_at = int(q.redis.zscore(q.keys.dead, ids[3]) or 0)
     wait_for(lambda: _redis_ms(q) > died_at + 1, what="the dead jobs to be older than max_age")
@@ -362,36 +368,36 @@ def _redis_ms(q: QueueDriver) -> int:
 def test_cancel_deletes_waiting_jobs_and_flags_running_ones(q: QueueDriver) -> None:
     pending = q.enqueue(unique_for=60).id
     scheduled = q.enqueue(delay=60, batch="b").id
-    assert store.parse_cancel(q.run(store.cancel_call(q.keys, pending))) == (CancelResult.CANCELED, State.PENDING)
+    assert cancel(q, pending) == (CancelResult.CANCELED, State.PENDING)
     assert q.job(pending) is None and q.redis.llen(q.keys.pending) == 0
     assert q.redis.keys(q.keys.prefix + "unique:*") == []
-    assert store.parse_cancel(q.run(store.cancel_call(q.keys, scheduled))) == (CancelResult.CANCELED, State.SCHEDULED)
+    assert cancel(q, scheduled) == (CancelResult.CANCELED, State.SCHEDULED)
     assert q.redis.hget(q.keys.batch("b"), "canceled") == b"1"
     running = q.enqueue().id
     leased = q.lease_one()
-    result = store.parse_cancel(q.run(store.cancel_call(q.keys, running)))
+    result = cancel(q, running)
     assert result == (CancelResult.CANCEL_REQUESTED, State.ACTIVE)
     job = q.job(running)
     assert job is not None and job.cancel_requested and q.where(running) is State.ACTIVE
     q.kill(running, leased.token)
-    assert store.parse_cancel(q.run(store.cancel_call(q.keys, running))) == (CancelResult.NOT_CANCELABLE, State.DEAD)
-    assert store.parse_cancel(q.run(store.cancel_call(q.keys, "nope"))) == (CancelResult.MISSING, None)
+    assert cancel(q, running) == (CancelResult.NOT_CANCELABLE, State.DEAD)
+    assert cancel(q, "nope") == (CancelResult.MISSING, None)
 
 
 def test_pause_stops_leasing_and_resume_wakes(q: QueueDriver) -> None:
     info = q.enqueue()
-    assert q.run(store.pause_call(q.keys, True)) == 1
-    assert q.run(store.pause_call(q.keys, True)) == 0
+    assert q.run(transitions.pause_call(q.keys, True)) == 1
+    assert q.run(transitions.pause_call(q.keys, True)) == 0
     paused = q.lease()
     assert paused.paused and paused.jobs == [] and q.redis.exists(q.keys.wake) == 0
     q.enqueue()
-    assert q.run(store.pause_call(q.keys, False)) == 1
+    assert q.run(transitions.pause_call(q.keys, False)) == 1
     assert q.redis.exists(q.keys.wake) == 1
     assert q.lease(count=1).jobs[0].job.id == info.id
 
 
 def test_stats_counts_every_state_and_the_oldest_wait(q: QueueDriver) -> None:
-    empty = store.parse_stats(q.keys, q.run(store.stats_call(q.keys)))
+    empty = transitions.parse_stats(q.keys, q.run(transitions.stats_call(q.keys)))
     assert (empty.pending, empty.scheduled, empty.active, empty.dead, empty.latency_s) == (0, 0, 0, 0, 0.0)
     first = q.enqueue().id
     q.enqueue()
@@ -399,7 +405,7 @@ def test_stats_counts_every_state_and_the_oldest_wait(q: QueueDriver) -> None:
     dead = q.enqueue().id
     leased = {j.job.id: j for j in q.lease(count=1).jobs}
     q.enqueue()
-    stats = store.parse_stats(q.keys, q.run(store.stats_call(q.keys)))
+    stats = transitions.parse_stats(q.keys, q.run(transitions.stats_call(q.keys)))
     assert first in leased
     assert (stats.pending, stats.scheduled, stats.active, stats.dead, stats.paused) == (3, 1, 1, 0, False)
     oldest = q.job(q.redis.lindex(q.keys.pending, -1).decode())  # type: ignore[union-attr]
@@ -413,7 +419,7 @@ def test_batch_counters_follow_the_jobs(q: QueueDriver) -> None:
     q.ack(ids[0], leased[ids[0]].token)
     q.kill(ids[1], leased[ids[1]].token)
     assert q.redis.hgetall(q.keys.batch("spark-1")) == {b"total": b"3", b"done": b"1", b"dead": b"1"}
-    q.run(store.requeue_call(q.keys, [ids[1]]))
+    q.run(transitions.requeue_call(q.keys, [ids[1]]))
     assert q.redis.hget(q.keys.batch("spark-1"), "dead") == b"0"
     assert q.redis.pttl(q.keys.batch("spark-1")) > 0
 
@@ -428,12 +434,12 @@ def test_a_malformed_enqueue_call_writes_nothing(q: QueueDriver) -> None:
     """A producer in another language calling the script wrongly gets an error and no half-write."""
     good = [q.keys.prefix, "ok-1", "t", b"{}", 0, 0, "", 0, 0]
     sneaky = ["bad-1", "t", b"{}", 0, 0, "", 0, 1, "attempt", "99"]
-    call = store.ScriptCall(store.script("enqueue"), (q.keys.pending, q.keys.scheduled, q.keys.wake), (*good, *sneaky))
+    call = ScriptCall(script("enqueue"), (q.keys.pending, q.keys.scheduled, q.keys.wake), (*good, *sneaky))
     with pytest.raises(redis.ResponseError, match='unknown job field "attempt"'):
-        store.execute(q.redis, [call])
-    truncated = store.ScriptCall(call.script, call.keys, (*good, "bad-2", "t"))
+        transport.execute(q.redis, [call])
+    truncated = ScriptCall(call.script, call.keys, (*good, "bad-2", "t"))
     with pytest.raises(redis.ResponseError, match="malformed record"):
-        store.execute(q.redis, [truncated])
+        transport.execute(q.redis, [truncated])
     bad_values = [
         (["bad-3", "t", b"{}", "soon", 0, "", 0, 0], "must be numbers"),
         (["bad-4", "t", b"{}", 0, 0, "lock", 0, 0], "positive unique_ttl_ms"),
@@ -441,15 +447,15 @@ def test_a_malformed_enqueue_call_writes_nothing(q: QueueDriver) -> None:
         (["bad-6", "t", b"{}", 0, 0, "", 0, 1, "meta", "{not json"], "meta must be a JSON object"),
     ]
     for record, message in bad_values:
-        bad = store.ScriptCall(call.script, call.keys, (*good, *record))
+        bad = ScriptCall(call.script, call.keys, (*good, *record))
         with pytest.raises(redis.ResponseError, match=message):
-            store.execute(q.redis, [bad])
+            transport.execute(q.redis, [bad])
     assert q.snapshot() == {}
 
 
 def test_requeue_moves_an_id_named_twice_only_once(q: QueueDriver) -> None:
     info = q.enqueue()
     q.kill(info.id, q.lease_one().token)
-    assert q.run(store.requeue_call(q.keys, [info.id, info.id])) == 1
+    assert q.run(transitions.requeue_call(q.keys, [info.id, info.id])) == 1
     assert q.where(info.id) is State.PENDING
-    assert q.run(store.purge_call(q.keys, [info.id, info.id])) == 0
+    assert q.run(transitions.purge_call(q.keys, [info.id, info.id])) == 0

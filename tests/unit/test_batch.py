@@ -6,7 +6,7 @@ import pytest
 
 from jobcar import InvalidJob
 from jobcar.client import BatchStatus, Client
-from jobcar.store import parse_batch
+from jobcar.replies import parse_batch
 
 
 def test_parse_batch_reads_missing_counters_as_zero() -> None:

@@ -1,4 +1,4 @@
-"""store.with_helpers: each script carries the _lib.lua helpers it calls, and no others."""
+"""scripts.script: each script carries the helpers it names with `--- @include`, each once, and no others."""
 
 from __future__ import annotations
 
@@ -7,13 +7,14 @@ from importlib import resources
 
 import pytest
 
-from jobcar import store
+from jobcar.scripts import expand_includes, script
 
+LUA = resources.files("jobcar") / "lua"
 SCRIPTS = sorted(
-    p.name.removesuffix(".lua")
-    for p in (resources.files("jobcar") / "lua").iterdir()
-    if p.name.endswith(".lua") and not p.name.startswith("_")
+    [p.name.removesuffix(".lua") for p in LUA.iterdir() if p.name.endswith(".lua")]
+    + [f"repair/{p.name.removesuffix('.lua')}" for p in (LUA / "repair").iterdir() if p.name.endswith(".lua")]
 )
+HELPERS = sorted(p.name.removesuffix(".lua") for p in (LUA / "includes").iterdir() if p.name.endswith(".lua"))
 #: What a script may call without defining it: Lua's own functions (Redis's Lua 5.1 sandbox).
 LUA_BUILTINS = {"tonumber", "tostring", "unpack", "pcall", "ipairs", "pairs", "type", "error", "select", "next"}
 CALLED = re.compile(r"(?<![.:\w])([A-Za-z_]\w*)\s*\(")
@@ -26,30 +27,52 @@ def code(lua: str) -> str:
     return re.sub(r"'[^']*'|\"[^\"]*\"", "''", re.sub(r"--.*", "", lua))
 
 
+def defined(name: str) -> list[str]:
+    return LOCAL_FUNCTION.findall(script(name).source)
+
+
 @pytest.mark.parametrize("name", SCRIPTS)
 def test_every_function_a_script_calls_is_defined_in_it(name: str) -> None:
-    source = code(store.script(name).source)
+    source = code(script(name).source)
     called = set(CALLED.findall(source)) - KEYWORDS - LUA_BUILTINS
     assert called <= set(LOCAL_FUNCTION.findall(source)), name
 
 
+@pytest.mark.parametrize("name", SCRIPTS)
+def test_no_include_line_is_left_and_no_helper_is_defined_twice(name: str) -> None:
+    source = script(name).source
+    assert "@include" not in source
+    names = defined(name)
+    assert len(names) == len(set(names)), name
+    assert source.startswith("#!lua")
+
+
 def test_a_script_carries_only_the_helpers_it_needs_including_helpers_of_helpers() -> None:
-    enqueue = set(LOCAL_FUNCTION.findall(store.script("enqueue").source))
+    enqueue = set(defined("enqueue"))
     assert {"now_ms", "wake", "call_in_chunks", "add_to_batch"} <= enqueue
     assert not {"trim_dead", "record_error", "move_to_dead", "holds_lease", "count_in_batch"} & enqueue
-    requeue = set(LOCAL_FUNCTION.findall(store.script("requeue").source))
+    requeue = set(defined("requeue"))
     assert {"count_in_batch", "add_to_batch", "move_to_pending"} <= requeue  # add_to_batch via count_in_batch
-    kill = set(LOCAL_FUNCTION.findall(store.script("kill").source))
-    # kill calls move_to_dead, which needs record_error, release_unique (then release_lock) and trim_dead.
+    kill = set(defined("kill"))
+    # kill includes move_to_dead, which needs record_error, release_unique (then release_lock) and trim_dead.
     assert {"move_to_dead", "record_error", "release_unique", "release_lock", "trim_dead"} <= kill
 
 
-def test_helpers_keep_their_order_and_the_script_body_comes_last() -> None:
-    source = store.with_helpers("#!lua", "return now_ms() + #{wake}")
-    lines = source.splitlines()
-    assert lines[0] == "#!lua" and lines[-1] == "return now_ms() + #{wake}"
-    assert source.index("local function now_ms") < source.index("local function wake")
+def test_a_helper_comes_before_the_helpers_and_the_body_that_use_it() -> None:
+    source = expand_includes('#!lua\n--- @include "move_to_dead"\n--- @include "record_error"\nreturn 1', set())
+    assert source.index("local function record_error") < source.index("local function move_to_dead")
+    assert source.count("local function record_error") == 1
+    assert source.splitlines()[0] == "#!lua"
+    assert source.rstrip().splitlines()[-1] == "return 1"
 
 
 def test_a_body_that_names_no_helper_gets_none() -> None:
-    assert store.with_helpers("#!lua", "return 1") == "#!lua\nreturn 1"
+    assert expand_includes("#!lua\nreturn 1", set()) == "#!lua\nreturn 1"
+
+
+def test_every_helper_is_included_by_some_script() -> None:
+    used = {helper for name in SCRIPTS for helper in defined(name)}
+    helper_functions = {
+        f for helper in HELPERS for f in LOCAL_FUNCTION.findall((LUA / "includes" / f"{helper}.lua").read_text())
+    }
+    assert helper_functions <= used

@@ -4,21 +4,17 @@ from __future__ import annotations
 
 from collections import Counter
 
-import redis.asyncio
-
-from jobcar.config_types import Config
-from jobcar.runner import Runner
+from jobcar.keys import QueueKeys
+from jobcar.leasing import QueueState, pick
 
 
-def make_runner(**config: object) -> Runner:
-    # Clients are created, never connected: choosing a queue talks to no server.
-    client = redis.asyncio.Redis()
-    return Runner(Config(source="test", **config), client, client, {})  # type: ignore[arg-type]
+def queues(**weights: int) -> list[QueueState]:
+    return [QueueState(QueueKeys.of("t", name), weight) for name, weight in weights.items()]
 
 
 def test_weights_set_the_share_of_leases() -> None:
-    runner = make_runner(queues={"critical": 6, "default": 3, "low": 1})
-    picks = Counter(runner._pick(runner.queues).keys.queue for _ in range(20_000))
+    candidates = queues(critical=6, default=3, low=1)
+    picks = Counter(pick(candidates, strict_priority=False).keys.queue for _ in range(20_000))
     shares = {q: n / 20_000 for q, n in picks.items()}
     # 20,000 draws: one standard deviation is below 0.004; these bounds are over ten of them.
     assert abs(shares["critical"] - 0.6) < 0.05
@@ -27,6 +23,6 @@ def test_weights_set_the_share_of_leases() -> None:
 
 
 def test_strict_priority_always_takes_the_first_runnable_queue() -> None:
-    runner = make_runner(queues={"critical": 1, "low": 100}, strict_priority=True)
-    assert {runner._pick(runner.queues).keys.queue for _ in range(100)} == {"critical"}
-    assert runner._pick(runner.queues[1:]).keys.queue == "low"
+    candidates = queues(critical=1, low=100)
+    assert {pick(candidates, strict_priority=True).keys.queue for _ in range(100)} == {"critical"}
+    assert pick(candidates[1:], strict_priority=True).keys.queue == "low"

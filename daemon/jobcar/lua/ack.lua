@@ -12,6 +12,12 @@
 -- Touches <prefix>unique:<key> (released), <prefix>batch:<batch> (done or canceled += 1).
 -- Returns one integer per job, in order: 1 finished, 0 lease lost (nothing changed for that job).
 
+--- @include "now_ms"
+--- @include "holds_lease"
+--- @include "release_lock"
+--- @include "add_to_batch"
+--- @include "call_in_chunks"
+
 local prefix = ARGV[1]
 local finished, ended = {}, {}
 for n = 1, #KEYS - 1 do

@@ -14,6 +14,9 @@
 --   {"not_cancelable", "dead"|"done"|"canceled"}  already finished; nothing changed
 --   {"missing", ""}                      no such job
 
+--- @include "release_unique"
+--- @include "count_in_batch"
+
 local prefix, id = ARGV[1], ARGV[2]
 local state = redis.call('HGET', KEYS[3], 'state')
 if not state then return {'missing', ''} end

@@ -18,6 +18,11 @@
 --   {"duplicate", holder's id, holder's state}  the unique key is held (nothing written)
 -- A run-at in the past makes the job runnable now. Time is Redis time.
 
+--- @include "now_ms"
+--- @include "wake"
+--- @include "add_to_batch"
+--- @include "call_in_chunks"
+
 local OPTIONAL = {content_type = true, max_attempts = true, timeout = true, traceparent = true, meta = true,
   batch = true}
 

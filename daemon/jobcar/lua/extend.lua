@@ -11,6 +11,9 @@
 --   0  lease lost: the token no longer matches (reaped, or another daemon holds it); nothing changed
 -- A lease that expired but was not yet reaped is still the caller's, so it is renewed.
 
+--- @include "now_ms"
+--- @include "holds_lease"
+
 local prefix = ARGV[1]
 local now = now_ms()
 local deadline = now + tonumber(ARGV[2])

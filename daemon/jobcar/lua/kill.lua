@@ -12,6 +12,10 @@
 -- Touches <prefix>unique:<key> (released), <prefix>batch:<batch> (dead += 1), trimmed jobs' hashes.
 -- Returns 1 when moved, 0 when the lease was lost (nothing changed).
 
+--- @include "now_ms"
+--- @include "holds_lease"
+--- @include "move_to_dead"
+
 local prefix, id, token = ARGV[1], ARGV[2], ARGV[3]
 if not holds_lease(KEYS[3], token) then return 0 end
 redis.call('ZREM', KEYS[1], id)

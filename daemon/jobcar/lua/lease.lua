@@ -21,6 +21,9 @@
 --   job: {id, token, field1, value1, ...} with every field of the job hash
 -- Attempts count here, at lease time: a job that kills its daemon every time still reaches the DLQ.
 
+--- @include "now_ms"
+--- @include "call_in_chunks"
+
 local prefix = ARGV[1]
 local count = tonumber(ARGV[2])
 local lease_ms = tonumber(ARGV[3])

@@ -7,6 +7,8 @@
 -- ARGV[2] "1" pauses, "0" resumes
 -- Returns 1 when the state changed, 0 when the queue already was in it.
 
+--- @include "wake"
+
 if ARGV[2] == '1' then
   if redis.call('SET', KEYS[1], '1', 'NX') then return 1 end
   return 0

@@ -15,6 +15,12 @@
 -- State and deadline are read inside this script, at Redis time, so a job acked or renewed a moment
 -- ago is never reaped, and two reapers running at once cannot recover the same lease twice.
 
+--- @include "now_ms"
+--- @include "record_error"
+--- @include "wake"
+--- @include "move_to_pending"
+--- @include "move_to_dead"
+
 local prefix = ARGV[1]
 local now = now_ms()
 local expired = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', '(' .. now, 'LIMIT', 0, tonumber(ARGV[2]))

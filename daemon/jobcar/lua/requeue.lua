@@ -11,6 +11,11 @@
 -- Returns the number of jobs moved. Ids that are not in the dead set are skipped.
 -- The unique lock a job had was released when it died; a requeued job does not take it again.
 
+--- @include "now_ms"
+--- @include "wake"
+--- @include "count_in_batch"
+--- @include "move_to_pending"
+
 local prefix = ARGV[1]
 local ids = {}
 if #ARGV > 2 then

@@ -21,6 +21,13 @@
 -- Touches <prefix>job:<id> HASH (errors, attempt, deferrals, state, run_at).
 -- Returns 1 retried (scheduled or pending), 2 attempts spent: moved to dead, 0 lease lost (nothing changed).
 
+--- @include "now_ms"
+--- @include "record_error"
+--- @include "wake"
+--- @include "holds_lease"
+--- @include "move_to_pending"
+--- @include "move_to_dead"
+
 local prefix, id, token = ARGV[1], ARGV[2], ARGV[3]
 local delay = tonumber(ARGV[4])
 local job_key = KEYS[6]

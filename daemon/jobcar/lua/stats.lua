@@ -11,6 +11,8 @@
 --   oldest_ready_ms: when the job that has waited longest became runnable: the oldest pending job,
 --   or a scheduled job already due but not yet promoted (no daemon is leasing), whichever is older.
 
+--- @include "now_ms"
+
 local prefix = ARGV[1]
 local oldest = -1
 local tail = redis.call('LINDEX', KEYS[1], -1)

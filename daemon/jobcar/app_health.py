@@ -1,4 +1,4 @@
-"""App health gates leasing (DESIGN §3): while the app's health URL fails, jobs wait in Redis instead of
+"""The app's health gates leasing: while the app's health URL fails, jobs wait in Redis instead of
 burning attempts against an app that is starting, restarting or overloaded.
 
 One probe task per distinct URL asks it every PROBE_INTERVAL; a 2xx answer within PROBE_TIMEOUT is
@@ -11,17 +11,37 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Iterable
-from typing import Final
+from typing import Final, Protocol
 
 import aiohttp
 
-log = logging.getLogger("jobcar.health")
+log = logging.getLogger("jobcar.app_health")
 
 PROBE_INTERVAL: Final = 1.0
 PROBE_TIMEOUT: Final = 2.0
 
 
+class HealthGate(Protocol):
+    """The app's health, by URL; None stands for "no health URL": always healthy."""
+
+    def healthy(self, url: str | None) -> bool: ...
+
+    async def wait(self, url: str | None) -> None: ...
+
+
+class AlwaysHealthy:
+    """The gate of a daemon without a health URL (and of tests that run jobs in-process)."""
+
+    def healthy(self, url: str | None) -> bool:
+        return True
+
+    async def wait(self, url: str | None) -> None:
+        return None
+
+
 class AppHealth:
+    """Probes the app's health URLs (a HealthGate)."""
+
     def __init__(self, session: aiohttp.ClientSession) -> None:
         self._session = session
         self._healthy: dict[str, asyncio.Event] = {}

@@ -1,0 +1,253 @@
+"""The jobs this daemon runs: one task per leased job, from its type's concurrency slot through its
+executor to its recorded outcome.
+
+An attempt knows Outcomes, not HTTP or processes (those are the executors'). It ends in one of two
+ways: its executor's Outcome is recorded (`recording`), or it is stopped early (`StopReason`: a cancel,
+a lost lease, a drain, an unhealthy app) and records that instead. While Redis is away or refusing,
+recording is retried until the lease would have expired: after that the job belongs to whoever reaps
+it (at-least-once).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import Final
+
+from jobcar.app_health import HealthGate
+from jobcar.config_types import Config, Handler
+from jobcar.executors import Executor
+from jobcar.job import Job, State
+from jobcar.keys import QueueKeys
+from jobcar.metrics import Metrics
+from jobcar.outcome import Outcome, OutcomeKind
+from jobcar.recording import Recorded, outcome_call
+from jobcar.redis_link import RedisLink, RedisUnavailable
+from jobcar.transitions import LeasedJob
+
+log = logging.getLogger("jobcar.attempts")
+
+#: The level of the line each finished attempt logs. Successes at debug: at thousands of jobs/s a line
+#: per job would cost more than the job. The error text (a handler's stderr or response body may echo
+#: the payload) is logged at debug only, whatever the outcome.
+_LOG_LEVELS: Final = {
+    OutcomeKind.SUCCESS: logging.DEBUG,
+    OutcomeKind.RETRY: logging.INFO,
+    OutcomeKind.FAIL: logging.WARNING,
+}
+
+
+class StopReason(StrEnum):
+    CANCELED = "canceled by an operator"
+    LEASE_LOST = "lease lost"
+    SHUTDOWN = "returned to pending: the daemon is shutting down"
+    APP_UNHEALTHY = "returned to pending: the app is unhealthy"
+
+
+def log_fields(job: Job) -> dict[str, object]:
+    """The fields every log line about one attempt carries; built only when a line is logged."""
+    return {"queue": job.queue, "job_id": job.id, "type": job.type, "attempt": job.attempt}
+
+
+@dataclass
+class RunningJob:
+    leased: LeasedJob
+    keys: QueueKeys
+    last_renewed: float = field(default_factory=time.monotonic)
+    stop_reason: StopReason | None = None
+    task: asyncio.Task[None] | None = None
+
+    @property
+    def job(self) -> Job:
+        return self.leased.job
+
+
+class Attempts:
+    """Starts, stops and settles the attempts of leased jobs, and records how each ended.
+
+    `slot_freed` is set whenever an attempt stops running here (its slot is free for a new lease);
+    `draining` is set once the daemon stops leasing: no handler starts after it.
+    """
+
+    def __init__(
+        self, link: RedisLink, metrics: Metrics, app_health: HealthGate, slot_freed: asyncio.Event,
+        draining: asyncio.Event,
+    ) -> None:  # fmt: skip
+        self.link = link
+        self.metrics = metrics
+        self.app_health = app_health
+        self.slot_freed = slot_freed
+        self.draining = draining
+        #: (queue, job id) -> the attempt still executing here.
+        self.running: dict[tuple[str, str], RunningJob] = {}
+        # Every attempt's task until it has recorded its outcome (running only holds those still executing).
+        self.tasks: set[asyncio.Task[None]] = set()
+        self.returned_on_shutdown = 0
+        self._type_slots: dict[str, tuple[int, asyncio.Semaphore]] = {}
+
+    def apply(self, config: Config, executors: Mapping[str, Executor]) -> None:
+        """Take a (re)loaded config's handlers. Running jobs finish with the executor they started with."""
+        self.config = config
+        self.handlers: Mapping[str, Handler] = config.handlers
+        self.executors = dict(executors)
+        slots: dict[str, tuple[int, asyncio.Semaphore]] = {}
+        for job_type, handler in config.handlers.items():
+            if handler.concurrency is not None:
+                kept = self._type_slots.get(job_type)
+                if kept is None or kept[0] != handler.concurrency:  # a reload may change the limit
+                    kept = (handler.concurrency, asyncio.Semaphore(handler.concurrency))
+                slots[job_type] = kept
+        self._type_slots = slots
+
+    # -- starting and stopping --------------------------------------------------------------------
+
+    def start(self, keys: QueueKeys, leased: LeasedJob) -> None:
+        key = (keys.queue, leased.job.id)
+        earlier = self.running.get(key)
+        if earlier is not None:
+            # Our own earlier attempt lost its lease (reaped while we could not renew it) and the job
+            # came back to us: that attempt must stop before this one runs.
+            log.warning("job leased again while an earlier attempt runs; stopping that attempt",
+                        extra={"queue": keys.queue, "job_id": leased.job.id})  # fmt: skip
+            self.stop(earlier, StopReason.LEASE_LOST)
+        running = RunningJob(leased, keys)
+        self.running[key] = running
+        self.metrics.of_queue(keys.queue).in_flight.inc()
+        running.task = asyncio.create_task(self._run(running), name=f"job {leased.job.id}")
+        self.tasks.add(running.task)
+        running.task.add_done_callback(self.tasks.discard)
+
+    def stop(self, running: RunningJob, reason: StopReason) -> None:
+        if running.stop_reason is None and running.task is not None:
+            self._note_stop(running, reason)
+            running.task.cancel()
+
+    def stop_all(self, reason: StopReason) -> None:
+        for running in list(self.running.values()):
+            self.stop(running, reason)
+
+    async def settle(self, grace: float) -> None:
+        """At a drain: let attempts finish for up to `grace` seconds, stop the rest, and wait until every one
+        has given its job back or recorded its outcome."""
+        started = time.monotonic()
+        in_flight = len(self.running)
+        if self.tasks:
+            await asyncio.wait(set(self.tasks), timeout=grace)
+        self.stop_all(StopReason.SHUTDOWN)
+        if self.tasks:
+            # Executors stop handlers (TERM, grace, KILL) before their task ends; each task then gives
+            # its job back, or gives up once its lease would have expired.
+            await asyncio.wait(set(self.tasks))
+        log.info("drained %d jobs in %.1f s, %d returned to pending", in_flight, time.monotonic() - started,
+                 self.returned_on_shutdown)  # fmt: skip
+
+    def _check_may_start(self, running: RunningJob) -> None:
+        """Never start a handler after the drain began, nor while the app is unhealthy (a lease queued behind
+        an idle wait takes jobs whenever they come, ADR 0005): the job goes back, its attempt returned, as
+        if stopped. (Not `stop`: cancelling its own task would also cancel the give-back call it makes.)"""
+        if self.draining.is_set():
+            reason = StopReason.SHUTDOWN
+        elif not self.app_health.healthy(self.config.health_url):
+            reason = StopReason.APP_UNHEALTHY
+        else:
+            return
+        self._note_stop(running, reason)
+        raise asyncio.CancelledError
+
+    def _note_stop(self, running: RunningJob, reason: StopReason) -> None:
+        """Say why the attempt ends early: its task then records that instead of an outcome."""
+        running.stop_reason = reason
+        if reason is StopReason.SHUTDOWN:
+            self.returned_on_shutdown += 1
+
+    def _forget(self, running: RunningJob) -> None:
+        """The attempt no longer runs here (called once per attempt); its outcome may still be recorded."""
+        key = (running.keys.queue, running.job.id)
+        if self.running.get(key) is running:
+            del self.running[key]
+        self.metrics.of_queue(running.keys.queue).in_flight.dec()
+        self.slot_freed.set()
+
+    # -- one attempt ------------------------------------------------------------------------------
+
+    async def _run(self, running: RunningJob) -> None:
+        job = running.job
+        if job.cancel_requested:
+            # Canceled while an earlier attempt ran, which then failed or lost its daemon.
+            self._forget(running)
+            await self._record(running, Outcome.success(), final=State.CANCELED)
+            return
+        started = time.monotonic()
+        try:
+            outcome = await self._execute(running)
+        except asyncio.CancelledError:
+            reason = running.stop_reason
+            if reason is None:
+                raise
+            self._forget(running)
+            log.info("job stopped: %s", reason.value, extra=log_fields(job))
+            if reason is StopReason.CANCELED:
+                await self._record(running, Outcome.success(), final=State.CANCELED)
+            elif reason in (StopReason.SHUTDOWN, StopReason.APP_UNHEALTHY):
+                await self._record(running, Outcome.retry(reason.value, after=0, spend_attempt=False), give_back=True)
+            return
+        except Exception as exc:
+            log.exception("job failed inside jobcar", extra=log_fields(job))
+            outcome = Outcome.retry(f"jobcar internal error: {exc!r}")
+        self._forget(running)
+        elapsed = time.monotonic() - started
+        self.metrics.of_job(job.queue, job.type).duration.observe(elapsed)
+        level = _LOG_LEVELS[outcome.kind]
+        if log.isEnabledFor(level):
+            fields = {**log_fields(job), "outcome": outcome.kind.value, "duration_s": round(elapsed, 6)}
+            log.log(level, "job %s", outcome.kind.value, extra=fields)
+            if outcome.error:
+                log.debug("job %s: %s", outcome.kind.value, outcome.error, extra=fields)
+        await self._record(running, outcome)
+
+    async def _execute(self, running: RunningJob) -> Outcome:
+        job = running.job
+        self._check_may_start(running)
+        handler = self.handlers.get(job.type)
+        executor = self.executors.get(job.type)
+        if handler is None or executor is None:
+            return Outcome.fail(f"no handler for type {job.type}")
+        timeout = job.timeout_ms / 1000 if job.timeout_ms else handler.timeout
+        max_attempts = job.max_attempts or handler.max_attempts
+        limit = self._type_slots.get(job.type)
+        if limit is None:
+            return await executor.run(job, deadline=time.time() + timeout, max_attempts=max_attempts)
+        # A job of a type at its concurrency limit waits here, holding one of the daemon's slots.
+        async with limit[1]:
+            self._check_may_start(running)
+            return await executor.run(job, deadline=time.time() + timeout, max_attempts=max_attempts)
+
+    async def _record(
+        self, running: RunningJob, outcome: Outcome, final: State = State.DONE, give_back: bool = False
+    ) -> None:
+        """Record the outcome, retrying while Redis is away until the lease would have expired."""
+        job = running.job
+        recording = outcome_call(self.config, running.keys, running.leased, outcome, final=final, give_back=give_back)
+        while True:
+            expires = running.last_renewed + self.config.lease
+            try:
+                # Never back off past the lease: once it expires the job is reaped and runs again, even
+                # if Redis was back a moment after the outcome failed. The batcher guards its round trip.
+                reply = await self.link.call(lambda: self.link.batcher.call(recording.call), guard=False,
+                                             deadline=expires)  # fmt: skip
+                break
+            except RedisUnavailable as exc:
+                if time.monotonic() > running.last_renewed + self.config.lease:
+                    log.error("could not record the outcome before the lease expired: %s", exc, extra=log_fields(job))
+                    return
+        recorded = recording.recorded(reply)
+        self.metrics.of_job(job.queue, job.type).finished[recorded.value].inc()
+        if recorded is Recorded.LEASE_LOST:
+            why = "lease lost before the outcome was recorded; another daemon owns the job"
+            log.warning(why, extra=log_fields(job))
+        elif recorded is Recorded.DEAD and recording.becomes is not Recorded.DEAD:
+            log.warning("attempts exhausted; job moved to the dead-letter queue", extra=log_fields(job))

@@ -1,0 +1,11 @@
+"""The process exit codes of `jobcar` and its commands (sysexits.h where one fits)."""
+
+from __future__ import annotations
+
+from typing import Final
+
+EX_OK: Final = 0
+EX_FAILURE: Final = 1
+EX_USAGE: Final = 2
+EX_UNAVAILABLE: Final = 69  # Redis (or the embedded server) cannot be reached
+EX_CONFIG: Final = 78  # the config, or the server's settings under `redis.strict`, refuse the start

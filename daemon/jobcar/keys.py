@@ -1,0 +1,66 @@
+"""The Redis key layout (docs/protocol.md): every key of a queue, built in one place.
+
+Only the standard library is imported: producers (a Spark executor with jobcar as a zip) use it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import lru_cache
+from typing import Final
+
+DEFAULT_NAMESPACE: Final = "jobcar"
+DEFAULT_QUEUE: Final = "default"
+
+
+def queues_key(namespace: str) -> str:
+    """The SET of known queue names (written by producers outside the scripts: it crosses slots)."""
+    return f"{namespace}:queues"
+
+
+@dataclass(frozen=True, slots=True)
+class QueueKeys:
+    """Every key of one queue. All carry the hash tag `{<queue>}`, so they live in one Cluster slot."""
+
+    namespace: str
+    queue: str
+    prefix: str
+    pending: str
+    scheduled: str
+    active: str
+    dead: str
+    wake: str
+    paused: str
+
+    @classmethod
+    def of(cls, namespace: str, queue: str) -> QueueKeys:
+        return _queue_keys(namespace, queue)
+
+    def job(self, job_id: str) -> str:
+        return f"{self.prefix}job:{job_id}"
+
+    def unique(self, unique_key: str) -> str:
+        return f"{self.prefix}unique:{unique_key}"
+
+    def batch(self, batch_id: str) -> str:
+        return f"{self.prefix}batch:{batch_id}"
+
+    def alive(self, daemon_id: str) -> str:
+        return f"{self.prefix}alive:{daemon_id}"
+
+
+@lru_cache(maxsize=4096)
+def _queue_keys(namespace: str, queue: str) -> QueueKeys:
+    # Producers and the daemon ask for the same few queues on every call; the keys never change.
+    prefix = f"{namespace}:{{{queue}}}:"
+    return QueueKeys(
+        namespace=namespace,
+        queue=queue,
+        prefix=prefix,
+        pending=prefix + "pending",
+        scheduled=prefix + "scheduled",
+        active=prefix + "active",
+        dead=prefix + "dead",
+        wake=prefix + "wake",
+        paused=prefix + "paused",
+    )

@@ -1,0 +1,16 @@
+--- @include "record_error"
+--- @include "release_unique"
+--- @include "count_in_batch"
+--- @include "trim_dead"
+
+-- Move a job (already removed from its previous set) to the dead-letter set.
+local function move_to_dead(prefix, dead_key, job_key, id, now, reason, dead_max, dead_age_ms)
+  local attempt = tonumber(redis.call('HGET', job_key, 'attempt') or '0')
+  record_error(job_key, attempt, now, reason)
+  redis.call('HSET', job_key, 'state', 'dead', 'finished', now)
+  redis.call('HDEL', job_key, 'token', 'cancel')
+  redis.call('ZADD', dead_key, now, id)
+  release_unique(prefix, job_key, id)
+  count_in_batch(prefix, job_key, 'dead', 1)
+  trim_dead(prefix, dead_key, dead_max, dead_age_ms, now)
+end

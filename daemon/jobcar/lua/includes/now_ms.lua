@@ -1,0 +1,5 @@
+-- Redis time in integer milliseconds: the only clock jobcar trusts (no skew between hosts).
+local function now_ms()
+  local t = redis.call('TIME')
+  return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+end

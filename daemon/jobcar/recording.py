@@ -1,0 +1,96 @@
+"""From an attempt's Outcome to the transition that records it, and from that transition's reply to what
+became of the job. Pure: no I/O.
+
+    success      ack   -> done (or canceled: a job canceled before it ran)
+    fail         kill  -> dead
+    retry        retry -> retried, or dead when its attempts are spent
+    given back   retry (no attempt spent) -> returned
+    any, when the lease was lost meanwhile -> lease_lost (nothing changed)
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import StrEnum
+from typing import Final
+
+from jobcar.backoff import retry_delay
+from jobcar.config_types import Config
+from jobcar.job import State
+from jobcar.keys import QueueKeys
+from jobcar.outcome import Outcome, OutcomeKind
+from jobcar.scripts import Reply, ScriptCall
+from jobcar.transitions import DeadLetterLimits, LeasedJob, RetryResult, ack_call, kill_call, retry_call
+
+#: How many times a job may give its attempt back (429/503 + Retry-After) over its life.
+MAX_FREE_RETRIES: Final = 20
+
+
+class Recorded(StrEnum):
+    """What recording an outcome made of the job: the `outcome` label of jobcar_jobs_finished_total."""
+
+    DONE = "done"
+    CANCELED = "canceled"
+    RETRIED = "retried"
+    RETURNED = "returned"
+    DEAD = "dead"
+    LEASE_LOST = "lease_lost"
+
+
+@dataclass(frozen=True, slots=True)
+class OutcomeCall:
+    """The transition that records one outcome, and what its success makes of the job."""
+
+    call: ScriptCall
+    #: What the job became when the script did the transition (a retry that spent the last attempt: dead).
+    becomes: Recorded
+
+    def recorded(self, reply: Reply) -> Recorded:
+        """What the job became, from the script's reply (0: the lease was lost, nothing changed)."""
+        if reply == 0:
+            return Recorded.LEASE_LOST
+        if self.becomes in (Recorded.RETRIED, Recorded.RETURNED) and reply == RetryResult.DEAD:
+            return Recorded.DEAD
+        return self.becomes
+
+
+def dead_letter_limits(config: Config) -> DeadLetterLimits:
+    return DeadLetterLimits(config.dead_letter.max_jobs, int(config.dead_letter.max_age * 1000))
+
+
+def outcome_call(
+    config: Config,
+    keys: QueueKeys,
+    leased: LeasedJob,
+    outcome: Outcome,
+    *,
+    final: State = State.DONE,
+    give_back: bool = False,
+) -> OutcomeCall:
+    """The call recording `outcome` of the attempt that holds `leased`. `final`: done, or canceled for a
+    success that was a cancel. `give_back`: the attempt is returned unspent (a drain, an unhealthy app)."""
+    job = leased.job
+    if outcome.kind is OutcomeKind.SUCCESS:
+        retention_ms = int(config.result_ttl * 1000)
+        result = outcome.result if retention_ms else None
+        call = ack_call(keys, job.id, leased.token, result=result, retention_ms=retention_ms, final=final)
+        return OutcomeCall(call, Recorded.CANCELED if final is State.CANCELED else Recorded.DONE)
+    if outcome.kind is OutcomeKind.FAIL:
+        call = kill_call(keys, job.id, leased.token, outcome.error or "failed", dead_letter_limits(config))
+        return OutcomeCall(call, Recorded.DEAD)
+    delay = outcome.retry_after
+    if delay is None:
+        handler = config.handlers.get(job.type)
+        delay = retry_delay(handler.backoff if handler else config.defaults.backoff, job.attempt)
+    call = retry_call(
+        keys,
+        job.id,
+        leased.token,
+        delay_ms=int(delay * 1000),
+        error=outcome.error or "retry",
+        spend_attempt=outcome.spend_attempt,
+        # A drain gives attempts back without limit: a restart must never cost a job its attempts.
+        max_free_retries=0 if give_back else MAX_FREE_RETRIES,
+        dead=dead_letter_limits(config),
+    )
+    return OutcomeCall(call, Recorded.RETURNED if give_back else Recorded.RETRIED)

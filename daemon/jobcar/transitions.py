@@ -1,0 +1,385 @@
+"""Every transition as a script call to build and a reply to parse: pure functions, no I/O.
+
+Each transition that changes a job's state is one Lua script in `lua/` (docs/protocol.md has each
+script's KEYS/ARGV/return contract). Building a call and parsing its reply are plain functions, so
+the producer client, the CLI, the HTTP API and the daemon share one implementation and differ only in
+how they send the calls (`transport`).
+
+Only the standard library and redis-py are imported: producers use the enqueue transition.
+"""
+
+from __future__ import annotations
+
+import json
+import secrets
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from enum import IntEnum, StrEnum
+from typing import Final, cast
+
+from jobcar.job import EnqueueStatus, Job, JobInfo, State
+from jobcar.keys import QueueKeys
+from jobcar.replies import as_bytes, as_int, as_list, as_text
+from jobcar.scripts import Arg, Reply, ScriptCall, call
+
+#: Jobs per enqueue script call in enqueue_many: big enough to amortise the round trip, small enough
+#: that one call never blocks the server for long.
+ENQUEUE_CHUNK: Final = 500
+#: Jobs moved per requeue/purge call; "all" repeats the call until nothing is left.
+BULK_LIMIT: Final = 1000
+
+# ---------------------------------------------------------------------------------------------
+# enqueue
+
+
+@dataclass(slots=True)  # not frozen: its __init__ then costs a fifth of build_record, per job of enqueue_many
+class EnqueueRecord:
+    """One job to store, already validated and encoded by the client. Treat it as read-only."""
+
+    id: str
+    queue: str
+    type: str
+    payload: bytes
+    content_type: str | None = None  # None: the default, application/json (not stored)
+    run_at_ms: int = 0  # absolute run-at, producer's clock; 0: none
+    delay_ms: int = 0  # relative to Redis time; 0: none
+    unique_key: str | None = None
+    unique_ttl_ms: int = 0
+    max_attempts: int | None = None
+    timeout_ms: int | None = None
+    traceparent: str | None = None
+    meta: Mapping[str, str] = field(default_factory=dict)
+    batch: str | None = None
+
+    def optional_fields(self) -> list[Arg]:
+        """Hash fields beyond type and payload, only those given (every field costs memory per job)."""
+        out: list[Arg] = []
+        optional: tuple[tuple[str, Arg | None], ...] = (
+            ("content_type", self.content_type),
+            ("max_attempts", self.max_attempts),
+            ("timeout", self.timeout_ms),
+            ("traceparent", self.traceparent),
+            ("meta", json.dumps(dict(self.meta), separators=(",", ":")) if self.meta else None),
+            ("batch", self.batch),
+        )
+        for name, value in optional:
+            if value is not None:
+                out += [name, value]
+        return out
+
+
+def _by_queue(records: Sequence[EnqueueRecord]) -> dict[str, list[int]]:
+    """Record indexes grouped per queue, queues in first-seen order, records in order within each."""
+    groups: dict[str, list[int]] = {}
+    for index, r in enumerate(records):
+        groups.setdefault(r.queue, []).append(index)
+    return groups
+
+
+def enqueue_calls(namespace: str, records: Sequence[EnqueueRecord]) -> list[ScriptCall]:
+    """One enqueue call per queue and chunk of ENQUEUE_CHUNK records (a call touches one queue/slot)."""
+    calls: list[ScriptCall] = []
+    for queue, indexes in _by_queue(records).items():
+        keys = QueueKeys.of(namespace, queue)
+        for start in range(0, len(indexes), ENQUEUE_CHUNK):
+            args: list[Arg] = [keys.prefix]
+            for index in indexes[start : start + ENQUEUE_CHUNK]:
+                r = records[index]
+                extra = r.optional_fields()
+                args += [r.id, r.type, r.payload, r.run_at_ms, r.delay_ms, r.unique_key or "", r.unique_ttl_ms]
+                args.append(len(extra) // 2)
+                args += extra
+            calls.append(call("enqueue", (keys.pending, keys.scheduled, keys.wake), args))
+    return calls
+
+
+_CREATED_STATES: Final = {b"pending": State.PENDING, b"scheduled": State.SCHEDULED}
+
+
+def parse_enqueue(records: Sequence[EnqueueRecord], replies: Sequence[Reply]) -> list[JobInfo]:
+    """Pair the replies of `enqueue_calls(records)` with the records, in the records' order."""
+    entries = [entry for reply in replies for entry in as_list(reply)]
+    order = [index for indexes in _by_queue(records).values() for index in indexes]
+    infos: list[JobInfo | None] = [None] * len(records)
+    for index, entry in zip(order, entries, strict=True):
+        record = records[index]
+        if isinstance(entry, bytes):  # the common case, kept cheap: created, in this state
+            created = _CREATED_STATES.get(entry) or State(entry.decode())
+            infos[index] = JobInfo(record.id, record.queue, created, EnqueueStatus.CREATED)
+        else:
+            status, job_id, state = (as_text(x) for x in as_list(entry))
+            infos[index] = JobInfo(job_id, record.queue, State(state), EnqueueStatus(status))
+    return [info for info in infos if info is not None]
+
+
+# ---------------------------------------------------------------------------------------------
+# Daemon transitions
+
+
+@dataclass(frozen=True, slots=True)
+class LeasedJob:
+    job: Job
+    token: str
+
+
+@dataclass(frozen=True, slots=True)
+class LeaseResult:
+    now_ms: int
+    jobs: list[LeasedJob]
+    #: Milliseconds until the earliest scheduled job is due; None when nothing is scheduled.
+    next_due_ms: int | None
+    paused: bool
+    #: The lease was given the caller's alive key and found it gone: it took nothing, changed nothing.
+    declined: bool
+    #: Ids that were in the pending list without a job hash (corruption; reported, not runnable).
+    missing: list[str]
+    #: Leased jobs whose hash cannot be read (a producer wrote bad fields): (id, token, problem).
+    #: The caller should kill them; they are leased, so nothing else will run them meanwhile.
+    malformed: list[tuple[str, str, str]]
+
+
+def lease_call(
+    keys: QueueKeys,
+    count: int,
+    lease_ms: int,
+    default_max_attempts: int,
+    max_attempts_by_type: str = "{}",
+    alive_key: str | None = None,
+) -> ScriptCall:
+    """`max_attempts_by_type` is a JSON object type -> max_attempts (encode it once per config). With
+    `alive_key`, the lease takes nothing unless that key exists (ADR 0005)."""
+    token_base = secrets.token_hex(8)
+    script_keys = (keys.pending, keys.scheduled, keys.active, keys.wake, keys.paused)
+    return call(
+        "lease",
+        script_keys if alive_key is None else (*script_keys, alive_key),
+        (keys.prefix, count, lease_ms, token_base, default_max_attempts, max_attempts_by_type),
+    )
+
+
+def parse_lease(keys: QueueKeys, reply: Reply) -> LeaseResult:
+    now, next_due, stopped, missing, *jobs = as_list(reply)
+    leased = []
+    malformed = []
+    for raw in jobs:
+        items = as_list(raw)
+        job_id, token = items[0], items[1]
+        try:
+            # One iterator over the name/value pairs after id and token: no slices copied (~1 us a job). Zipped
+            # with itself, strict: a name without a value is a ValueError.
+            pairs = iter(items)
+            next(pairs), next(pairs)
+            if len(items) == 2 or type(items[2]) is bytes:  # a client without decode_responses (jobcar's own)
+                fields = dict(zip(cast(Iterator[bytes], pairs), cast(Iterator[bytes], pairs), strict=True))
+            else:
+                fields = {as_bytes(name): as_bytes(value) for name, value in zip(pairs, pairs, strict=True)}
+            leased.append(LeasedJob(Job.from_hash(as_text(job_id), keys.queue, fields), as_text(token)))
+        except (ValueError, KeyError, TypeError) as exc:
+            malformed.append((as_text(job_id), as_text(token), str(exc)))
+    due = as_int(next_due)
+    return LeaseResult(
+        now_ms=as_int(now),
+        jobs=leased,
+        next_due_ms=None if due < 0 else due,
+        paused=as_int(stopped) == 1,
+        declined=as_int(stopped) == 2,
+        missing=[as_text(m) for m in as_list(missing)],
+        malformed=malformed,
+    )
+
+
+class ExtendStatus(IntEnum):
+    LOST = 0
+    RENEWED = 1
+    CANCEL_REQUESTED = 2
+
+
+def extend_call(keys: QueueKeys, lease_ms: int, leases: Iterable[tuple[str, str]]) -> ScriptCall:
+    args: list[Arg] = [keys.prefix, lease_ms]
+    for job_id, token in leases:
+        args += [job_id, token]
+    return call("extend", (keys.active,), args)
+
+
+def parse_extend(reply: Reply) -> list[ExtendStatus]:
+    """One status per lease passed to extend_call, in order."""
+    _now, *statuses = as_list(reply)
+    return [ExtendStatus(as_int(s)) for s in statuses]
+
+
+def ack_call(
+    keys: QueueKeys,
+    job_id: str,
+    token: str,
+    *,
+    result: bytes | None = None,
+    retention_ms: int = 0,
+    final: State = State.DONE,
+) -> ScriptCall:
+    """Ack one job; `merge_acks` turns several of one queue into one call. The reply: `parse_ack`."""
+    if final not in (State.DONE, State.CANCELED):
+        raise ValueError(f"ack finishes a job as done or canceled, not {final}")
+    args = (keys.prefix, job_id, token, final.value, retention_ms, result or b"")
+    return call("ack", (keys.active, keys.job(job_id)), args)
+
+
+def merge_acks(acks: Sequence[ScriptCall]) -> ScriptCall:
+    """One ack call for the jobs of several (of one queue): the script takes one or many jobs, and a
+    round trip under load then costs one script call instead of one per finished job."""
+    first = acks[0]
+    if any(a.script.name != "ack" or a.keys[0] != first.keys[0] for a in acks):
+        raise ValueError("merge_acks takes ack calls of one queue")
+    keys = (first.keys[0], *(key for a in acks for key in a.keys[1:]))
+    args = (first.args[0], *(arg for a in acks for arg in a.args[1:]))
+    return ScriptCall(first.script, keys, args)
+
+
+def parse_ack(reply: Reply) -> list[int]:
+    """One value per job of the call, in order: 1 finished, 0 lease lost (nothing changed)."""
+    return [as_int(r) for r in as_list(reply)]
+
+
+def coalesce(calls: Sequence[ScriptCall]) -> list[tuple[ScriptCall, list[int]]]:
+    """The calls to send for `calls`: acks of one queue merged into one, every other call as it is.
+    Each comes with the positions (in `calls`) of the calls it carries; `split_reply` undoes it."""
+    sent: list[tuple[ScriptCall, list[int]]] = []
+    acks_by_queue: dict[str, list[int]] = {}
+    for position, c in enumerate(calls):
+        if c.script.name == "ack":
+            acks_by_queue.setdefault(c.keys[0], []).append(position)
+        else:
+            sent.append((c, [position]))
+    for positions in acks_by_queue.values():
+        sent.append((merge_acks([calls[p] for p in positions]), positions))
+    return sent
+
+
+def split_reply(sent: ScriptCall, reply: Reply, count: int) -> list[Reply]:
+    """The replies of the `count` calls that `sent` carried (see `coalesce`): an ack's per-job values,
+    or the one reply of any other call. An error reply is every carried call's reply."""
+    if sent.script.name != "ack" or isinstance(reply, Exception):
+        return [reply] * count
+    return list(parse_ack(reply))
+
+
+@dataclass(frozen=True, slots=True)
+class DeadLetterLimits:
+    max_jobs: int = 10_000
+    max_age_ms: int = 180 * 86400 * 1000
+
+
+class RetryResult(IntEnum):
+    LOST = 0
+    RETRIED = 1
+    DEAD = 2
+
+
+def retry_call(
+    keys: QueueKeys,
+    job_id: str,
+    token: str,
+    *,
+    delay_ms: int,
+    error: str,
+    spend_attempt: bool = True,
+    max_free_retries: int = 0,
+    dead: DeadLetterLimits = DeadLetterLimits(),
+) -> ScriptCall:
+    """`max_free_retries` bounds how many attempts a job may give back in its life (0: no bound)."""
+    return call(
+        "retry",
+        (keys.active, keys.pending, keys.scheduled, keys.dead, keys.wake, keys.job(job_id)),
+        (keys.prefix, job_id, token, max(0, delay_ms), error, "1" if spend_attempt else "0",
+         dead.max_jobs, dead.max_age_ms, max_free_retries),
+    )  # fmt: skip
+
+
+def kill_call(
+    keys: QueueKeys, job_id: str, token: str, reason: str, dead: DeadLetterLimits = DeadLetterLimits()
+) -> ScriptCall:
+    return call(
+        "kill",
+        (keys.active, keys.dead, keys.job(job_id)),
+        (keys.prefix, job_id, token, reason, dead.max_jobs, dead.max_age_ms),
+    )
+
+
+def reap_call(
+    keys: QueueKeys, *, limit: int = 1000, default_max_attempts: int = 10, dead: DeadLetterLimits = DeadLetterLimits()
+) -> ScriptCall:
+    return call(
+        "reap",
+        (keys.active, keys.pending, keys.dead, keys.wake),
+        (keys.prefix, limit, dead.max_jobs, dead.max_age_ms, default_max_attempts),
+    )
+
+
+def parse_reap(reply: Reply) -> dict[str, str]:
+    """job id -> where it went: "pending", "dead" or "missing"."""
+    flat = [as_text(x) for x in as_list(reply)]
+    return dict(zip(flat[::2], flat[1::2], strict=True))
+
+
+def requeue_call(keys: QueueKeys, job_ids: Sequence[str] = (), limit: int = BULK_LIMIT) -> ScriptCall:
+    return call("requeue", (keys.dead, keys.pending, keys.wake), (keys.prefix, limit, *job_ids))
+
+
+def purge_call(keys: QueueKeys, job_ids: Sequence[str] = (), limit: int = BULK_LIMIT) -> ScriptCall:
+    return call("purge", (keys.dead,), (keys.prefix, limit, *job_ids))
+
+
+class CancelResult(StrEnum):
+    CANCELED = "canceled"
+    CANCEL_REQUESTED = "cancel_requested"
+    NOT_CANCELABLE = "not_cancelable"
+    MISSING = "missing"
+
+
+def cancel_call(keys: QueueKeys, job_id: str) -> ScriptCall:
+    return call("cancel", (keys.pending, keys.scheduled, keys.job(job_id)), (keys.prefix, job_id))
+
+
+def parse_cancel(reply: Reply) -> tuple[CancelResult, State | None]:
+    """(what cancel did, the job's state before it; None for a missing job)."""
+    result, state = (as_text(x) for x in as_list(reply))
+    return CancelResult(result), State(state) if state else None
+
+
+def pause_call(keys: QueueKeys, paused: bool) -> ScriptCall:
+    return call("pause", (keys.paused, keys.wake), (keys.prefix, "1" if paused else "0"))
+
+
+@dataclass(frozen=True, slots=True)
+class QueueStats:
+    queue: str
+    now_ms: int
+    pending: int
+    scheduled: int
+    active: int
+    dead: int
+    paused: bool
+    #: When the longest-waiting runnable job became runnable (None: nothing waits).
+    oldest_ready_ms: int | None
+
+    @property
+    def latency_s(self) -> float:
+        """Age of the oldest runnable job, in seconds (0 when nothing waits)."""
+        return 0.0 if self.oldest_ready_ms is None else max(0, self.now_ms - self.oldest_ready_ms) / 1000
+
+
+def stats_call(keys: QueueKeys) -> ScriptCall:
+    return call("stats", (keys.pending, keys.scheduled, keys.active, keys.dead, keys.paused), (keys.prefix,))
+
+
+def parse_stats(keys: QueueKeys, reply: Reply) -> QueueStats:
+    now, pending, scheduled, active, dead, paused, oldest = (as_int(x) for x in as_list(reply))
+    return QueueStats(
+        queue=keys.queue,
+        now_ms=now,
+        pending=pending,
+        scheduled=scheduled,
+        active=active,
+        dead=dead,
+        paused=paused == 1,
+        oldest_ready_ms=None if oldest < 0 else oldest,
+    )
