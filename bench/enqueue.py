@@ -46,7 +46,7 @@ from tests.servers import RedisServer, find_server_binary, free_port
 
 import jobcar
 from jobcar import Client
-from jobcar.client import new_job_id
+from jobcar.records import new_job_id
 
 CHUNK = 500  # jobcar's enqueue_many chunk: the LPUSH limit pipelines the same number per round trip
 HTTP_BATCH = 500  # jobs per POST /v1/jobs batch (the API takes at most 1,000)

@@ -1,47 +1,284 @@
-"""Reads for operators (plain commands: reading never changes state)."""
+"""The operators' view of the store, one for every surface: the CLI (through asyncio.run), the HTTP API and
+the web dashboard read and act through `Admin`, and show a job as `job_document`.
+
+Reads are plain commands (reading never changes state); every action is a transition script, atomic
+and fenced like the daemon's own. A job id is unique within a queue only: `locate` finds it by one rule
+(the queue given, else every queue the config names or producers used) and says so when several
+queues hold it.
+"""
 
 from __future__ import annotations
 
+import base64
 from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
 
-from jobcar.job import State
+from jobcar.errors import JobcarError
+from jobcar.formats import loads_strict
+from jobcar.job import DEFAULT_CONTENT_TYPE, Job, State
 from jobcar.keys import QueueKeys, queues_key
-from jobcar.replies import as_bytes, as_text, decode_names
-from jobcar.transport import SyncRedis
+from jobcar.replies import as_bytes, as_int, as_text, decode_names, parse_job
+from jobcar.timestamps import rfc3339_ms
+from jobcar.transitions import (
+    BULK_LIMIT,
+    CancelResult,
+    QueueStats,
+    cancel_call,
+    parse_cancel,
+    parse_stats,
+    pause_call,
+    purge_call,
+    requeue_call,
+    stats_call,
+)
+from jobcar.transport import AsyncRedis, execute_async
 
 
-def known_queues(client: SyncRedis, namespace: str) -> list[str]:
-    """The queue names producers have registered in `<ns>:queues`, sorted."""
-    return decode_names(client.smembers(queues_key(namespace)))
+class JobNotFound(JobcarError):
+    """No job with this id (in the queue given, or in any queue)."""
 
 
-def list_job_ids(client: SyncRedis, keys: QueueKeys, state: State, limit: int) -> list[str]:
-    """Up to `limit` ids of the jobs in one of the four sets, in the order they will leave it: pending in
-    run order (the daemon pops the right end of the list first), the sorted sets by score (run-at,
-    lease deadline, died-at)."""
-    if limit <= 0:
-        return []
-    if state is State.PENDING:
-        return [as_text(m) for m in reversed(client.lrange(keys.pending, -limit, -1))]
-    sets = {State.SCHEDULED: keys.scheduled, State.ACTIVE: keys.active, State.DEAD: keys.dead}
-    if state not in sets:
-        raise ValueError(f"jobs in state {state.value} are in no set")
-    return [as_text(m) for m in client.zrange(sets[state], 0, limit - 1)]
+class AmbiguousJob(JobcarError):
+    """Several queues hold a job with this id: the caller must name the queue."""
+
+    def __init__(self, job_id: str, found: dict[str, State]) -> None:
+        where = ", ".join(f"{queue} ({state.value})" for queue, state in found.items())
+        super().__init__(f"there are jobs with id {job_id} in several queues: {where}")
+        self.found = found
 
 
-def job_hashes(client: SyncRedis, keys: QueueKeys, job_ids: Sequence[str]) -> list[dict[bytes, bytes]]:
-    """The hashes of these jobs in one round trip, in order; an empty dict for a job that is gone."""
-    pipe = client.pipeline(transaction=False)
-    for job_id in job_ids:
+@dataclass(frozen=True, slots=True)
+class JobView:
+    job: Job
+    #: The lease deadline (Redis ms) of an active job; None otherwise.
+    lease_deadline_ms: int | None
+    #: Redis time when it was read, the clock every stored time was taken with.
+    now_ms: int
+
+
+@dataclass(frozen=True, slots=True)
+class CancelReply:
+    queue: str
+    result: CancelResult
+    #: The job's state before the cancel; None for a job that was gone.
+    before: State | None
+
+
+@dataclass(slots=True)
+class JobListing:
+    jobs: list[Job] = field(default_factory=list)
+    #: Why a listed job cannot be read (its hash was written around the enqueue script), one line each.
+    unreadable: list[str] = field(default_factory=list)
+    #: (queue, state, jobs shown, jobs in that state) where the limit left some out.
+    partial: list[tuple[str, State, int, int]] = field(default_factory=list)
+    #: Redis time, the clock every stored time was taken with.
+    now_ms: int = 0
+
+
+class Admin:
+    """Reads and operator actions on one namespace. `configured` are the config's queues, in its order:
+    they come first when every queue is meant."""
+
+    def __init__(self, client: AsyncRedis, namespace: str, configured: Iterable[str] = ()) -> None:
+        self.redis = client
+        self.namespace = namespace
+        self.configured = list(configured)
+
+    def keys(self, queue: str) -> QueueKeys:
+        return QueueKeys.of(self.namespace, queue)
+
+    async def known_queues(self) -> list[str]:
+        """The queue names producers have registered in `<ns>:queues`, sorted."""
+        return decode_names(await self.redis.smembers(queues_key(self.namespace)))
+
+    async def queues(self, only: str | None = None) -> list[str]:
+        """`only`, else the config's queues in its order, then every other queue producers have used."""
+        if only is not None:
+            return [only]
+        return list(dict.fromkeys([*self.configured, *await self.known_queues()]))
+
+    async def locate(self, job_id: str, queue: str | None = None) -> tuple[str, State]:
+        """(queue, state) of the job with this id, in `queue` or in any queue; JobNotFound or AmbiguousJob."""
+        names = await self.queues(queue)
+        pipe = self.redis.pipeline(transaction=False)
+        for name in names:
+            pipe.hget(self.keys(name).job(job_id), "state")
+        states = await pipe.execute()
+        found = {name: State(as_text(state)) for name, state in zip(names, states, strict=True) if state is not None}
+        if not found:
+            raise JobNotFound(f"no such job {job_id}" + (f" in queue {queue}" if queue else ""))
+        if len(found) > 1:
+            raise AmbiguousJob(job_id, found)
+        return next(iter(found.items()))
+
+    async def stats(self, queues: Sequence[str]) -> list[QueueStats]:
+        keys = [self.keys(queue) for queue in queues]
+        replies = await execute_async(self.redis, [stats_call(k) for k in keys])
+        return [parse_stats(k, reply) for k, reply in zip(keys, replies, strict=True)]
+
+    async def list_jobs(self, queues: Sequence[str], states: Sequence[State], limit: int) -> JobListing:
+        """Up to `limit` jobs per queue and state, in the order they will leave it: pending in run order,
+        the sorted sets by score (run-at, lease deadline, died-at)."""
+        listing = JobListing()
+        stats = await self.stats(queues)
+        listing.now_ms = max((s.now_ms for s in stats), default=0)
+        for queue_stats in stats:
+            keys = self.keys(queue_stats.queue)
+            for state in states:
+                total = _count(queue_stats, state)
+                if total == 0:
+                    continue
+                ids = await self._ids(keys, state, limit)
+                for job_id, fields in zip(ids, await self._hashes(keys, ids), strict=True):
+                    if not fields:
+                        continue  # finished or deleted since the ids were read
+                    job = readable(job_id, keys.queue, fields)
+                    if isinstance(job, str):
+                        listing.unreadable.append(job)
+                    else:
+                        listing.jobs.append(job)
+                if total > len(ids):
+                    listing.partial.append((keys.queue, state, len(ids), total))
+        return listing
+
+    async def job(self, job_id: str, queue: str | None = None) -> JobView:
+        """The job with this id (see `locate`); JobNotFound also when its hash cannot be read."""
+        queue, _ = await self.locate(job_id, queue)
+        keys = self.keys(queue)
+        pipe = self.redis.pipeline(transaction=False)
         pipe.hgetall(keys.job(job_id))
-    return [{as_bytes(k): as_bytes(v) for k, v in reply.items()} for reply in pipe.execute()]
+        pipe.zscore(keys.active, job_id)
+        pipe.time()
+        fields, deadline, (seconds, micros) = await pipe.execute()
+        if not fields:
+            raise JobNotFound(f"no such job {job_id} (it finished just now)")
+        job = readable(job_id, queue, fields)
+        if isinstance(job, str):
+            raise JobNotFound(job)
+        lease_deadline_ms = None if deadline is None or job.state is not State.ACTIVE else int(deadline)
+        return JobView(job, lease_deadline_ms, int(seconds) * 1000 + int(micros) // 1000)
+
+    async def cancel(self, job_id: str, queue: str | None = None) -> CancelReply:
+        queue, _ = await self.locate(job_id, queue)
+        (reply,) = await execute_async(self.redis, [cancel_call(self.keys(queue), job_id)])
+        result, before = parse_cancel(reply)
+        return CancelReply(queue, result, before)
+
+    async def set_paused(self, queue: str, paused: bool) -> bool:
+        """Pause or resume leasing from `queue`; whether that changed anything."""
+        (reply,) = await execute_async(self.redis, [pause_call(self.keys(queue), paused)])
+        return as_int(reply) == 1
+
+    async def requeue_dead(self, queues: Sequence[str], job_ids: Sequence[str]) -> tuple[dict[str, int], list[str]]:
+        """Run these dead jobs again: (jobs moved per queue, why some ids were not moved)."""
+        by_queue: dict[str, list[str]] = {}
+        problems = []
+        for job_id in dict.fromkeys(job_ids):
+            found = await self._states(job_id, queues)
+            dead = [queue for queue, state in found.items() if state is State.DEAD]
+            for queue in dead:
+                by_queue.setdefault(queue, []).append(job_id)
+            if found and not dead:
+                where = ", ".join(f"{state.value} in {queue}" for queue, state in found.items())
+                problems.append(f"job {job_id} is not dead ({where})")
+            elif not found:
+                problems.append(f"no such job {job_id}")
+        moved = {}
+        for queue, ids in by_queue.items():
+            keys = self.keys(queue)
+            calls = [requeue_call(keys, ids[i : i + BULK_LIMIT]) for i in range(0, len(ids), BULK_LIMIT)]
+            moved[queue] = sum(as_int(reply) for reply in await execute_async(self.redis, calls))
+        return moved, problems
+
+    async def requeue_all_dead(self, queue: str) -> int:
+        """Run every job dead now in `queue` again; how many."""
+        return await self._drain_dead(queue, requeue=True)
+
+    async def purge_all_dead(self, queue: str) -> int:
+        """Delete every job dead now in `queue` for good; how many."""
+        return await self._drain_dead(queue, requeue=False)
+
+    async def _drain_dead(self, queue: str, requeue: bool) -> int:
+        keys = self.keys(queue)
+        bulk = requeue_call if requeue else purge_call
+        # Bounded by the count taken first: jobs that die meanwhile stay. Otherwise a requeued job that
+        # fails again at once, under a running daemon, could keep this loop going.
+        remaining = int(await self.redis.zcard(keys.dead))
+        done = 0
+        while remaining > 0:
+            (reply,) = await execute_async(self.redis, [bulk(keys, (), min(BULK_LIMIT, remaining))])
+            moved = as_int(reply)
+            if moved == 0:
+                break
+            done += moved
+            remaining -= moved
+        return done
+
+    async def _states(self, job_id: str, queues: Sequence[str]) -> dict[str, State]:
+        pipe = self.redis.pipeline(transaction=False)
+        for queue in queues:
+            pipe.hget(self.keys(queue).job(job_id), "state")
+        replies = await pipe.execute()
+        return {queue: State(as_text(s)) for queue, s in zip(queues, replies, strict=True) if s is not None}
+
+    async def _ids(self, keys: QueueKeys, state: State, limit: int) -> list[str]:
+        if limit <= 0:
+            return []
+        if state is State.PENDING:
+            return [as_text(m) for m in reversed(await self.redis.lrange(keys.pending, -limit, -1))]
+        sets = {State.SCHEDULED: keys.scheduled, State.ACTIVE: keys.active, State.DEAD: keys.dead}
+        return [as_text(m) for m in await self.redis.zrange(sets[state], 0, limit - 1)]
+
+    async def _hashes(self, keys: QueueKeys, job_ids: Sequence[str]) -> list[dict[bytes, bytes]]:
+        pipe = self.redis.pipeline(transaction=False)
+        for job_id in job_ids:
+            pipe.hgetall(keys.job(job_id))
+        return [{as_bytes(k): as_bytes(v) for k, v in reply.items()} for reply in await pipe.execute()]
 
 
-def find_job(client: SyncRedis, namespace: str, job_id: str, queues: Iterable[str]) -> dict[str, str]:
-    """queue -> the job's state, for each of `queues` that holds a job with this id (ids are unique
-    within a queue only, so there may be several), in the order of `queues`."""
-    names = list(dict.fromkeys(queues))
-    pipe = client.pipeline(transaction=False)
-    for queue in names:
-        pipe.hget(QueueKeys.of(namespace, queue).job(job_id), "state")
-    return {queue: as_text(state) for queue, state in zip(names, pipe.execute(), strict=True) if state is not None}
+def _count(stats: QueueStats, state: State) -> int:
+    counts = {State.PENDING: stats.pending, State.SCHEDULED: stats.scheduled, State.ACTIVE: stats.active,
+              State.DEAD: stats.dead}  # fmt: skip
+    return counts[state]
+
+
+def readable(job_id: str, queue: str, fields: Any) -> Job | str:
+    """The job, or why its hash cannot be read (written around the enqueue script)."""
+    try:
+        return parse_job(job_id, queue, fields)
+    except (ValueError, KeyError, TypeError) as exc:
+        return f"job {job_id} in queue {queue} cannot be read: {exc}"
+
+
+def job_document(job: Job, lease_deadline_ms: int | None = None) -> dict[str, Any]:
+    """A job as JSON, the same from `jobcar jobs show --json`, `GET /v1/jobs/{id}` and the dashboard.
+
+    Times are RFC 3339 in UTC. The payload is the JSON value itself when it is stored as JSON, else
+    `payload_base64`; the result (kept for `result_ttl`) is text when it is UTF-8, else `result_base64`.
+    """
+    document: dict[str, Any] = {
+        "id": job.id, "queue": job.queue, "type": job.type, "state": job.state.value, "attempt": job.attempt,
+        "max_attempts": job.max_attempts, "created_at": rfc3339_ms(job.created_ms), "run_at": rfc3339_ms(job.run_at_ms),
+        "started_at": rfc3339_ms(job.started_ms), "finished_at": rfc3339_ms(job.finished_ms),
+        "lease_expires_at": rfc3339_ms(lease_deadline_ms), "lease_token": job.token,
+        "cancel_requested": job.cancel_requested,
+        "timeout_seconds": None if job.timeout_ms is None else job.timeout_ms / 1000,
+        "content_type": job.content_type, "unique_key": job.unique_key, "traceparent": job.traceparent,
+        "batch": job.batch, "meta": job.meta,
+        "errors": [{"attempt": e.attempt, "at": rfc3339_ms(e.at_ms), "error": e.error} for e in job.errors],
+    }  # fmt: skip
+    try:
+        if job.content_type.partition(";")[0].strip().lower() != DEFAULT_CONTENT_TYPE:
+            raise ValueError("not JSON")
+        document["payload"] = loads_strict(job.payload)
+    except (ValueError, RecursionError):  # also UnicodeDecodeError: bytes that are not even text
+        document["payload_base64"] = base64.b64encode(job.payload).decode("ascii")
+    if job.result is None:
+        document["result"] = None
+    else:
+        try:
+            document["result"] = job.result.decode("utf-8")
+        except UnicodeDecodeError:
+            document["result_base64"] = base64.b64encode(job.result).decode("ascii")
+    return document

@@ -1,18 +1,18 @@
-"""The daemon's own HTTP listener (DESIGN §6): probes, metrics and the enqueue API.
+"""The daemon's own HTTP listener: probes, metrics, the enqueue API and the job document.
 
     GET    /healthz        200 {"status": "ok"}: the event loop answers
     GET    /readyz         200 {"status": "ready"} | 503 {"status": "not ready", "reason": ...}
     GET    /metrics        200 the Prometheus text exposition
     POST   /v1/jobs        a job, or {"jobs": [...]} (at most MAX_BATCH_JOBS, one enqueue_many call): 201 created
                            | 200 that id exists | 409 duplicate unique job | 400 bad input | 413 too large
-    GET    /v1/jobs/{id}   200 the job | 404                       (?queue=Q looks only there)
-    DELETE /v1/jobs/{id}   200 canceled or cancel_requested | 404 | 409 already finished
+    GET    /v1/jobs/{id}   200 the job (admin.job_document) | 404 | 409 in several queues  (?queue=Q: only there)
+    DELETE /v1/jobs/{id}   200 canceled or cancel_requested | 404 | 409 already finished, or in several queues
     POST   /v1/drain       202 {"status": "draining"}: a graceful drain, for a preStop hook
 
 Every error is JSON {"error": "..."}. Redis refusing a write (OOM under noeviction, a replica...) or unreachable
-is a 503, and the enqueue script was refused whole: nothing is half-written (RELIABILITY 8). With `api_token`
+is a 503, and the enqueue script was refused whole: nothing is half-written. With `api_token`
 set, all but the three probes need `Authorization: Bearer <token>` (reads too: payloads are data); without
-one they are open, which the daemon only allows on loopback (`check_exposure`, RELIABILITY 15). No token,
+one they are open, which the daemon only allows on loopback (`check_exposure`). No token,
 password or payload is ever logged.
 """
 
@@ -22,24 +22,25 @@ import base64
 import binascii
 import contextlib
 import hmac
-import ipaddress
-import json
 import logging
 import re
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Any, Final, TypeAlias
 
 from aiohttp import hdrs, web
 from redis import exceptions as redis_errors
 
-from jobcar import keys, replies, transitions, transport
-from jobcar.client import ID_PATTERN, AsyncClient, JobSpec, check_name
+from jobcar.admin import Admin, AmbiguousJob, JobNotFound, job_document
+from jobcar.client import AsyncClient
 from jobcar.config_types import Config
 from jobcar.errors import InvalidJob, PayloadTooLarge
-from jobcar.job import DEFAULT_CONTENT_TYPE, EnqueueStatus, Job, JobInfo, State
-from jobcar.keys import QueueKeys
+from jobcar.formats import loads_strict, redact
+from jobcar.job import DEFAULT_CONTENT_TYPE, EnqueueStatus, JobInfo, State
+from jobcar.listen import is_loopback, parse_listen
+from jobcar.names import ID_PATTERN, check_name
+from jobcar.records import JobSpec
 from jobcar.transitions import CancelResult
 from jobcar.units import parse_duration
 
@@ -66,7 +67,6 @@ _UNAVAILABLE_CODES: Final = ("MISCONF", "BUSY", "NOREPLICAS")
 _UNAVAILABLE: Final = (redis_errors.ConnectionError, redis_errors.TimeoutError, redis_errors.ClusterError,
                        redis_errors.OutOfMemoryError, redis_errors.ReadOnlyError, redis_errors.TryAgainError,
                        redis_errors.ClusterDownError, redis_errors.MasterDownError, OSError)  # fmt: skip
-_CREDENTIALS: Final = re.compile(r"(?<=://)[^\s/@]*@")
 
 
 @dataclass(frozen=True)
@@ -85,6 +85,7 @@ class ApiContext:
 
 
 CONTEXT: Final = web.AppKey("jobcar.api.context", ApiContext)
+ADMIN: Final = web.AppKey("jobcar.api.admin", Admin)
 Handler: TypeAlias = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 
@@ -95,6 +96,7 @@ def build_app(context: ApiContext) -> web.Application:
     max_body = 2 * context.config.max_payload_bytes + BODY_MARGIN_BYTES
     app = web.Application(middlewares=[_json_errors, _auth], client_max_size=max_body)
     app[CONTEXT] = context
+    app[ADMIN] = Admin(context.client.redis, context.client.namespace, context.config.queues)
     app.router.add_get("/healthz", _healthz)
     app.router.add_get("/readyz", _readyz)
     app.router.add_get("/metrics", _metrics)
@@ -103,17 +105,6 @@ def build_app(context: ApiContext) -> web.Application:
     app.router.add_delete("/v1/jobs/{id:.+}", _cancel)
     app.router.add_post("/v1/drain", _drain)
     return app
-
-
-def parse_listen(listen: str) -> tuple[str, int]:
-    """(host, port) from "host:port" or "[v6 address]:port"."""
-    host, colon, port = listen.rpartition(":")
-    bracketed = host.startswith("[") and host.endswith("]")
-    host = host[1:-1] if bracketed else host
-    port_ok = re.fullmatch(r"[0-9]{1,5}", port) is not None and int(port) <= 65535
-    if not colon or not host or (":" in host) != bracketed or not port_ok:
-        raise ValueError(f"listen must be host:port, like 127.0.0.1:9321 or [::1]:9321, not {listen!r}")
-    return host, int(port)
 
 
 async def start_listener(app: web.Application, listen: str) -> web.AppRunner:
@@ -136,15 +127,6 @@ def bound_port(runner: web.AppRunner) -> int:
     return int(runner.addresses[0][1])
 
 
-def is_loopback(listen: str) -> bool:
-    """Whether `listen` binds a loopback address only: 127.0.0.0/8, ::1 or the name localhost."""
-    try:
-        host, _ = parse_listen(listen)
-        return host.lower() == "localhost" or ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False  # unparsable, or a name that may resolve to anything
-
-
 def check_exposure(config: Config) -> str | None:
     """Why the daemon must not start with this listener (open routes on a reachable address), or None."""
     if config.api_token or is_loopback(config.listen):
@@ -153,17 +135,16 @@ def check_exposure(config: Config) -> str | None:
             "who reaches it could enqueue, read and cancel jobs: set api_token or listen on 127.0.0.1")  # fmt: skip
 
 
-def redact(text: str) -> str:
-    """`text` without the credentials of any URL in it: redis://user:pass@host -> redis://***@host."""
-    return _CREDENTIALS.sub("***@", text)
-
-
 @web.middleware
 async def _json_errors(request: web.Request, handler: Handler) -> web.StreamResponse:
     try:
         return await handler(request)
     except InvalidJob as exc:
         return _error(413 if isinstance(exc, PayloadTooLarge) else 400, str(exc))
+    except JobNotFound:
+        return _error(404, "no such job")
+    except AmbiguousJob as exc:
+        return _error(409, f"{exc}; choose one with ?queue=")
     except UnicodeEncodeError:  # a lone surrogate escape ("\ud800") in an id or key cannot be sent to Redis
         return _error(400, "the request holds text that is not valid Unicode (a lone surrogate escape)")
     except web.HTTPException as exc:
@@ -240,28 +221,20 @@ async def _enqueue(request: web.Request) -> web.Response:
 
 async def _get_job(request: web.Request) -> web.Response:
     job_id, queue = _job_ref(request)
-    job = await request.app[CONTEXT].client.get(job_id, queue=queue)
-    if job is None:
-        return _error(404, "no such job")
-    return web.json_response(job_document(job))
+    view = await request.app[ADMIN].job(job_id, queue)
+    return web.json_response(job_document(view.job, view.lease_deadline_ms))
 
 
 async def _cancel(request: web.Request) -> web.Response:
-    client = request.app[CONTEXT].client
     job_id, queue = _job_ref(request)
-    queue = queue or await _find_queue(client, job_id)
-    if queue is None:
+    reply = await request.app[ADMIN].cancel(job_id, queue)
+    if reply.result is CancelResult.MISSING or reply.before is None:
         return _error(404, "no such job")
-    call = transitions.cancel_call(QueueKeys.of(client.namespace, queue), job_id)
-    (reply,) = await transport.execute_async(client.redis, [call])
-    result, before = transitions.parse_cancel(reply)
-    if result is CancelResult.MISSING or before is None:
-        return _error(404, "no such job")
-    if result is CancelResult.NOT_CANCELABLE:
-        return _error(409, "job already finished", id=job_id, queue=queue, state=before.value)
+    if reply.result is CancelResult.NOT_CANCELABLE:
+        return _error(409, "job already finished", id=job_id, queue=reply.queue, state=reply.before.value)
     # "state" is the job's state now: a canceled job is gone; a flagged one runs until its daemon stops it.
-    state = State.CANCELED if result is CancelResult.CANCELED else before
-    return web.json_response({"id": job_id, "queue": queue, "result": result.value, "state": state.value})
+    state = State.CANCELED if reply.result is CancelResult.CANCELED else reply.before
+    return web.json_response({"id": job_id, "queue": reply.queue, "result": reply.result.value, "state": state.value})
 
 
 def _job_ref(request: web.Request) -> tuple[str, str | None]:
@@ -271,14 +244,6 @@ def _job_ref(request: web.Request) -> tuple[str, str | None]:
     return job_id, check_name("queue name", queue) if queue else None
 
 
-async def _find_queue(client: AsyncClient, job_id: str) -> str | None:
-    """The queue holding `job_id`, searched as AsyncClient.get does: every known queue, in name order."""
-    for queue in replies.decode_names(await client.redis.smembers(keys.queues_key(client.namespace))):
-        if await client.redis.exists(QueueKeys.of(client.namespace, queue).job(job_id)):
-            return queue
-    return None
-
-
 def _info(info: JobInfo) -> dict[str, str]:
     return {"id": info.id, "queue": info.queue, "state": info.state.value, "status": info.status.value}
 
@@ -286,7 +251,7 @@ def _info(info: JobInfo) -> dict[str, str]:
 def parse_enqueue_request(body: bytes) -> tuple[list[JobSpec], bool]:
     """The jobs a POST /v1/jobs body asks for, as enqueue_many specs, and whether it was a batch."""
     try:
-        document = json.loads(body, parse_constant=_no_constant)
+        document = loads_strict(body)
     except (ValueError, RecursionError) as exc:  # UnicodeDecodeError is a ValueError
         raise InvalidJob(f"request body is not valid JSON: {exc}") from None
     if not isinstance(document, dict):
@@ -368,32 +333,3 @@ def _run_at(value: object) -> datetime | float:
         if when is not None and when.tzinfo is not None:
             return when
     raise InvalidJob("run_at must be epoch seconds or an RFC 3339 time with an offset, like 2026-01-02T03:04:05Z")
-
-
-def _no_constant(name: str) -> object:
-    raise ValueError(f"{name} is not JSON")
-
-
-def _rfc3339(ms: int | None) -> str | None:
-    at = None if ms is None else datetime.fromtimestamp(ms / 1000, tz=UTC)
-    return None if at is None else at.isoformat(timespec="milliseconds").replace("+00:00", "Z")
-
-
-def job_document(job: Job) -> dict[str, Any]:
-    """A job as GET /v1/jobs/{id} shows it: the payload as JSON when it is stored as JSON, else in base64."""
-    document: dict[str, Any] = {
-        "id": job.id, "queue": job.queue, "type": job.type, "state": job.state.value, "attempt": job.attempt,
-        "max_attempts": job.max_attempts, "created_at": _rfc3339(job.created_ms), "run_at": _rfc3339(job.run_at_ms),
-        "started_at": _rfc3339(job.started_ms), "finished_at": _rfc3339(job.finished_ms),
-        "timeout": None if job.timeout_ms is None else job.timeout_ms / 1000, "unique_key": job.unique_key,
-        "traceparent": job.traceparent, "meta": job.meta, "batch": job.batch, "cancel_requested": job.cancel_requested,
-        "errors": [{"attempt": e.attempt, "at": _rfc3339(e.at_ms), "error": e.error} for e in job.errors],
-        "content_type": job.content_type,
-    }  # fmt: skip
-    try:
-        if job.content_type.partition(";")[0].strip().lower() != DEFAULT_CONTENT_TYPE:
-            raise ValueError("not JSON")
-        document["payload"] = json.loads(job.payload, parse_constant=_no_constant)
-    except (ValueError, RecursionError):  # also UnicodeDecodeError: bytes that are not even text
-        document["payload_base64"] = base64.b64encode(job.payload).decode("ascii")
-    return document

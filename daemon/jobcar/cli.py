@@ -1,4 +1,4 @@
-"""The `jobcar` command line (DESIGN §6): `run` the daemon, `check` a config, `enqueue` a job, and the
+"""The `jobcar` command line: `run` the daemon, `check` a config, `enqueue` a job, and the
 operators' commands (`stats`, `jobs list|show`, `dead requeue|purge`, `queue pause|resume`, `cancel`,
 `fsck`, `health`), which live in cli_ops.py; what all commands share is in cli_support.py.
 
@@ -7,7 +7,7 @@ with its arguments in COMMANDS (a command with actions, like `jobs`, is a group 
 `main` builds the parser from that table. Every command takes `-c/--config` (default
 `$JOBCAR_CONFIG`, else `./jobcar.yaml`); the read commands take `--json`.
 
-Exit codes (CONVENTIONS): 0 ok, 1 failure, 2 usage (including bad input such as invalid JSON),
+Exit codes (exit_codes.py): 0 ok, 1 failure, 2 usage (including bad input such as invalid JSON),
 69 Redis unreachable (EX_UNAVAILABLE), 78 bad config (EX_CONFIG). A user's mistake is reported in
 one line on stderr, never as a traceback; only a bug in jobcar shows one.
 """
@@ -15,7 +15,7 @@ one line on stderr, never as a traceback; only a bug in jobcar shows one.
 from __future__ import annotations
 
 import argparse
-import json
+import asyncio
 import os
 import re
 import sys
@@ -25,7 +25,6 @@ from datetime import datetime
 from pathlib import Path
 from typing import Final
 
-from jobcar import keys, transitions, transport
 from jobcar.cli_ops import (
     cancel_arguments,
     cmd_cancel,
@@ -58,12 +57,14 @@ from jobcar.cli_support import (
     positive_int,
     print_json,
 )
-from jobcar.client import build_record, encode_payload
+from jobcar.client import AsyncClient
 from jobcar.embedded import EmbeddedServerError
 from jobcar.errors import InvalidJob, PayloadTooLarge
 from jobcar.exit_codes import EX_FAILURE, EX_OK, EX_UNAVAILABLE, EX_USAGE
+from jobcar.formats import loads_strict
 from jobcar.job import DEFAULT_CONTENT_TYPE, EnqueueStatus, JobInfo
 from jobcar.keys import DEFAULT_QUEUE
+from jobcar.records import build_record, encode_payload
 
 __all__ = ["COMMANDS", "Command", "CommandFailed", "build_parser", "main"]
 
@@ -236,14 +237,10 @@ def _read_payload(source: str | None, content_type: str | None, max_bytes: int) 
     return body, content_type
 
 
-def _reject_constant(name: str) -> None:
-    raise ValueError(f"{name} is not JSON")
-
-
 def _check_json(body: bytes) -> None:
     hint = "quote it for the shell, or give --content-type to send other bytes as they are"
     try:
-        json.loads(body.decode("utf-8"), parse_constant=_reject_constant)
+        loads_strict(body.decode("utf-8"))
     except UnicodeDecodeError:
         raise CommandFailed(f"the payload is not UTF-8 text, so not JSON; {hint}", EX_USAGE) from None
     except (ValueError, RecursionError) as exc:
@@ -271,30 +268,24 @@ def cmd_enqueue(args: argparse.Namespace) -> int:
         raise CommandFailed("--unique-key needs --unique-for (how long the key is held)", EX_USAGE)
     try:
         payload, content_type = _read_payload(args.payload, args.content_type, config.max_payload_bytes)
-        # Built (so checked) before connecting: bad input is reported as such even while Redis is away.
-        record = build_record(
-            args.type,
-            payload,
-            config.max_payload_bytes,
-            queue=args.queue or DEFAULT_QUEUE,
-            delay=args.delay,
-            run_at=args.at,
-            max_attempts=args.max_attempts,
-            unique_for=args.unique_for,
-            unique_key=args.unique_key,
-            job_id=args.job_id,
-            timeout=args.timeout,
-            content_type=content_type,
-        )
+        options = {
+            "queue": args.queue or DEFAULT_QUEUE, "delay": args.delay, "run_at": args.at,
+            "max_attempts": args.max_attempts, "unique_for": args.unique_for, "unique_key": args.unique_key,
+            "job_id": args.job_id, "timeout": args.timeout, "content_type": content_type,
+        }  # fmt: skip
+        # Checked before connecting: bad input is reported as such even while Redis is away.
+        record = build_record(args.type, payload, config.max_payload_bytes, **options)
     except PayloadTooLarge as exc:
         raise CommandFailed(str(exc), EX_FAILURE) from None
     except InvalidJob as exc:
         raise CommandFailed(str(exc), EX_USAGE) from None
-    with connected(config) as client:
-        # What Client.enqueue does with a record (docs/protocol.md): register the queue, run the script.
-        client.sadd(keys.queues_key(config.namespace), record.queue)
-        replies = transport.execute(client, transitions.enqueue_calls(config.namespace, [record]))
-    info = transitions.parse_enqueue([record], replies)[0]
+
+    async def enqueue() -> JobInfo:
+        async with connected(config) as client:
+            producer = AsyncClient(client, namespace=config.namespace, max_payload_bytes=config.max_payload_bytes)
+            return await producer.enqueue(args.type, payload, **options)
+
+    info = asyncio.run(enqueue())
     _report(info, args.json)
     # Said after the id, so a script reading stdout still gets it; these jobs would sit or die unrun.
     if args.type not in config.handlers:

@@ -6,39 +6,37 @@ code; cli.py registers them in its command table.
 from __future__ import annotations
 
 import argparse
-import base64
 import http.client
-import ipaddress
 import json
 import re
 import sys
 import urllib.error
 import urllib.request
-from collections.abc import Callable, Collection, Mapping, Sequence
-from datetime import UTC, datetime
+from collections.abc import Collection, Mapping, Sequence
 from email.message import Message as HTTPMessage
 from typing import IO, Final
 from urllib.parse import urlsplit
 
-from jobcar import admin, replies, scripts, transitions, transport
+from jobcar.admin import Admin, CancelReply, JobListing, JobView, job_document
 from jobcar.cli_support import (
     ID_DASH,
     ID_HELP,
     CommandFailed,
-    connected,
     count,
     duration,
     load,
     positive_int,
     print_json,
+    with_admin,
 )
-from jobcar.client import check_name
-from jobcar.config_types import Config
 from jobcar.errors import InvalidJob
 from jobcar.exit_codes import EX_FAILURE, EX_OK, EX_USAGE
 from jobcar.job import STORED_IN_SETS, Job, State
-from jobcar.keys import QueueKeys
-from jobcar.transitions import BULK_LIMIT, CancelResult, QueueStats
+from jobcar.listen import local_url
+from jobcar.names import check_name
+from jobcar.recording import dead_letter_limits
+from jobcar.timestamps import rfc3339_ms
+from jobcar.transitions import CancelResult, QueueStats
 
 # -- shared by the operators' commands -------------------------------------------------------------
 
@@ -56,45 +54,6 @@ def _add_queue_option(parser: argparse.ArgumentParser, help: str) -> None:
 
 def _add_json_option(parser: argparse.ArgumentParser, what: str) -> None:
     parser.add_argument("--json", action="store_true", help=f"print {what} as JSON")
-
-
-def _queues(client: transport.SyncRedis, config: Config, only: str | None) -> list[str]:
-    """`only`, else the config's queues in its order, then every other queue producers have used."""
-    if only is not None:
-        return [only]
-    return list(dict.fromkeys([*config.queues, *admin.known_queues(client, config.namespace)]))
-
-
-def _read_stats(client: transport.SyncRedis, config: Config, queues: Sequence[str]) -> list[QueueStats]:
-    keys = [QueueKeys.of(config.namespace, queue) for queue in queues]
-    replies = transport.execute(client, [transitions.stats_call(k) for k in keys])
-    return [transitions.parse_stats(k, reply) for k, reply in zip(keys, replies, strict=True)]
-
-
-def _reply_count(reply: object) -> int:
-    if not isinstance(reply, int):
-        raise TypeError(f"expected a count from a jobcar script, got {reply!r}")
-    return reply
-
-
-def _locate(client: transport.SyncRedis, config: Config, job_id: str, queue: str | None) -> tuple[str, str]:
-    """(queue, state) of the job with this id, searched in `queue` or every queue."""
-    found = admin.find_job(client, config.namespace, job_id, _queues(client, config, queue))
-    if not found:
-        raise CommandFailed(f"no such job {job_id}" + (f" in queue {queue}" if queue else ""))
-    if len(found) > 1:
-        where = ", ".join(f"{q} ({state})" for q, state in found.items())
-        raise CommandFailed(
-            f"there are jobs with id {job_id} in several queues: {where}; choose one with --queue", EX_USAGE
-        )
-    return next(iter(found.items()))
-
-
-def _timestamp(ms: int | float | None) -> str | None:
-    """RFC 3339 in UTC with milliseconds, like 2030-01-31T09:00:00.000Z."""
-    if ms is None:
-        return None
-    return datetime.fromtimestamp(ms / 1000, tz=UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
 
 def _span(seconds: float) -> str:
@@ -138,14 +97,6 @@ def _per_queue(counts: Mapping[str, int]) -> str:
     return f" ({', '.join(nonzero)})" if nonzero else ""
 
 
-def _parse_job(job_id: str, queue: str, fields: Mapping[bytes, bytes]) -> Job | str:
-    """The job, or why its hash cannot be read (written around the enqueue script)."""
-    try:
-        return replies.parse_job(job_id, queue, fields)
-    except (ValueError, KeyError, TypeError) as exc:
-        return f"job {job_id} in queue {queue} cannot be read: {exc}"
-
-
 # -- stats ----------------------------------------------------------------------------------------
 
 
@@ -155,38 +106,20 @@ def stats_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def cmd_stats(args: argparse.Namespace) -> int:
-    config = load(args)
-    with connected(config) as client:
-        stats = _read_stats(client, config, _queues(client, config, args.queue))
+    async def read(admin: Admin) -> list[QueueStats]:
+        return await admin.stats(await admin.queues(args.queue))
+
+    stats = with_admin(load(args), read)
     if args.json:
-        print_json(
-            [
-                {
-                    "queue": s.queue,
-                    "pending": s.pending,
-                    "scheduled": s.scheduled,
-                    "active": s.active,
-                    "dead": s.dead,
-                    "paused": s.paused,
-                    "latency_seconds": s.latency_s,
-                }
-                for s in stats
-            ]
-        )
+        print_json([{"queue": s.queue, "pending": s.pending, "scheduled": s.scheduled, "active": s.active,
+                     "dead": s.dead, "paused": s.paused, "latency_seconds": s.latency_s} for s in stats])  # fmt: skip
         return EX_OK
     header = ("QUEUE", "PENDING", "SCHEDULED", "ACTIVE", "DEAD", "PAUSED", "LATENCY")
     rows = [
-        (
-            s.queue,
-            str(s.pending),
-            str(s.scheduled),
-            str(s.active),
-            str(s.dead),
-            "yes" if s.paused else "no",
-            "-" if s.oldest_ready_ms is None else _span(s.latency_s),
-        )
+        (s.queue, str(s.pending), str(s.scheduled), str(s.active), str(s.dead), "yes" if s.paused else "no",
+         "-" if s.oldest_ready_ms is None else _span(s.latency_s))
         for s in stats
-    ]
+    ]  # fmt: skip
     print("\n".join(_table(header, rows, numeric={1, 2, 3, 4, 6})))
     return EX_OK
 
@@ -208,16 +141,6 @@ def jobs_list_arguments(parser: argparse.ArgumentParser) -> None:
     _add_json_option(parser, "a list with one object per job")
 
 
-def _state_count(stats: QueueStats, state: State) -> int:
-    counts = {
-        State.PENDING: stats.pending,
-        State.SCHEDULED: stats.scheduled,
-        State.ACTIVE: stats.active,
-        State.DEAD: stats.dead,
-    }
-    return counts[state]
-
-
 def _last_error_cell(error: str | None) -> str:
     if not error:
         return ""
@@ -226,68 +149,38 @@ def _last_error_cell(error: str | None) -> str:
 
 
 def cmd_jobs_list(args: argparse.Namespace) -> int:
-    config = load(args)
     states = [State(args.state)] if args.state else list(STORED_IN_SETS)
-    jobs: list[Job] = []
-    notes: list[str] = []
-    with connected(config) as client:
-        stats = _read_stats(client, config, _queues(client, config, args.queue))
-        for queue_stats in stats:
-            keys = QueueKeys.of(config.namespace, queue_stats.queue)
-            for state in states:
-                total = _state_count(queue_stats, state)
-                if total == 0:
-                    continue
-                ids = admin.list_job_ids(client, keys, state, args.limit)
-                for job_id, fields in zip(ids, admin.job_hashes(client, keys, ids), strict=True):
-                    if not fields:
-                        continue  # finished or deleted since the ids were read
-                    job = _parse_job(job_id, keys.queue, fields)
-                    if isinstance(job, str):
-                        notes.append(job)
-                    else:
-                        jobs.append(job)
-                if total > len(ids):
-                    notes.append(f"{keys.queue} {state.value}: {len(ids)} of {total} shown (--limit N for more)")
-    # Redis time, the clock every stored time was taken with.
-    now_ms = max((s.now_ms for s in stats), default=0)
+
+    async def read(admin: Admin) -> JobListing:
+        return await admin.list_jobs(await admin.queues(args.queue), states, args.limit)
+
+    listing = with_admin(load(args), read)
+    jobs, now_ms = listing.jobs, listing.now_ms  # Redis time, the clock every stored time was taken with
     if args.json:
         print_json(
             [
-                {
-                    "id": job.id,
-                    "queue": job.queue,
-                    "state": job.state.value,
-                    "type": job.type,
-                    "attempt": job.attempt,
-                    "max_attempts": job.max_attempts,
-                    "created": _timestamp(job.created_ms),
-                    "age_seconds": max(0, now_ms - job.created_ms) / 1000,
-                    "run_at": _timestamp(job.run_at_ms),
-                    "last_error": job.last_error,
-                }
+                {"id": job.id, "queue": job.queue, "state": job.state.value, "type": job.type,
+                 "attempt": job.attempt, "max_attempts": job.max_attempts,
+                 "created_at": rfc3339_ms(job.created_ms), "age_seconds": max(0, now_ms - job.created_ms) / 1000,
+                 "run_at": rfc3339_ms(job.run_at_ms), "last_error": job.last_error}
                 for job in jobs
             ]
-        )
+        )  # fmt: skip
     elif jobs:
         header = ("QUEUE", "STATE", "ID", "TYPE", "ATTEMPT", "AGE", "LAST ERROR")
         rows = [
-            (
-                job.queue,
-                job.state.value,
-                _printable(job.id),
-                job.type,
-                f"{job.attempt}/{job.max_attempts}" if job.max_attempts else str(job.attempt),
-                _span((now_ms - job.created_ms) / 1000),
-                _last_error_cell(job.last_error),
-            )
+            (job.queue, job.state.value, _printable(job.id), job.type,
+             f"{job.attempt}/{job.max_attempts}" if job.max_attempts else str(job.attempt),
+             _span((now_ms - job.created_ms) / 1000), _last_error_cell(job.last_error))
             for job in jobs
-        ]
+        ]  # fmt: skip
         print("\n".join(_table(header, rows, numeric={4, 5})))
     else:
         print("no jobs")
-    for note in notes:
+    for note in listing.unreadable:
         print(f"jobcar: {note}", file=sys.stderr)
+    for queue, state, shown, total in listing.partial:
+        print(f"jobcar: {queue} {state.value}: {shown} of {total} shown (--limit N for more)", file=sys.stderr)
     return EX_OK
 
 
@@ -297,16 +190,6 @@ def jobs_show_arguments(parser: argparse.ArgumentParser) -> None:
     _add_json_option(parser, "every field")
 
 
-def _bytes_json(name: str, value: bytes | None) -> dict[str, str | None]:
-    """{name: text} for UTF-8 bytes, else {name_base64: ...}."""
-    if value is None:
-        return {name: None}
-    try:
-        return {name: value.decode("utf-8")}
-    except UnicodeDecodeError:
-        return {f"{name}_base64": base64.b64encode(value).decode("ascii")}
-
-
 def _bytes_text(value: bytes) -> str:
     try:
         return _printable(value.decode("utf-8"))
@@ -314,39 +197,12 @@ def _bytes_text(value: bytes) -> str:
         return f"<{count(len(value), 'byte')}, not UTF-8 text; --json gives them in base64>"
 
 
-def _job_json(job: Job, lease_deadline_ms: int | None) -> dict[str, object]:
-    return {
-        "id": job.id,
-        "queue": job.queue,
-        "type": job.type,
-        "state": job.state.value,
-        "attempt": job.attempt,
-        "max_attempts": job.max_attempts,
-        "created": _timestamp(job.created_ms),
-        "run_at": _timestamp(job.run_at_ms),
-        "started": _timestamp(job.started_ms),
-        "finished": _timestamp(job.finished_ms),
-        "lease_expires": _timestamp(lease_deadline_ms),
-        "lease_token": job.token,
-        "cancel_requested": job.cancel_requested,
-        "timeout_seconds": None if job.timeout_ms is None else job.timeout_ms / 1000,
-        "content_type": job.content_type,
-        "unique_key": job.unique_key,
-        "traceparent": job.traceparent,
-        "batch": job.batch,
-        "meta": job.meta,
-        **_bytes_json("payload", job.payload),
-        **_bytes_json("result", job.result),
-        "errors": [{"attempt": e.attempt, "at": _timestamp(e.at_ms), "error": e.error} for e in job.errors],
-    }
-
-
 def _job_lines(job: Job, lease_deadline_ms: int | None, now_ms: int) -> list[str]:
     def when(ms: int | None) -> str | None:
         if ms is None:
             return None
         delta = (now_ms - ms) / 1000
-        return f"{_timestamp(ms)} ({_span(delta)} ago)" if delta >= 0 else f"{_timestamp(ms)} (in {_span(-delta)})"
+        return f"{rfc3339_ms(ms)} ({_span(delta)} ago)" if delta >= 0 else f"{rfc3339_ms(ms)} (in {_span(-delta)})"
 
     fields: list[tuple[str, str | None]] = [
         ("id", _printable(job.id)),
@@ -381,28 +237,19 @@ def _job_lines(job: Job, lease_deadline_ms: int | None, now_ms: int) -> list[str
         lines.append(f"errors ({len(job.errors)}, oldest first):")
         for e in job.errors:
             message = _printable(e.error).replace("\n", "\n    ")
-            lines.append(f"  attempt {e.attempt} at {_timestamp(e.at_ms)}: {message}")
+            lines.append(f"  attempt {e.attempt} at {rfc3339_ms(e.at_ms)}: {message}")
     return lines
 
 
 def cmd_jobs_show(args: argparse.Namespace) -> int:
-    config = load(args)
-    with connected(config) as client:
-        queue, _ = _locate(client, config, args.job_id, args.queue)
-        keys = QueueKeys.of(config.namespace, queue)
-        fields = admin.job_hashes(client, keys, [args.job_id])[0]
-        deadline = client.zscore(keys.active, args.job_id)
-        now_ms = _read_stats(client, config, [queue])[0].now_ms
-    if not fields:
-        raise CommandFailed(f"no such job {args.job_id} (it finished just now)")
-    job = _parse_job(args.job_id, queue, fields)
-    if isinstance(job, str):
-        raise CommandFailed(job)
-    lease_deadline_ms = None if deadline is None or job.state is not State.ACTIVE else int(deadline)
+    async def read(admin: Admin) -> JobView:
+        return await admin.job(args.job_id, args.queue)
+
+    view = with_admin(load(args), read)
     if args.json:
-        print_json(_job_json(job, lease_deadline_ms))
+        print_json(job_document(view.job, view.lease_deadline_ms))
     else:
-        print("\n".join(_job_lines(job, lease_deadline_ms, now_ms)))
+        print("\n".join(_job_lines(view.job, view.lease_deadline_ms, view.now_ms)))
     return EX_OK
 
 
@@ -415,60 +262,17 @@ def dead_requeue_arguments(parser: argparse.ArgumentParser) -> None:
     _add_queue_option(parser, "the queue (default: every queue)")
 
 
-def _drain_dead(client: transport.SyncRedis, keys: QueueKeys, bulk: Callable[..., scripts.ScriptCall]) -> int:
-    """Call `bulk` (requeue_call or purge_call) on the oldest dead jobs until those dead now are done."""
-    # Bounded by the count taken first: jobs that die meanwhile stay. Otherwise a requeued job that
-    # fails again at once, under a running daemon, could keep this loop going.
-    remaining = int(client.zcard(keys.dead))
-    done = 0
-    while remaining > 0:
-        moved = _reply_count(transport.execute(client, [bulk(keys, (), min(BULK_LIMIT, remaining))])[0])
-        if moved == 0:
-            break
-        done += moved
-        remaining -= moved
-    return done
-
-
-def _requeue_ids(
-    client: transport.SyncRedis, config: Config, queues: Sequence[str], job_ids: Sequence[str]
-) -> tuple[dict[str, int], list[str]]:
-    """(jobs moved per queue, why some ids were not moved)."""
-    by_queue: dict[str, list[str]] = {}
-    problems = []
-    for job_id in dict.fromkeys(job_ids):
-        found = admin.find_job(client, config.namespace, job_id, queues)
-        dead = [queue for queue, state in found.items() if state == State.DEAD]
-        if dead:
-            for queue in dead:
-                by_queue.setdefault(queue, []).append(job_id)
-        elif found:
-            where = ", ".join(f"{state} in {queue}" for queue, state in found.items())
-            problems.append(f"job {job_id} is not dead ({where})")
-        else:
-            problems.append(f"no such job {job_id}")
-    moved = {}
-    for queue, ids in by_queue.items():
-        keys = QueueKeys.of(config.namespace, queue)
-        calls = [transitions.requeue_call(keys, ids[i : i + BULK_LIMIT]) for i in range(0, len(ids), BULK_LIMIT)]
-        moved[queue] = sum(_reply_count(reply) for reply in transport.execute(client, calls))
-    return moved, problems
-
-
 def cmd_dead_requeue(args: argparse.Namespace) -> int:
     if bool(args.job_ids) == args.all:
         raise CommandFailed("give the ids of the dead jobs to requeue, or --all (not both)", EX_USAGE)
-    config = load(args)
-    with connected(config) as client:
-        queues = _queues(client, config, args.queue)
+
+    async def requeue(admin: Admin) -> tuple[dict[str, int], list[str]]:
+        queues = await admin.queues(args.queue)
         if args.all:
-            moved = {
-                queue: _drain_dead(client, QueueKeys.of(config.namespace, queue), transitions.requeue_call)
-                for queue in queues
-            }
-            problems: list[str] = []
-        else:
-            moved, problems = _requeue_ids(client, config, queues, args.job_ids)
+            return {queue: await admin.requeue_all_dead(queue) for queue in queues}, []
+        return await admin.requeue_dead(queues, args.job_ids)
+
+    moved, problems = with_admin(load(args), requeue)
     print(f"requeued {count(sum(moved.values()), 'job')}{_per_queue(moved)}")
     for problem in problems:
         print(f"jobcar: {problem}", file=sys.stderr)
@@ -484,13 +288,11 @@ def cmd_dead_purge(args: argparse.Namespace) -> int:
     if not args.yes:
         where = f"queue {args.queue}" if args.queue else "every queue"
         raise CommandFailed(f"dead purge deletes the dead jobs of {where} for good; add --yes to do it", EX_USAGE)
-    config = load(args)
-    with connected(config) as client:
-        queues = _queues(client, config, args.queue)
-        deleted = {
-            queue: _drain_dead(client, QueueKeys.of(config.namespace, queue), transitions.purge_call)
-            for queue in queues
-        }
+
+    async def purge(admin: Admin) -> dict[str, int]:
+        return {queue: await admin.purge_all_dead(queue) for queue in await admin.queues(args.queue)}
+
+    deleted = with_admin(load(args), purge)
     print(f"deleted {count(sum(deleted.values()), 'dead job')}{_per_queue(deleted)}")
     return EX_OK
 
@@ -505,11 +307,12 @@ def queue_arguments(parser: argparse.ArgumentParser) -> None:
 def _set_paused(args: argparse.Namespace, paused: bool) -> int:
     config = load(args)
     queue = args.queue
-    with connected(config) as client:
-        changed = _reply_count(
-            transport.execute(client, [transitions.pause_call(QueueKeys.of(config.namespace, queue), paused)])[0]
-        )
-        known = queue in config.queues or queue in admin.known_queues(client, config.namespace)
+
+    async def pause(admin: Admin) -> tuple[bool, bool]:
+        changed = await admin.set_paused(queue, paused)
+        return changed, queue in config.queues or queue in await admin.known_queues()
+
+    changed, known = with_admin(config, pause)
     if paused:
         print(
             f"queue {queue} paused: its jobs wait until `jobcar queue resume {queue}`"
@@ -540,21 +343,19 @@ def cancel_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def cmd_cancel(args: argparse.Namespace) -> int:
-    config = load(args)
-    with connected(config) as client:
-        queue, _ = _locate(client, config, args.job_id, args.queue)
-        reply = transport.execute(
-            client, [transitions.cancel_call(QueueKeys.of(config.namespace, queue), args.job_id)]
-        )[0]
-    result, state = transitions.parse_cancel(reply)
-    if result is CancelResult.CANCELED:
+    async def cancel(admin: Admin) -> CancelReply:
+        return await admin.cancel(args.job_id, args.queue)
+
+    reply = with_admin(load(args), cancel)
+    queue, state = reply.queue, reply.before
+    if reply.result is CancelResult.CANCELED:
         print(f"canceled job {args.job_id} ({state} in queue {queue}): it is deleted and will not run")
-    elif result is CancelResult.CANCEL_REQUESTED:
+    elif reply.result is CancelResult.CANCEL_REQUESTED:
         print(
             f"cancel requested for job {args.job_id}: it is running, "
             "and the daemon running it stops it at its next heartbeat"
         )
-    elif result is CancelResult.NOT_CANCELABLE:
+    elif reply.result is CancelResult.NOT_CANCELABLE:
         raise CommandFailed(f"job {args.job_id} in queue {queue} is already {state}: nothing to cancel")
     else:
         raise CommandFailed(f"no such job {args.job_id} in queue {queue} (it finished just now)")
@@ -578,12 +379,15 @@ def cmd_fsck(args: argparse.Namespace) -> int:
     from jobcar import fsck
 
     config = load(args)
-    limits = transitions.DeadLetterLimits(config.dead_letter.max_jobs, int(config.dead_letter.max_age * 1000))
-    findings: list[fsck.Finding] = []
-    with connected(config) as client:
-        for queue in _queues(client, config, args.queue):
-            keys = QueueKeys.of(config.namespace, queue)
-            findings += fsck.check_queue(client, keys, repair=args.repair, dead_limits=limits)
+    limits = dead_letter_limits(config)
+
+    async def check(admin: Admin) -> list[fsck.Finding]:
+        findings: list[fsck.Finding] = []
+        for queue in await admin.queues(args.queue):
+            findings += await fsck.check_queue(admin.redis, admin.keys(queue), repair=args.repair, dead_limits=limits)
+        return findings
+
+    findings = with_admin(config, check)
     if args.json:
         print_json([finding.as_json() for finding in findings])
     else:
@@ -612,15 +416,7 @@ def health_arguments(parser: argparse.ArgumentParser) -> None:
 
 def health_url(listen: str) -> str:
     """The /healthz URL of a daemon listening on `listen` (host:port, or [v6]:port as the config has it)."""
-    host, _, port = listen.rpartition(":")
-    try:
-        address = ipaddress.ip_address(host.removeprefix("[").removesuffix("]"))
-    except ValueError:
-        address = None  # a host name
-    if address is not None and address.is_unspecified:
-        # A daemon listening on every address is reached on loopback.
-        host = "127.0.0.1" if address.version == 4 else "[::1]"
-    return f"http://{host}:{port}{HEALTH_PATH}"
+    return local_url(listen, HEALTH_PATH)
 
 
 class _NoRedirect(urllib.request.HTTPRedirectHandler):

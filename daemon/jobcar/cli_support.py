@@ -7,23 +7,24 @@ operators' commands) so that both can use it without importing each other.
 from __future__ import annotations
 
 import argparse
+import asyncio
 import json
 import os
-from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from contextlib import asynccontextmanager
 from pathlib import Path
-from typing import Any, Final
-from urllib.parse import urlsplit, urlunsplit
+from typing import Any, Final, TypeVar
 
-import redis
+import redis.asyncio
 import redis.exceptions
 
-from jobcar import transport
+from jobcar.admin import Admin, AmbiguousJob, JobNotFound
 from jobcar.config import ConfigError, load_config
 from jobcar.config_types import Config
 from jobcar.embedded import EMBEDDED_URL, embedded_socket_path, unix_socket_url
-from jobcar.exit_codes import EX_CONFIG, EX_FAILURE, EX_UNAVAILABLE
-from jobcar.transport import COMMAND_TIMEOUT
+from jobcar.exit_codes import EX_CONFIG, EX_FAILURE, EX_UNAVAILABLE, EX_USAGE
+from jobcar.formats import redact
+from jobcar.transport import COMMAND_TIMEOUT, AsyncRedis
 from jobcar.units import parse_duration
 
 CONFIG_ENV: Final = "JOBCAR_CONFIG"
@@ -33,6 +34,8 @@ ID_DASH: Final = "an id that starts with - goes after --"
 ID_HELP: Final = f"the job's id ({ID_DASH})"
 #: A CLI call waits this long for Redis to accept a connection, and for each reply, before giving up.
 CONNECT_TIMEOUT: Final = 5.0
+
+T = TypeVar("T")
 
 
 class CommandFailed(Exception):
@@ -61,15 +64,6 @@ def load(args: argparse.Namespace) -> Config:
         raise CommandFailed(str(exc), EX_CONFIG, lines=exc.errors) from None
 
 
-def _redacted(url: str) -> str:
-    # Messages name the server but never its password.
-    parts = urlsplit(url)
-    if parts.password is None:
-        return url
-    host = parts.netloc.rpartition("@")[2]
-    return urlunsplit(parts._replace(netloc=f"{parts.username or ''}:***@{host}"))
-
-
 def _embedded_not_running(config: Config) -> CommandFailed:
     return CommandFailed(
         f"{config.source}: redis.url is 'embedded', and no embedded server runs on "
@@ -80,8 +74,8 @@ def _embedded_not_running(config: Config) -> CommandFailed:
     )
 
 
-@contextmanager
-def connected(config: Config) -> Iterator[transport.SyncRedis]:
+@asynccontextmanager
+async def connected(config: Config) -> AsyncIterator[AsyncRedis]:
     """A redis client for the config's server, closed on exit. Connection failures (at any point inside
     the block) become CommandFailed(69); other Redis errors CommandFailed(1).
 
@@ -97,31 +91,46 @@ def connected(config: Config) -> Iterator[transport.SyncRedis]:
         url = unix_socket_url(socket_path)
     options: dict[str, Any] = {"socket_connect_timeout": CONNECT_TIMEOUT, "socket_timeout": COMMAND_TIMEOUT}
     try:
-        client: transport.SyncRedis
+        client: AsyncRedis
         if config.redis.cluster and not embedded:
-            client = redis.RedisCluster.from_url(url, **options)  # connects to discover the nodes
+            client = redis.asyncio.RedisCluster.from_url(url, **options)
         else:
-            client = redis.Redis.from_url(url, **options)
+            client = redis.asyncio.Redis.from_url(url, **options)
     except ValueError as exc:  # a scheme redis-py does not take
         raise CommandFailed(f"{config.source}: redis.url: {exc}", EX_CONFIG) from None
-    except (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError, redis.exceptions.RedisClusterException):
-        raise CommandFailed(f"cannot reach Redis at {_redacted(url)}", EX_UNAVAILABLE) from None
     try:
         yield client
     except (
         redis.exceptions.ConnectionError,
         redis.exceptions.TimeoutError,
         redis.exceptions.RedisClusterException,
+        OSError,
     ) as exc:
         if embedded:
             raise _embedded_not_running(config) from None  # a socket left behind by a killed server
-        raise CommandFailed(f"cannot reach Redis at {_redacted(url)}: {exc}", EX_UNAVAILABLE) from None
+        raise CommandFailed(f"cannot reach Redis at {redact(url)}: {exc}", EX_UNAVAILABLE) from None
     except redis.exceptions.RedisError as exc:
         # redis-py strips the code off the replies it has a class for (OOM, READONLY, NOPERM, ...): name the class.
         kind = "" if type(exc) is redis.exceptions.ResponseError else f"{type(exc).__name__}: "
         raise CommandFailed(f"Redis refused the command: {kind}{exc}", EX_FAILURE) from None
     finally:
-        client.close()
+        await client.aclose()
+
+
+def with_admin(config: Config, work: Callable[[Admin], Awaitable[T]]) -> T:
+    """Run `work` on an Admin over the config's server (see `connected`) in an event loop of its own. A job
+    that is not there, or in several queues, ends the command with a message naming what to do."""
+
+    async def main() -> T:
+        async with connected(config) as client:
+            return await work(Admin(client, config.namespace, config.queues))
+
+    try:
+        return asyncio.run(main())
+    except JobNotFound as exc:
+        raise CommandFailed(str(exc)) from None
+    except AmbiguousJob as exc:
+        raise CommandFailed(f"{exc}; choose one with --queue", EX_USAGE) from None
 
 
 def print_json(value: object) -> None:

@@ -14,7 +14,6 @@ Values are read from their text, not from YAML's guess at their type: `namespace
 
 from __future__ import annotations
 
-import ipaddress
 import json
 import os
 import re
@@ -39,18 +38,15 @@ from jobcar.config_types import (
     RedisSettings,
 )
 from jobcar.errors import JobcarError
+from jobcar.listen import parse_listen
+from jobcar.names import NAME_PATTERN, NAME_RULE, TYPE_PATTERN, TYPE_RULE
 from jobcar.units import parse_duration, parse_size
 from jobcar.yaml_reader import Converter, Invalid, KeyPath, Reader, did_you_mean, is_null, line_col, syntax_error
 
 __all__ = ["KNOWN_KEYS", "ConfigError", "load_config", "parse_config"]
 
-_NAME: Final = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,99}")
-_NAME_RULE: Final = "use 1 to 100 letters, digits, '.', '_' or '-', starting with a letter or digit"
-_TYPE_NAME: Final = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:-]{0,199}")
-_TYPE_RULE: Final = "use 1 to 200 letters, digits, '.', '_', ':' or '-', starting with a letter or digit"
 _HEADER_NAME: Final = re.compile(r"[!#$%&'*+.^_`|~0-9A-Za-z-]+")  # an RFC 9110 token
 _ENV_NAME: Final = re.compile(r"[^=\0]+")
-_HOST: Final = re.compile(r"[A-Za-z0-9]([A-Za-z0-9.-]*[A-Za-z0-9])?")
 _BOOLEANS: Final = {"true": True, "yes": True, "on": True, "false": False, "no": False, "off": False}
 _LOG_LEVELS: Final = ("debug", "info", "warning", "error")
 _LOG_FORMATS: Final = ("auto", "json", "console")
@@ -193,8 +189,8 @@ def _strategy(r: Reader, node: yaml.Node, path: KeyPath) -> BackoffStrategy:
 
 def _name(r: Reader, node: yaml.Node, path: KeyPath) -> str:
     text = r.text(node, "a name")
-    if not _NAME.fullmatch(text):
-        raise Invalid(f"invalid name {text!r}: {_NAME_RULE}")
+    if not NAME_PATTERN.fullmatch(text):
+        raise Invalid(f"invalid name {text!r}: {NAME_RULE}")
     return text
 
 
@@ -220,18 +216,10 @@ def _optional_url(r: Reader, node: yaml.Node, path: KeyPath) -> str | None:
 
 def _listen(r: Reader, node: yaml.Node, path: KeyPath) -> str:
     text = r.text(node, "host:port")
-    host, colon, port = text.rpartition(":")
-    if host.startswith("[") and host.endswith("]"):
-        try:
-            ipaddress.IPv6Address(host[1:-1])
-        except ValueError:
-            raise Invalid(f"invalid IPv6 address in {text!r}") from None
-    elif ":" in host:
-        raise Invalid(f"must be host:port with an IPv6 address in brackets, like [::1]:9321, not {text!r}")
-    elif not colon or not _HOST.fullmatch(host):
-        raise Invalid(f"must be host:port, like 127.0.0.1:9321 or [::1]:9321, not {text!r}")
-    if not re.fullmatch(r"[0-9]{1,5}", port) or int(port) > 65535:
-        raise Invalid(f"port must be a number from 0 to 65535, not {port!r}")
+    try:
+        parse_listen(text)
+    except ValueError as exc:
+        raise Invalid(str(exc)) from None
     return text
 
 
@@ -244,8 +232,8 @@ def _queues(r: Reader, node: yaml.Node, path: KeyPath) -> dict[str, int]:
         raise Invalid("must name at least one queue, like {default: 1}")
     weights: dict[str, int] = {}
     for name, entry in entries.items():
-        if not _NAME.fullmatch(name):
-            r.error(entry.key, (*path, name), f"invalid queue name: {_NAME_RULE}")
+        if not NAME_PATTERN.fullmatch(name):
+            r.error(entry.key, (*path, name), f"invalid queue name: {NAME_RULE}")
         try:
             weights[name] = _parse_int(r.text(entry.value, "a weight (a positive integer)"), 1)
         except Invalid as exc:
@@ -428,8 +416,8 @@ def _handler(r: Reader, node: yaml.Node, path: KeyPath, name: str, defaults: Def
 def _handlers(r: Reader, node: yaml.Node, path: KeyPath, defaults: Defaults) -> dict[str, Handler]:
     handlers: dict[str, Handler] = {}
     for name, entry in r.entries(node, path, what="a mapping of job types to handlers").items():
-        if not _TYPE_NAME.fullmatch(name):
-            r.error(entry.key, (*path, name), f"invalid job type name: {_TYPE_RULE}")
+        if not TYPE_PATTERN.fullmatch(name):
+            r.error(entry.key, (*path, name), f"invalid job type name: {TYPE_RULE}")
         try:
             handler = _handler(r, entry.value, (*path, name), name, defaults)
         except Invalid as exc:

@@ -25,7 +25,7 @@ from jobcar.keys import QueueKeys
 from jobcar.replies import as_int, as_text
 from jobcar.scripts import call
 from jobcar.transitions import DeadLetterLimits
-from jobcar.transport import SyncRedis, execute
+from jobcar.transport import AsyncRedis, execute_async
 
 __all__ = ["Finding", "Kind", "check_queue"]
 
@@ -77,10 +77,10 @@ class Finding:
 # -- repairs --------------------------------------------------------------------------------------
 
 
-def _repair(client: SyncRedis, keys: QueueKeys, kind: str, *args: str | int) -> int:
+async def _repair(client: AsyncRedis, keys: QueueKeys, kind: str, *args: str | int) -> int:
     """Run `lua/repair/<kind>.lua`: 1 (or a count) when it repaired, 0 when the condition was gone."""
     script_keys = (keys.pending, keys.scheduled, keys.active, keys.dead, keys.wake)
-    (reply,) = execute(client, [call(f"repair/{kind}", script_keys, (keys.prefix, *args))])
+    (reply,) = await execute_async(client, [call(f"repair/{kind}", script_keys, (keys.prefix, *args))])
     return as_int(reply)
 
 
@@ -91,8 +91,8 @@ def _glob_escape(text: str) -> str:
     return re.sub(r"([*?\[\]\\])", r"\\\1", text)
 
 
-def _scan(client: SyncRedis, pattern: str) -> list[str]:
-    return sorted({as_text(k) for k in client.scan_iter(match=pattern, count=SCAN_COUNT)})
+async def _scan(client: AsyncRedis, pattern: str) -> list[str]:
+    return sorted({as_text(k) async for k in client.scan_iter(match=pattern, count=SCAN_COUNT)})
 
 
 def _chunks(items: Sequence[str]) -> Iterable[Sequence[str]]:
@@ -107,14 +107,14 @@ class _Hash:
     pttl: int
 
 
-def _read_hashes(client: SyncRedis, keys: QueueKeys, ids: Sequence[str]) -> dict[str, _Hash]:
+async def _read_hashes(client: AsyncRedis, keys: QueueKeys, ids: Sequence[str]) -> dict[str, _Hash]:
     hashes: dict[str, _Hash] = {}
     for chunk in _chunks(ids):
         pipe = client.pipeline(transaction=False)
         for job_id in chunk:
             pipe.hmget(keys.job(job_id), ["state", "token"])
             pipe.pttl(keys.job(job_id))
-        replies = pipe.execute()
+        replies = await pipe.execute()
         for i, job_id in enumerate(chunk):
             (state, token), pttl = replies[2 * i], replies[2 * i + 1]
             if int(pttl) == -2:
@@ -123,45 +123,47 @@ def _read_hashes(client: SyncRedis, keys: QueueKeys, ids: Sequence[str]) -> dict
     return hashes
 
 
-def _read_sets(client: SyncRedis, keys: QueueKeys) -> tuple[list[str], dict[str, list[tuple[str, float]]]]:
+async def _read_sets(client: AsyncRedis, keys: QueueKeys) -> tuple[list[str], dict[str, list[tuple[str, float]]]]:
     pipe = client.pipeline(transaction=False)
     pipe.lrange(keys.pending, 0, -1)
     for key in (keys.scheduled, keys.active, keys.dead):
         pipe.zrange(key, 0, -1, withscores=True)
-    pending, *zsets = pipe.execute()
+    pending, *zsets = await pipe.execute()
     names = (State.SCHEDULED.value, State.ACTIVE.value, State.DEAD.value)
     return [as_text(m) for m in pending], {
         name: [(as_text(m), float(s)) for m, s in members] for name, members in zip(names, zsets, strict=True)
     }
 
 
-def _redis_now_ms(client: SyncRedis) -> int:
+async def _redis_now_ms(client: AsyncRedis) -> int:
     pipe = client.pipeline(transaction=False)
     pipe.execute_command("TIME")
-    seconds, micros = pipe.execute()[0]
+    seconds, micros = (await pipe.execute())[0]
     return int(seconds) * 1000 + int(micros) // 1000
 
 
 # -- the check ------------------------------------------------------------------------------------
 
 
-def check_queue(client: SyncRedis, keys: QueueKeys, *, repair: bool, dead_limits: DeadLetterLimits) -> list[Finding]:
+async def check_queue(
+    client: AsyncRedis, keys: QueueKeys, *, repair: bool, dead_limits: DeadLetterLimits
+) -> list[Finding]:
     """Every inconsistency found in one queue's keys; with `repair`, each is repaired where a safe repair
     exists, and marked so. A finding whose condition was gone by the time its repair ran is left out."""
     findings: list[Finding] = []
 
-    def found(kind: str, job_id: str, detail: str, *repair_args: str | int, fixable: bool = True) -> None:
+    async def found(kind: str, job_id: str, detail: str, *repair_args: str | int, fixable: bool = True) -> None:
         repaired = False
         if repair and fixable:
-            repaired = _repair(client, keys, kind, job_id, *repair_args) == 1
+            repaired = await _repair(client, keys, kind, job_id, *repair_args) == 1
             if not repaired:
                 return  # the condition no longer holds: a transition changed the job meanwhile
         findings.append(Finding(keys.queue, kind, job_id, detail, repaired))
 
     job_prefix = keys.job("")
-    ids = [key[len(job_prefix) :] for key in _scan(client, _glob_escape(job_prefix) + "*")]
-    hashes = _read_hashes(client, keys, ids)
-    pending, zsets = _read_sets(client, keys)
+    ids = [key[len(job_prefix) :] for key in await _scan(client, _glob_escape(job_prefix) + "*")]
+    hashes = await _read_hashes(client, keys, ids)
+    pending, zsets = await _read_sets(client, keys)
 
     sets: dict[str, list[str]] = {}
     pending_count: dict[str, int] = {}
@@ -179,13 +181,13 @@ def check_queue(client: SyncRedis, keys: QueueKeys, *, repair: bool, dead_limits
         job = hashes.get(job_id)
         if job is None:
             for name in where:
-                found(Kind.MISSING_HASH, job_id, f"in {name} without a job hash", name)
+                await found(Kind.MISSING_HASH, job_id, f"in {name} without a job hash", name)
             continue
         if pending_count.get(job_id, 0) > 1:
-            found(Kind.DUPLICATE_PENDING, job_id, f"listed {pending_count[job_id]} times in pending")
+            await found(Kind.DUPLICATE_PENDING, job_id, f"listed {pending_count[job_id]} times in pending")
         if len(where) > 1:
             # No safe repair: which set is right is a guess (a lease may be running). Reported only.
-            found(
+            await found(
                 Kind.SEVERAL_SETS,
                 job_id,
                 f"in {' and '.join(where)} (hash state {job.state or 'missing'})",
@@ -194,7 +196,7 @@ def check_queue(client: SyncRedis, keys: QueueKeys, *, repair: bool, dead_limits
             continue
         (name,) = where
         if job.state != name:
-            found(
+            await found(
                 Kind.STATE_MISMATCH,
                 job_id,
                 f"in {name} but its hash says {job.state or 'nothing'}",
@@ -202,7 +204,7 @@ def check_queue(client: SyncRedis, keys: QueueKeys, *, repair: bool, dead_limits
                 job.state or "",
             )
         elif name == State.ACTIVE.value and not job.token:
-            found(Kind.ACTIVE_WITHOUT_LEASE, job_id, "active without a lease token")
+            await found(Kind.ACTIVE_WITHOUT_LEASE, job_id, "active without a lease token")
 
     # Hashes in no set.
     runnable = {s.value for s in STORED_IN_SETS}
@@ -210,23 +212,23 @@ def check_queue(client: SyncRedis, keys: QueueKeys, *, repair: bool, dead_limits
         if job_id in sets:
             continue
         if job.state == State.ACTIVE.value:
-            found(Kind.ACTIVE_WITHOUT_LEASE, job_id, "active without a deadline in the active set")
+            await found(Kind.ACTIVE_WITHOUT_LEASE, job_id, "active without a deadline in the active set")
         elif job.state in runnable:
-            found(Kind.ORPHAN_HASH, job_id, f"hash in state {job.state} is in no set", job.state or "")
+            await found(Kind.ORPHAN_HASH, job_id, f"hash in state {job.state} is in no set", job.state or "")
         elif job.state in (State.DONE.value, State.CANCELED.value):
             if job.pttl == -1:
-                found(Kind.NO_TTL, job_id, f"{job.state} job without a TTL", REPAIR_TTL_MS)
+                await found(Kind.NO_TTL, job_id, f"{job.state} job without a TTL", REPAIR_TTL_MS)
         else:
-            found(Kind.BAD_STATE, job_id, f"hash in no set with state {job.state or 'missing'}", fixable=False)
+            await found(Kind.BAD_STATE, job_id, f"hash in no set with state {job.state or 'missing'}", fixable=False)
 
     # Unique locks.
-    locks = _scan(client, _glob_escape(keys.unique("")) + "*")
+    locks = await _scan(client, _glob_escape(keys.unique("")) + "*")
     for chunk in _chunks(locks):
         pipe = client.pipeline(transaction=False)
         for lock in chunk:
             pipe.get(lock)
             pipe.pttl(lock)
-        replies = pipe.execute()
+        replies = await pipe.execute()
         holders = [None if replies[2 * i] is None else as_text(replies[2 * i]) for i in range(len(chunk))]
         live = {h for h in holders if h is not None}
         states = {h: j.state for h, j in hashes.items() if h in live}
@@ -237,12 +239,12 @@ def check_queue(client: SyncRedis, keys: QueueKeys, *, repair: bool, dead_limits
             state = states.get(holder)
             if state not in (State.PENDING.value, State.SCHEDULED.value, State.ACTIVE.value):
                 what = "a missing job" if state is None else f"a {state} job"
-                found(Kind.STALE_UNIQUE, lock, f"held by {what} {holder}", holder)
+                await found(Kind.STALE_UNIQUE, lock, f"held by {what} {holder}", holder)
             elif pttl == -1:
-                found(Kind.UNIQUE_NO_TTL, lock, f"held by {holder} without a TTL", REPAIR_TTL_MS)
+                await found(Kind.UNIQUE_NO_TTL, lock, f"held by {holder} without a TTL", REPAIR_TTL_MS)
 
     # The dead set's bounds.
-    now = _redis_now_ms(client)
+    now = await _redis_now_ms(client)
     dead = zsets[State.DEAD.value]
     over = len(dead) - dead_limits.max_jobs if dead_limits.max_jobs > 0 else 0
     old = sum(1 for _, died in dead if died < now - dead_limits.max_age_ms) if dead_limits.max_age_ms > 0 else 0
@@ -255,7 +257,7 @@ def check_queue(client: SyncRedis, keys: QueueKeys, *, repair: bool, dead_limits
         if repair:
             args = ("", dead_limits.max_jobs, dead_limits.max_age_ms)
             trimmed = 0
-            while (n := _repair(client, keys, Kind.DEAD_OVER_LIMIT, *args)) > 0:
+            while (n := await _repair(client, keys, Kind.DEAD_OVER_LIMIT, *args)) > 0:
                 trimmed += n
             repaired = True
             detail += f"; trimmed {trimmed}"

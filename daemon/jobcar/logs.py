@@ -1,8 +1,7 @@
 """Log lines: one JSON object per line for machines, or a readable line for a terminal.
 
-Fields beyond ts/level/msg come from `extra=` and are limited to a fixed set (CONVENTIONS:
-queue, job_id, type, attempt, duration_s, outcome): nothing else, so no payload or secret can reach a
-log line by accident.
+Fields beyond ts/level/msg come from `extra=` and are limited to a fixed set (FIELDS): nothing else, so
+no payload or secret can reach a log line by accident.
 """
 
 from __future__ import annotations
@@ -10,20 +9,17 @@ from __future__ import annotations
 import json
 import logging
 import sys
-from datetime import UTC, datetime
 from typing import Final, TextIO
 
+from jobcar.timestamps import rfc3339
+
 FIELDS: Final = ("queue", "job_id", "type", "attempt", "duration_s", "outcome", "status")
-
-
-def _timestamp(record: logging.LogRecord) -> str:
-    return datetime.fromtimestamp(record.created, tz=UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
 
 class JsonFormatter(logging.Formatter):
     def format(self, record: logging.LogRecord) -> str:
         line: dict[str, object] = {
-            "ts": _timestamp(record),
+            "ts": rfc3339(record.created),
             "level": record.levelname.lower(),
             "msg": record.getMessage(),
         }
@@ -39,7 +35,7 @@ class JsonFormatter(logging.Formatter):
 class ConsoleFormatter(logging.Formatter):
     def format(self, record: logging.LogRecord) -> str:
         fields = " ".join(f"{n}={record.__dict__[n]}" for n in FIELDS if record.__dict__.get(n) is not None)
-        text = f"{_timestamp(record)[11:23]} {record.levelname:<7} {record.getMessage()}"
+        text = f"{rfc3339(record.created)[11:23]} {record.levelname:<7} {record.getMessage()}"
         if fields:
             text += f"  {fields}"
         if record.exc_info:

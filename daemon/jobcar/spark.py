@@ -18,17 +18,11 @@ from datetime import date, datetime
 from decimal import Decimal
 from typing import TYPE_CHECKING, Any
 
-from jobcar.client import (
-    DEFAULT_MAX_PAYLOAD_BYTES,
-    ID_PATTERN,
-    TYPE_PATTERN,
-    Client,
-    JobSpec,
-    build_record,
-    check_name,
-)
+from jobcar.client import Client
 from jobcar.errors import InvalidJob
 from jobcar.keys import DEFAULT_NAMESPACE, DEFAULT_QUEUE
+from jobcar.names import ID_PATTERN, TYPE_PATTERN, check_name
+from jobcar.records import DEFAULT_MAX_PAYLOAD_BYTES, JobSpec, build_record
 from jobcar.transitions import ENQUEUE_CHUNK
 
 if TYPE_CHECKING:

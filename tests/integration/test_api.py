@@ -26,14 +26,14 @@ from jobcar.api import (
     bound_port,
     build_app,
     check_exposure,
-    is_loopback,
-    redact,
     start_listener,
 )
 from jobcar.client import AsyncClient
 from jobcar.config_types import Config
+from jobcar.formats import redact
 from jobcar.job import State
 from jobcar.keys import queues_key
+from jobcar.listen import is_loopback
 from tests.integration.driver import QueueDriver
 from tests.servers import RedisServer, find_server_binary, free_port
 
@@ -189,7 +189,7 @@ def test_enqueue_one_job_and_read_it_back(redis_server: RedisServer, namespace: 
                 0,
                 5,
             )
-            assert (job["timeout"], job["traceparent"], job["meta"]) == (30.0, TRACEPARENT, {"tenant": "a"})
+            assert (job["timeout_seconds"], job["traceparent"], job["meta"]) == (30.0, TRACEPARENT, {"tenant": "a"})
             assert job["content_type"] == "application/json" and job["errors"] == [] and job["run_at"] is None
             assert abs(time_of(job["created_at"]) - time.time()) < 60
         missing = await api.get(job_id, "default")

@@ -198,9 +198,9 @@ def test_jobs_list_every_state_in_run_order(run: Run, client: Client) -> None:
     assert (by_id[dead[0]]["attempt"], by_id[dead[0]]["max_attempts"]) == (1, 3)
     first = by_id[pending[0]]
     assert (first["attempt"], first["max_attempts"], first["type"], first["last_error"]) == (0, None, "t.echo", None)
-    assert datetime.fromisoformat(first["created"]).tzinfo is not None
+    assert datetime.fromisoformat(first["created_at"]).tzinfo is not None
     assert 0 <= first["age_seconds"] < 60
-    assert datetime.fromisoformat(by_id[sooner]["run_at"]) > datetime.fromisoformat(by_id[sooner]["created"])
+    assert datetime.fromisoformat(by_id[sooner]["run_at"]) > datetime.fromisoformat(by_id[sooner]["created_at"])
 
     code, out, err = run("jobs", "list")
     assert (code, err) == (0, "")
@@ -245,14 +245,14 @@ def test_jobs_show_every_field(run: Run, client: Client) -> None:
     assert isinstance(shown, dict)
     assert shown["id"] == "order-17" and shown["queue"] == info.queue == "default"
     assert (shown["type"], shown["state"], shown["attempt"], shown["max_attempts"]) == ("t.echo", "scheduled", 0, 5)
-    assert shown["payload"] == '{"user":42}'
+    assert shown["payload"] == {"user": 42}
     assert (shown["timeout_seconds"], shown["meta"], shown["content_type"]) == (
         30,
         {"origin": "test"},
         "application/json",
     )
     assert shown["errors"] == [] and shown["result"] is None and shown["cancel_requested"] is False
-    assert datetime.fromisoformat(shown["run_at"]) > datetime.fromisoformat(shown["created"])
+    assert datetime.fromisoformat(shown["run_at"]) > datetime.fromisoformat(shown["created_at"])
 
     code, out, err = run("jobs", "show", "order-17")
     assert (code, err) == (0, "")
@@ -268,7 +268,7 @@ def test_jobs_show_every_field(run: Run, client: Client) -> None:
     assert isinstance(shown, dict)
     assert shown["state"] == "dead"
     assert [(e["attempt"], e["error"]) for e in shown["errors"]] == [(1, "exit status 1: bad input")]
-    assert shown["finished"] is not None
+    assert shown["finished_at"] is not None
     code, out, _ = run("jobs", "show", dead)
     assert "errors (1, oldest first):" in out
     assert "attempt 1 at " in out and out.rstrip().endswith("exit status 1: bad input")
@@ -283,7 +283,7 @@ def test_jobs_show_an_active_job_and_a_binary_payload(run: Run, client: Client) 
     assert "payload" not in shown
     assert base64.b64decode(shown["payload_base64"]) == raw
     assert (shown["state"], shown["attempt"], shown["lease_token"]) == ("active", 1, leased.token)
-    assert datetime.fromisoformat(shown["lease_expires"]) > datetime.fromisoformat(shown["started"])
+    assert datetime.fromisoformat(shown["lease_expires_at"]) > datetime.fromisoformat(shown["started_at"])
     assert shown["content_type"] == "application/octet-stream"
     code, out, _ = run("jobs", "show", "blob")
     assert code == 0
@@ -303,7 +303,8 @@ def test_jobs_show_a_missing_or_ambiguous_id(run: Run, client: Client, config: P
     assert code == 2
     assert "in several queues: default (pending), low (pending); choose one with --queue" in err
     shown = run_json(run, "jobs", "show", "twice", "--queue", "low")
-    assert isinstance(shown, dict) and shown["payload"] == "2"
+    assert isinstance(shown, dict)
+    assert shown["payload"] == 2
     assert run("jobs", "show", "twice", "--queue", "nope")[0] == 1
 
 
@@ -345,7 +346,7 @@ def test_dead_requeue_all_moves_more_than_one_call_takes(
     run: Run, client: Client, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     make_dead(client, 5)
-    monkeypatch.setattr("jobcar.cli_ops.BULK_LIMIT", 2)  # 3 calls: 2 + 2 + 1
+    monkeypatch.setattr("jobcar.admin.BULK_LIMIT", 2)  # 3 calls: 2 + 2 + 1
     assert run("dead", "requeue", "--all")[:2] == (0, "requeued 5 jobs (default: 5)\n")
     assert client.redis.llen(QueueKeys.of(client.namespace, "default").pending) == 5
 
@@ -449,7 +450,8 @@ def test_an_id_that_starts_with_a_dash(run: Run, client: Client, config: Path) -
 
     code, out, _ = run("jobs", "show", "--json", "--", "-q1")
     shown = json.loads(out)
-    assert isinstance(shown, dict) and (shown["id"], shown["payload"]) == ("-q1", "2")
+    assert isinstance(shown, dict)
+    assert (shown["id"], shown["payload"]) == ("-q1", 2)
     code, out, _ = run("cancel", "--queue", "default", "--", "-q1")
     assert (code, out) == (0, "canceled job -q1 (pending in queue default): it is deleted and will not run\n")
     done = cli("-c", str(config), "dead", "requeue", "--", "-d", "-q1")

@@ -12,7 +12,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from jobcar import InvalidJob, PayloadTooLarge
-from jobcar.client import ID_PATTERN, IDS_PER_DRAW, build_record, build_records, encode_payload, new_job_id
+from jobcar.names import ID_PATTERN
+from jobcar.records import IDS_PER_DRAW, build_record, build_records, encode_payload, new_job_id
 
 MIB = 1024 * 1024
 

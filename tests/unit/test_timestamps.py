@@ -5,7 +5,7 @@ from __future__ import annotations
 import random
 from datetime import datetime, timedelta
 
-from jobcar.executors import rfc3339
+from jobcar.timestamps import rfc3339
 
 
 def test_known_instants() -> None:

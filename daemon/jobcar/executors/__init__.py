@@ -8,14 +8,12 @@ the executors, so the guardian's watchdog (`python -m jobcar.executors.guardian`
 
 from __future__ import annotations
 
-import time
-from functools import lru_cache
 from typing import Protocol
 
 from jobcar.job import Job
 from jobcar.outcome import Outcome
 
-__all__ = ["Executor", "rfc3339"]
+__all__ = ["Executor"]
 
 
 class Executor(Protocol):
@@ -30,17 +28,3 @@ class Executor(Protocol):
         (aborts the request, or kills the process group) before `CancelledError` propagates.
         """
         ...
-
-
-def rfc3339(epoch_seconds: float) -> str:
-    """`2024-05-01T12:00:00.123Z`: UTC with milliseconds, the form of every timestamp handlers receive."""
-    whole_ms = round(epoch_seconds * 1000)  # exact for the ms values jobs carry (created_ms / 1000)
-    second, millis = divmod(whole_ms, 1000)
-    return f"{_utc_second(second)}.{millis:03d}Z"
-
-
-@lru_cache(maxsize=256)
-def _utc_second(second: int) -> str:
-    # Two timestamps per job (enqueued-at and deadline), mostly in a few recent seconds: formatting the
-    # date once per second takes this off the per-job path.
-    return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(second))

@@ -21,10 +21,10 @@ from collections.abc import Coroutine
 from typing import Any, Final, TypeVar, cast
 
 from jobcar.config_types import DEFAULT_ENV_ALLOW, CommandHandler
-from jobcar.executors import rfc3339
 from jobcar.executors.guardian import Guardian, pdeathsig_preexec
 from jobcar.job import Job
 from jobcar.outcome import MAX_ERROR_CHARS, Outcome
+from jobcar.timestamps import rfc3339
 
 __all__ = ["CommandExecutor"]
 

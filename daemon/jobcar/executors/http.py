@@ -23,7 +23,6 @@ from typing import Final
 
 from jobcar import __version__
 from jobcar.config_types import HttpHandler
-from jobcar.executors import rfc3339
 from jobcar.executors.http_client import (
     ConnectFailed,
     ConnectionClosed,
@@ -34,6 +33,7 @@ from jobcar.executors.http_client import (
 )
 from jobcar.job import Job
 from jobcar.outcome import Outcome
+from jobcar.timestamps import rfc3339
 
 __all__ = ["HttpExecutor", "sign", "verify_signature"]
 
