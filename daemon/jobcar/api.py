@@ -108,23 +108,23 @@ def build_app(context: ApiContext) -> web.Application:
 
 
 async def start_listener(app: web.Application, listen: str) -> web.AppRunner:
-    """Serve `app` on `listen` (port 0 takes a free one: see `bound_port`). The caller cleans the runner up."""
+    """Serve `app` on `listen` (port 0 takes a free one: see `bound_port`). The caller cleans the listener up."""
     host, port = parse_listen(listen)
-    runner = web.AppRunner(app, access_log=None, shutdown_timeout=SHUTDOWN_TIMEOUT)
-    await runner.setup()
+    listener = web.AppRunner(app, access_log=None, shutdown_timeout=SHUTDOWN_TIMEOUT)
+    await listener.setup()
     try:
-        await web.TCPSite(runner, host, port).start()
+        await web.TCPSite(listener, host, port).start()
     except BaseException:
-        await runner.cleanup()
+        await listener.cleanup()
         raise
     host = listen.rpartition(":")[0]
-    log.info("listening on http://%s:%d", host, bound_port(runner))
-    return runner
+    log.info("listening on http://%s:%d", host, bound_port(listener))
+    return listener
 
 
-def bound_port(runner: web.AppRunner) -> int:
+def bound_port(listener: web.AppRunner) -> int:
     """The port the listener got (what port 0 became)."""
-    return int(runner.addresses[0][1])
+    return int(listener.addresses[0][1])
 
 
 def check_exposure(config: Config) -> str | None:

@@ -25,13 +25,13 @@ from datetime import datetime
 from pathlib import Path
 from typing import Final
 
+from jobcar.cli_health import cmd_health, health_arguments
 from jobcar.cli_ops import (
     cancel_arguments,
     cmd_cancel,
     cmd_dead_purge,
     cmd_dead_requeue,
     cmd_fsck,
-    cmd_health,
     cmd_jobs_list,
     cmd_jobs_show,
     cmd_queue_pause,
@@ -40,7 +40,6 @@ from jobcar.cli_ops import (
     dead_purge_arguments,
     dead_requeue_arguments,
     fsck_arguments,
-    health_arguments,
     jobs_list_arguments,
     jobs_show_arguments,
     queue_arguments,
@@ -95,8 +94,9 @@ class _CommandParser(argparse.ArgumentParser):
 class Command:
     name: str
     help: str
-    add_arguments: Callable[[argparse.ArgumentParser], None]
     run: Callable[[argparse.Namespace], int]
+    #: Adds the command's own arguments (every command takes -c/--config); None: it has none.
+    add_arguments: Callable[[argparse.ArgumentParser], None] | None = None
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -134,16 +134,13 @@ def build_parser() -> argparse.ArgumentParser:
     for command in COMMANDS:
         sub = commands.add_parser(command.name, help=command.help, description=command.help)
         sub.add_argument("-c", "--config", metavar="FILE", help=CONFIG_HELP)
-        command.add_arguments(sub)
+        if command.add_arguments is not None:
+            command.add_arguments(sub)
         sub.set_defaults(command=command)
     return parser
 
 
 # -- run ------------------------------------------------------------------------------------------
-
-
-def _run_arguments(parser: argparse.ArgumentParser) -> None:
-    pass
 
 
 def cmd_run(args: argparse.Namespace) -> int:
@@ -159,10 +156,6 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 
 # -- check ----------------------------------------------------------------------------------------
-
-
-def _check_arguments(parser: argparse.ArgumentParser) -> None:
-    pass
 
 
 def cmd_check(args: argparse.Namespace) -> int:
@@ -309,50 +302,51 @@ def _group(name: str, help: str, actions: Sequence[Command]) -> Command:
             sub = subparsers.add_parser(action.name, help=action.help, description=action.help)
             # Its own dest: a subparser's defaults overwrite the parent's values (`jobs -c F list`).
             sub.add_argument("-c", "--config", dest="action_config", metavar="FILE", help=CONFIG_HELP)
-            action.add_arguments(sub)
+            if action.add_arguments is not None:
+                action.add_arguments(sub)
             sub.set_defaults(action=action)
 
     def run(args: argparse.Namespace) -> int:
         action: Command = args.action
         return action.run(args)
 
-    return Command(name, help, add_arguments, run)
+    return Command(name, help, run, add_arguments)
 
 
 COMMANDS: Final[tuple[Command, ...]] = (
-    Command("run", "run the daemon", _run_arguments, cmd_run),
-    Command("check", "validate the config; print every error with its line", _check_arguments, cmd_check),
-    Command("enqueue", "enqueue a job and print its id", _enqueue_arguments, cmd_enqueue),
-    Command("stats", "per queue: pending, scheduled, active, dead, paused, latency", stats_arguments, cmd_stats),
+    Command("run", "run the daemon", cmd_run),
+    Command("check", "validate the config; print every error with its line", cmd_check),
+    Command("enqueue", "enqueue a job and print its id", cmd_enqueue, _enqueue_arguments),
+    Command("stats", "per queue: pending, scheduled, active, dead, paused, latency", cmd_stats, stats_arguments),
     _group(
         "jobs",
         "list and inspect jobs",
         (
             Command(
-                "list", "list jobs with their state, attempts, age and last error", jobs_list_arguments, cmd_jobs_list
+                "list", "list jobs with their state, attempts, age and last error", cmd_jobs_list, jobs_list_arguments
             ),
-            Command("show", "show every field of a job and its error history", jobs_show_arguments, cmd_jobs_show),
+            Command("show", "show every field of a job and its error history", cmd_jobs_show, jobs_show_arguments),
         ),
     ),
     _group(
         "dead",
         "the dead-letter queue",
         (
-            Command("requeue", "run dead jobs again, attempts reset", dead_requeue_arguments, cmd_dead_requeue),
-            Command("purge", "delete dead jobs for good", dead_purge_arguments, cmd_dead_purge),
+            Command("requeue", "run dead jobs again, attempts reset", cmd_dead_requeue, dead_requeue_arguments),
+            Command("purge", "delete dead jobs for good", cmd_dead_purge, dead_purge_arguments),
         ),
     ),
     _group(
         "queue",
         "pause or resume leasing from a queue",
         (
-            Command("pause", "stop leasing jobs from a queue (enqueues go on)", queue_arguments, cmd_queue_pause),
-            Command("resume", "lease jobs from a paused queue again", queue_arguments, cmd_queue_resume),
+            Command("pause", "stop leasing jobs from a queue (enqueues go on)", cmd_queue_pause, queue_arguments),
+            Command("resume", "lease jobs from a paused queue again", cmd_queue_resume, queue_arguments),
         ),
     ),
-    Command("cancel", "cancel a waiting job, or stop a running one", cancel_arguments, cmd_cancel),
-    Command("fsck", "check queues against the protocol's invariants (--repair fixes)", fsck_arguments, cmd_fsck),
-    Command("health", "exit 0 when the daemon's /healthz answers 200 (for HEALTHCHECK)", health_arguments, cmd_health),
+    Command("cancel", "cancel a waiting job, or stop a running one", cmd_cancel, cancel_arguments),
+    Command("fsck", "check queues against the protocol's invariants (--repair fixes)", cmd_fsck, fsck_arguments),
+    Command("health", "exit 0 when the daemon's /healthz answers 200 (for HEALTHCHECK)", cmd_health, health_arguments),
 )
 
 

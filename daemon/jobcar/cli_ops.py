@@ -1,29 +1,23 @@
 """The operators' commands: `stats`, `jobs list|show`, `dead requeue|purge`, `queue pause|resume`,
-`cancel`, `fsck` and `health`. Each is one function taking the parsed arguments and returning the exit
+`cancel` and `fsck`, each on admin.Admin. Each is one function taking the parsed arguments and returning the exit
 code; cli.py registers them in its command table.
 """
 
 from __future__ import annotations
 
 import argparse
-import http.client
 import json
-import re
 import sys
-import urllib.error
-import urllib.request
-from collections.abc import Collection, Mapping, Sequence
-from email.message import Message as HTTPMessage
-from typing import IO, Final
-from urllib.parse import urlsplit
+from collections.abc import Mapping
+from typing import Final
 
 from jobcar.admin import Admin, CancelReply, JobListing, JobView, job_document
+from jobcar.cli_format import printable, span, table
 from jobcar.cli_support import (
     ID_DASH,
     ID_HELP,
     CommandFailed,
     count,
-    duration,
     load,
     positive_int,
     print_json,
@@ -32,7 +26,6 @@ from jobcar.cli_support import (
 from jobcar.errors import InvalidJob
 from jobcar.exit_codes import EX_FAILURE, EX_OK, EX_USAGE
 from jobcar.job import STORED_IN_SETS, Job, State
-from jobcar.listen import local_url
 from jobcar.names import check_name
 from jobcar.recording import dead_letter_limits
 from jobcar.timestamps import rfc3339_ms
@@ -54,42 +47,6 @@ def _add_queue_option(parser: argparse.ArgumentParser, help: str) -> None:
 
 def _add_json_option(parser: argparse.ArgumentParser, what: str) -> None:
     parser.add_argument("--json", action="store_true", help=f"print {what} as JSON")
-
-
-def _span(seconds: float) -> str:
-    """A short duration for people: 0.4s, 12s, 5m03s, 2h10m, 3d04h."""
-    if seconds < 10:
-        return f"{max(0.0, seconds):.1f}s"
-    whole = int(seconds)
-    if whole < 60:
-        return f"{whole}s"
-    if whole < 3600:
-        return f"{whole // 60}m{whole % 60:02d}s"
-    if whole < 86400:
-        return f"{whole // 3600}h{whole % 3600 // 60:02d}m"
-    return f"{whole // 86400}d{whole % 86400 // 3600:02d}h"
-
-
-# Job data is whatever producers and handlers wrote: keep their control characters (terminal escape
-# sequences included) from reaching the terminal as they are. Newlines and tabs are kept.
-_CONTROL: Final = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
-
-
-def _printable(text: str) -> str:
-    return _CONTROL.sub(lambda m: f"\\x{ord(m.group()):02x}", text)
-
-
-def _table(header: Sequence[str], rows: Sequence[Sequence[str]], numeric: Collection[int] = ()) -> list[str]:
-    """Columns aligned on their widest cell, two spaces apart; `numeric` columns aligned right."""
-    widths = [max(len(row[i]) for row in (header, *rows)) for i in range(len(header))]
-    lines = []
-    for row in (header, *rows):
-        cells = [
-            cell.rjust(w) if i in numeric else cell.ljust(w)
-            for i, (cell, w) in enumerate(zip(row, widths, strict=True))
-        ]
-        lines.append("  ".join(cells).rstrip())
-    return lines
 
 
 def _per_queue(counts: Mapping[str, int]) -> str:
@@ -117,10 +74,10 @@ def cmd_stats(args: argparse.Namespace) -> int:
     header = ("QUEUE", "PENDING", "SCHEDULED", "ACTIVE", "DEAD", "PAUSED", "LATENCY")
     rows = [
         (s.queue, str(s.pending), str(s.scheduled), str(s.active), str(s.dead), "yes" if s.paused else "no",
-         "-" if s.oldest_ready_ms is None else _span(s.latency_s))
+         "-" if s.oldest_ready_ms is None else span(s.latency_s))
         for s in stats
     ]  # fmt: skip
-    print("\n".join(_table(header, rows, numeric={1, 2, 3, 4, 6})))
+    print("\n".join(table(header, rows, numeric={1, 2, 3, 4, 6})))
     return EX_OK
 
 
@@ -144,7 +101,7 @@ def jobs_list_arguments(parser: argparse.ArgumentParser) -> None:
 def _last_error_cell(error: str | None) -> str:
     if not error:
         return ""
-    line = _printable(error.strip().splitlines()[0] if error.strip() else "")
+    line = printable(error.strip().splitlines()[0] if error.strip() else "")
     return line if len(line) <= ERROR_COLUMN else line[: ERROR_COLUMN - 1] + "…"
 
 
@@ -169,12 +126,12 @@ def cmd_jobs_list(args: argparse.Namespace) -> int:
     elif jobs:
         header = ("QUEUE", "STATE", "ID", "TYPE", "ATTEMPT", "AGE", "LAST ERROR")
         rows = [
-            (job.queue, job.state.value, _printable(job.id), job.type,
+            (job.queue, job.state.value, printable(job.id), job.type,
              f"{job.attempt}/{job.max_attempts}" if job.max_attempts else str(job.attempt),
-             _span((now_ms - job.created_ms) / 1000), _last_error_cell(job.last_error))
+             span((now_ms - job.created_ms) / 1000), _last_error_cell(job.last_error))
             for job in jobs
         ]  # fmt: skip
-        print("\n".join(_table(header, rows, numeric={4, 5})))
+        print("\n".join(table(header, rows, numeric={4, 5})))
     else:
         print("no jobs")
     for note in listing.unreadable:
@@ -192,7 +149,7 @@ def jobs_show_arguments(parser: argparse.ArgumentParser) -> None:
 
 def _bytes_text(value: bytes) -> str:
     try:
-        return _printable(value.decode("utf-8"))
+        return printable(value.decode("utf-8"))
     except UnicodeDecodeError:
         return f"<{count(len(value), 'byte')}, not UTF-8 text; --json gives them in base64>"
 
@@ -202,10 +159,10 @@ def _job_lines(job: Job, lease_deadline_ms: int | None, now_ms: int) -> list[str
         if ms is None:
             return None
         delta = (now_ms - ms) / 1000
-        return f"{rfc3339_ms(ms)} ({_span(delta)} ago)" if delta >= 0 else f"{rfc3339_ms(ms)} (in {_span(-delta)})"
+        return f"{rfc3339_ms(ms)} ({span(delta)} ago)" if delta >= 0 else f"{rfc3339_ms(ms)} (in {span(-delta)})"
 
     fields: list[tuple[str, str | None]] = [
-        ("id", _printable(job.id)),
+        ("id", printable(job.id)),
         ("queue", job.queue),
         ("type", job.type),
         ("state", job.state.value + (", cancel requested" if job.cancel_requested else "")),
@@ -216,12 +173,12 @@ def _job_lines(job: Job, lease_deadline_ms: int | None, now_ms: int) -> list[str
         ("finished", when(job.finished_ms)),
         ("lease expires", when(lease_deadline_ms)),
         ("lease token", job.token),
-        ("timeout", None if job.timeout_ms is None else _span(job.timeout_ms / 1000)),
+        ("timeout", None if job.timeout_ms is None else span(job.timeout_ms / 1000)),
         ("content type", job.content_type),
-        ("unique key", None if job.unique_key is None else _printable(job.unique_key)),
+        ("unique key", None if job.unique_key is None else printable(job.unique_key)),
         ("traceparent", job.traceparent),
-        ("batch", None if job.batch is None else _printable(job.batch)),
-        ("meta", _printable(json.dumps(job.meta, ensure_ascii=False)) if job.meta else None),
+        ("batch", None if job.batch is None else printable(job.batch)),
+        ("meta", printable(json.dumps(job.meta, ensure_ascii=False)) if job.meta else None),
         ("payload", _bytes_text(job.payload)),
         ("result", None if job.result is None else _bytes_text(job.result)),
     ]
@@ -236,7 +193,7 @@ def _job_lines(job: Job, lease_deadline_ms: int | None, now_ms: int) -> list[str
     if job.errors:
         lines.append(f"errors ({len(job.errors)}, oldest first):")
         for e in job.errors:
-            message = _printable(e.error).replace("\n", "\n    ")
+            message = printable(e.error).replace("\n", "\n    ")
             lines.append(f"  attempt {e.attempt} at {rfc3339_ms(e.at_ms)}: {message}")
     return lines
 
@@ -392,80 +349,5 @@ def cmd_fsck(args: argparse.Namespace) -> int:
         print_json([finding.as_json() for finding in findings])
     else:
         for finding in findings:
-            print(_printable(finding.line()))
+            print(printable(finding.line()))
     return EX_FAILURE if any(not finding.repaired for finding in findings) else EX_OK
-
-
-# -- health ---------------------------------------------------------------------------------------
-
-HEALTH_PATH: Final = "/healthz"
-#: Bytes of a failing answer's body read for the one-line reason.
-HEALTH_BODY_LIMIT: Final = 4096
-
-
-def health_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument(
-        "--url",
-        metavar="URL",
-        help=f"ask this URL (default: http://<listen of the config>{HEALTH_PATH}); reads no config",
-    )
-    parser.add_argument(
-        "--timeout", type=duration, default=2.0, metavar="DURATION", help="give up after this long (default: 2s)"
-    )
-
-
-def health_url(listen: str) -> str:
-    """The /healthz URL of a daemon listening on `listen` (host:port, or [v6]:port as the config has it)."""
-    return local_url(listen, HEALTH_PATH)
-
-
-class _NoRedirect(urllib.request.HTTPRedirectHandler):
-    # A redirect is an answer other than 200, so a failure; following it could reach another server.
-    def redirect_request(
-        self, req: urllib.request.Request, fp: IO[bytes], code: int, msg: str, headers: HTTPMessage, newurl: str
-    ) -> None:
-        return None
-
-
-def _why_unreachable(exc: BaseException, timeout: float) -> str:
-    reason: object = exc.reason if isinstance(exc, urllib.error.URLError) else exc
-    if isinstance(reason, TimeoutError):
-        return f"no answer within {timeout:g}s"
-    if isinstance(reason, OSError) and reason.strerror:
-        return reason.strerror.lower()
-    return str(reason) or type(reason).__name__
-
-
-def _first_line(body: bytes) -> str:
-    text = _printable(body.decode("utf-8", "replace")).strip()
-    line = text.splitlines()[0] if text else ""
-    return line if len(line) <= 200 else line[:199] + "…"
-
-
-def cmd_health(args: argparse.Namespace) -> int:
-    if args.timeout <= 0:
-        raise CommandFailed("--timeout must be positive", EX_USAGE)
-    if args.url is None:
-        url = health_url(load(args).listen)
-    else:
-        url = args.url
-        parts = urlsplit(url)
-        if parts.scheme not in ("http", "https") or not parts.netloc:
-            raise CommandFailed(f"--url must be an http:// or https:// URL, not {url!r}", EX_USAGE)
-    # No proxy: the daemon is local, and an HTTP_PROXY set for the app must not answer for it.
-    opener = urllib.request.build_opener(urllib.request.ProxyHandler({}), _NoRedirect())
-    try:
-        try:
-            with opener.open(url, timeout=args.timeout) as response:
-                status: int = response.status
-                body: bytes = response.read(HEALTH_BODY_LIMIT)
-        except urllib.error.HTTPError as exc:
-            with exc:
-                status, body = exc.code, exc.read(HEALTH_BODY_LIMIT)
-    except (OSError, http.client.HTTPException) as exc:  # refused, timed out, no such host, not HTTP
-        raise CommandFailed(f"{url}: {_why_unreachable(exc, args.timeout)}") from None
-    if status != 200:
-        reason = _first_line(body)
-        raise CommandFailed(f"{url} answered HTTP {status}" + (f": {reason}" if reason else ""))
-    print(f"ok: {url} answered 200")
-    return EX_OK

@@ -37,17 +37,16 @@ from jobcar.config_types import (
     HttpHandler,
     RedisSettings,
 )
+from jobcar.config_values import boolean, choice, duration, integer, optional_string, parse_int, size, string
 from jobcar.errors import JobcarError
 from jobcar.listen import parse_listen
 from jobcar.names import NAME_PATTERN, NAME_RULE, TYPE_PATTERN, TYPE_RULE
-from jobcar.units import parse_duration, parse_size
-from jobcar.yaml_reader import Converter, Invalid, KeyPath, Reader, did_you_mean, is_null, line_col, syntax_error
+from jobcar.yaml_reader import Converter, Invalid, KeyPath, Reader, is_null, line_col, syntax_error
 
 __all__ = ["KNOWN_KEYS", "ConfigError", "load_config", "parse_config"]
 
 _HEADER_NAME: Final = re.compile(r"[!#$%&'*+.^_`|~0-9A-Za-z-]+")  # an RFC 9110 token
 _ENV_NAME: Final = re.compile(r"[^=\0]+")
-_BOOLEANS: Final = {"true": True, "yes": True, "on": True, "false": False, "no": False, "off": False}
 _LOG_LEVELS: Final = ("debug", "info", "warning", "error")
 _LOG_FORMATS: Final = ("auto", "json", "console")
 
@@ -102,85 +101,7 @@ def parse_config(text: str, source: str, environ: Mapping[str, str]) -> Config:
 # -- scalar converters --------------------------------------------------------------------------------
 
 
-def _string(r: Reader, node: yaml.Node, path: KeyPath) -> str:
-    text = r.text(node, "a string")
-    if not text:
-        raise Invalid("must not be empty")
-    return text
-
-
-def _optional_string(r: Reader, node: yaml.Node, path: KeyPath) -> str | None:
-    return r.scalar(node, "a string") or None  # "" (e.g. from ${TOKEN:-}) means not set
-
-
-def _boolean(r: Reader, node: yaml.Node, path: KeyPath) -> bool:
-    text = r.text(node, "true or false")
-    if text.lower() not in _BOOLEANS:
-        raise Invalid(f"must be true or false, not {text!r}")
-    return _BOOLEANS[text.lower()]
-
-
-def _parse_int(text: str, minimum: int, maximum: int | None = None) -> int:
-    if len(text) > 100 or not re.fullmatch(r"[-+]?[0-9](_?[0-9])*", text.strip()):
-        raise Invalid(f"must be an integer, not {text!r}")
-    number = int(text.strip().replace("_", ""))
-    if number < minimum or (maximum is not None and number > maximum):
-        bounds = f"from {minimum} to {maximum}" if maximum is not None else f"at least {minimum}"
-        raise Invalid(f"must be {bounds}, not {number}")
-    return number
-
-
-def _integer(minimum: int, *, optional: bool = False) -> Converter:
-    def convert(r: Reader, node: yaml.Node, path: KeyPath) -> int | None:
-        text = r.scalar(node, "an integer")
-        if text is None or (optional and not text):
-            if optional:
-                return None
-            raise Invalid("must be an integer, not empty")
-        return _parse_int(text, minimum)
-
-    return convert
-
-
-def _duration(minimum: float = 0.0, *, exclusive: bool = False) -> Converter:
-    def convert(r: Reader, node: yaml.Node, path: KeyPath) -> float:
-        text = r.text(node, "a duration")
-        try:
-            seconds = parse_duration(text)
-        except ValueError as exc:
-            raise Invalid(str(exc)) from None
-        if seconds < minimum or (exclusive and seconds == minimum):
-            raise Invalid(f"must be {'more than' if exclusive else 'at least'} {minimum:g}s, not {text!r}")
-        return seconds
-
-    return convert
-
-
-def _size(minimum: int = 0) -> Converter:
-    def convert(r: Reader, node: yaml.Node, path: KeyPath) -> int:
-        text = r.text(node, "a size")
-        try:
-            size = parse_size(text)
-        except ValueError as exc:
-            raise Invalid(str(exc)) from None
-        if size < minimum:
-            raise Invalid(f"must be at least {minimum} byte{'' if minimum == 1 else 's'}, not {text!r}")
-        return size
-
-    return convert
-
-
-def _choice(options: tuple[str, ...]) -> Converter:
-    def convert(r: Reader, node: yaml.Node, path: KeyPath) -> str:
-        text = r.text(node, "one of " + ", ".join(options))
-        if text.lower() not in options:
-            raise Invalid(f"must be one of {', '.join(options)}, not {text!r}" + did_you_mean(text, options))
-        return text.lower()
-
-    return convert
-
-
-_strategy_name: Final = _choice(tuple(strategy.value for strategy in BackoffStrategy))
+_strategy_name: Final = choice(tuple(strategy.value for strategy in BackoffStrategy))
 
 
 def _strategy(r: Reader, node: yaml.Node, path: KeyPath) -> BackoffStrategy:
@@ -235,7 +156,7 @@ def _queues(r: Reader, node: yaml.Node, path: KeyPath) -> dict[str, int]:
         if not NAME_PATTERN.fullmatch(name):
             r.error(entry.key, (*path, name), f"invalid queue name: {NAME_RULE}")
         try:
-            weights[name] = _parse_int(r.text(entry.value, "a weight (a positive integer)"), 1)
+            weights[name] = parse_int(r.text(entry.value, "a weight (a positive integer)"), 1)
         except Invalid as exc:
             r.error(entry.value, (*path, name), exc.message)
     return weights
@@ -309,7 +230,7 @@ def _env_allow(r: Reader, node: yaml.Node, path: KeyPath) -> tuple[str, ...]:
 
 
 def _exit_codes(r: Reader, node: yaml.Node, path: KeyPath) -> frozenset[int]:
-    codes = _items(r, node, path, "a list of exit codes, like [64, 65]", lambda text: _parse_int(text, 1, 255))
+    codes = _items(r, node, path, "a list of exit codes, like [64, 65]", lambda text: parse_int(text, 1, 255))
     return frozenset(codes or ())
 
 
@@ -317,8 +238,8 @@ def _exit_codes(r: Reader, node: yaml.Node, path: KeyPath) -> frozenset[int]:
 
 _BACKOFF_FIELDS: Final[Mapping[str, Converter]] = {
     "strategy": _strategy,
-    "base": _duration(),
-    "max": _duration(),
+    "base": duration(),
+    "max": duration(),
 }
 
 
@@ -328,10 +249,10 @@ def _backoff(r: Reader, node: yaml.Node, path: KeyPath) -> dict[str, Any]:
 
 
 _DEFAULTS_FIELDS: Final[Mapping[str, Converter]] = {
-    "timeout": _duration(0.0, exclusive=True),
-    "max_attempts": _integer(1),
+    "timeout": duration(0.0, exclusive=True),
+    "max_attempts": integer(1),
     "backoff": _backoff,
-    "max_retry_after": _duration(),
+    "max_retry_after": duration(),
 }
 
 
@@ -348,26 +269,26 @@ def _section(cls: Callable[..., Any], table: Mapping[str, Converter]) -> Convert
 
 
 _REDIS_FIELDS: Final[Mapping[str, Converter]] = {
-    "url": _string,
-    "cluster": _boolean,
-    "strict": _boolean,
-    "data_dir": _string,
+    "url": string,
+    "cluster": boolean,
+    "strict": boolean,
+    "data_dir": string,
 }
 _DEAD_LETTER_FIELDS: Final[Mapping[str, Converter]] = {
-    "max_jobs": _integer(1),
-    "max_age": _duration(0.0, exclusive=True),
+    "max_jobs": integer(1),
+    "max_age": duration(0.0, exclusive=True),
 }
 
 _HANDLER_FIELDS: Final[Mapping[str, Converter]] = {
     **_DEFAULTS_FIELDS,
-    "concurrency": _integer(1, optional=True),
+    "concurrency": integer(1, optional=True),
 }
 _HTTP_FIELDS: Final[Mapping[str, Converter]] = {
     "url": _url,
     **_HANDLER_FIELDS,
     "headers": _headers,
-    "signing_secret": _optional_string,
-    "max_response_bytes": _size(),
+    "signing_secret": optional_string,
+    "max_response_bytes": size(),
 }
 _COMMAND_FIELDS: Final[Mapping[str, Converter]] = {
     "command": _argv,
@@ -375,9 +296,9 @@ _COMMAND_FIELDS: Final[Mapping[str, Converter]] = {
     "env": _env,
     "env_allow": _env_allow,
     "permanent_exit_codes": _exit_codes,
-    "kill_grace": _duration(),
-    "max_output_bytes": _size(),
-    "cwd": _optional_string,
+    "kill_grace": duration(),
+    "max_output_bytes": size(),
+    "cwd": optional_string,
 }
 _HTTP_ONLY: Final = {
     key: "only applies to HTTP handlers (this one has a command)" for key in _HTTP_FIELDS.keys() - _COMMAND_FIELDS
@@ -432,17 +353,17 @@ _TOP_FIELDS: Final[Mapping[str, Converter]] = {
     "redis": _section(RedisSettings, _REDIS_FIELDS),
     "namespace": _name,
     "queues": _queues,
-    "strict_priority": _boolean,
-    "concurrency": _integer(1),
-    "lease": _duration(1.0),
-    "shutdown_timeout": _duration(),
+    "strict_priority": boolean,
+    "concurrency": integer(1),
+    "lease": duration(1.0),
+    "shutdown_timeout": duration(),
     "listen": _listen,
-    "api_token": _optional_string,
+    "api_token": optional_string,
     "health_url": _optional_url,
-    "log_level": _choice(_LOG_LEVELS),
-    "log_format": _choice(_LOG_FORMATS),
-    "result_ttl": _duration(),
-    "max_payload_bytes": _size(1),
+    "log_level": choice(_LOG_LEVELS),
+    "log_format": choice(_LOG_FORMATS),
+    "result_ttl": duration(),
+    "max_payload_bytes": size(1),
     "defaults": _defaults,
     "dead_letter": _section(DeadLetter, _DEAD_LETTER_FIELDS),
 }

@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from enum import StrEnum
 
-#: Variables of the daemon's own environment that every command handler receives (DESIGN §3).
+#: Variables of the daemon's own environment that every command handler receives.
 DEFAULT_ENV_ALLOW: tuple[str, ...] = ("PATH", "HOME", "LANG", "LC_ALL", "LC_CTYPE", "TZ", "TMPDIR", "USER")
 
 

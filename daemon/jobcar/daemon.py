@@ -295,5 +295,5 @@ def _loop_factory() -> Callable[[], asyncio.AbstractEventLoop] | None:
 def run(config: Config) -> int:
     """Run the daemon until it is stopped; the process exit code."""
     setup_logging(config.log_level, config.log_format)
-    with asyncio.Runner(loop_factory=_loop_factory()) as runner:
-        return runner.run(Daemon(config).serve())
+    with asyncio.Runner(loop_factory=_loop_factory()) as event_loop:
+        return event_loop.run(Daemon(config).serve())

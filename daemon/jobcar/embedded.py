@@ -2,7 +2,7 @@
 
 For development and the quickstart only: one server process per daemon, its data in `redis.data_dir`
 (default `.jobcar-data`, relative to the current directory). It is configured the way jobcar needs a
-server to be (DESIGN §2): AOF on with `appendfsync everysec`, no RDB snapshots, `maxmemory-policy
+server to be (docs/operations.md): AOF on with `appendfsync everysec`, no RDB snapshots, `maxmemory-policy
 noeviction`.
 
 How it is reached: a unix socket in the data directory (`valkey.sock`, mode 700), with TCP off.

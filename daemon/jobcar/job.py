@@ -26,10 +26,6 @@ class State(StrEnum):
     CANCELED = "canceled"  # only seen in replies: a canceled job is deleted
 
 
-#: States a job can still leave on its own (the daemon moves it on).
-RUNNABLE: Final = frozenset({State.PENDING, State.SCHEDULED, State.ACTIVE})
-#: States a job never leaves without an operator (requeue) or that end it.
-TERMINAL: Final = frozenset({State.DEAD, State.DONE, State.CANCELED})
 #: The sets that hold job ids in Redis; every stored job id is in exactly one of them.
 STORED_IN_SETS: Final = (State.PENDING, State.SCHEDULED, State.ACTIVE, State.DEAD)
 
@@ -85,8 +81,8 @@ class Job:
     jobcar changes after building it.
 
     Not a frozen dataclass, unlike the small records around it: the daemon builds one per leased job,
-    and a frozen one sets each of its 21 fields through `object.__setattr__`, which made building it
-    take 7.3 µs instead of 2.1 (py-spy put 14% of the daemon's samples in decoding leased jobs)."""
+    and a frozen one sets each of its 21 fields through `object.__setattr__`, three times the cost
+    (ADR 0006)."""
 
     id: str
     queue: str

@@ -1,4 +1,4 @@
-"""Prometheus metrics (CONVENTIONS, Operations): `jobcar_` prefix, base units, counters ending in
+"""Prometheus metrics, named as Prometheus recommends: `jobcar_` prefix, base units, counters ending in
 `_total`, and bounded labels only — queue names and job types from the config (anything else is
 counted as "other"), outcomes, states. Every label set a config implies is created at 0, so rates and
 alerts work before the first job.
@@ -7,8 +7,8 @@ Queue depths are read from Redis when Prometheus scrapes, one stats script per q
 trip, cached for a second so several scrapers cost Redis no more.
 
 The series that move with every job (leased, wait, in flight, duration, finished) are plain numbers
-in `JobFlow`, rendered by its collector: a prometheus_client value takes a lock per change, and with
-six changes per job that was 3.6 µs of the daemon's ~55 µs per job (0.8 µs without). The daemon
+in `JobFlow`, rendered by its collector: a prometheus_client value takes a lock per change, six
+changes per job (ADR 0006). The daemon
 changes and reads them on its event loop thread only; the rarer series keep prometheus_client's types.
 """
 

@@ -47,8 +47,8 @@ def _unserialisable(value: object) -> object:
 
 def _json_encoder() -> Callable[[object], str]:
     """Compact JSON, no NaN or infinity, non-ASCII kept. The C encoder called directly: what
-    `JSONEncoder.encode` does on top (a new C encoder per call, a circular-reference table) cost as much
-    as the encoding itself for a typical 100-byte payload (1.8 vs 1.0 µs), paid per job by enqueue_many.
+    `JSONEncoder.encode` does on top (a new C encoder per call, a circular-reference table) costs as much
+    as the encoding itself for a typical payload, paid per job by enqueue_many (ADR 0006).
     Without the table a circular payload ends in RecursionError, which encode_payload reports."""
     make_encoder: Callable[..., Callable[[object, int], list[str]]] | None
     make_encoder = getattr(json.encoder, "c_make_encoder", None)  # not in typeshed
@@ -64,7 +64,7 @@ _json_encode = _json_encoder()
 
 
 #: Job ids are drawn this many at a time: one urandom call and one base64 pass instead of one each per id
-#: (0.25 vs 0.8 µs an id; enqueue_many pays it per job).
+#: (enqueue_many pays it per job: ADR 0006).
 IDS_PER_DRAW: Final = 64
 _ID_BYTES: Final = 15  # 120 random bits: 20 URL-safe base64 characters, no padding
 _spare_ids: deque[str] = deque()

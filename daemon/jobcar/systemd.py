@@ -1,4 +1,4 @@
-"""systemd's notification protocol (sd_notify) without libsystemd (DESIGN §4, packaging/jobcar.service).
+"""systemd's notification protocol (sd_notify) without libsystemd (packaging/jobcar.service uses it).
 
 Under `Type=notify` systemd puts the path of a datagram socket in `$NOTIFY_SOCKET` and reads
 newline-separated `KEY=value` assignments from it: `READY=1` ends "activating" (the daemon reports it

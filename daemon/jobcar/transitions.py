@@ -165,8 +165,8 @@ def parse_lease(keys: QueueKeys, reply: Reply) -> LeaseResult:
         items = as_list(raw)
         job_id, token = items[0], items[1]
         try:
-            # One iterator over the name/value pairs after id and token: no slices copied (~1 us a job). Zipped
-            # with itself, strict: a name without a value is a ValueError.
+            # One iterator over the name/value pairs after id and token: no slices copied (a hot path: every
+            # leased job). Zipped with itself, strict: a name without a value is a ValueError.
             pairs = iter(items)
             next(pairs), next(pairs)
             if len(items) == 2 or type(items[2]) is bytes:  # a client without decode_responses (jobcar's own)

@@ -22,7 +22,7 @@ import pytest
 
 from jobcar import Client, Job, transitions, transport
 from jobcar.cli import main
-from jobcar.cli_ops import health_url
+from jobcar.cli_health import health_url
 from jobcar.job import State
 from jobcar.keys import QueueKeys, queues_key
 from tests.integration.test_cli import cli, write_config

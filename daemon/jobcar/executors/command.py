@@ -1,4 +1,4 @@
-"""The command executor: run the handler's program with the payload on stdin (DESIGN §3).
+"""The command executor: run the handler's program with the payload on stdin.
 
 Each job gets its own process group (`start_new_session`, so pgid == pid). On timeout, cancel or drain
 the whole group gets SIGTERM, then SIGKILL after `kill_grace`; after the leader exits, the group gets

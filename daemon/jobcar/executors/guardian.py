@@ -1,4 +1,4 @@
-"""No handler process outlives its daemon, even when the daemon is killed with SIGKILL (DESIGN §3).
+"""No handler process outlives its daemon, even when the daemon is killed with SIGKILL.
 
 Two layers, because neither is enough alone:
 

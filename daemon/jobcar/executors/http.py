@@ -1,6 +1,6 @@
 """The HTTP executor: POST the payload to the handler's URL and map the answer to an Outcome.
 
-The status mapping (DESIGN §3, docs/protocol.md):
+The status mapping (docs/delivery-semantics.md):
 
 - 2xx: success; the first `max_response_bytes` of the body become the result.
 - 429 or 503 with a valid `Retry-After`: try again then, without spending an attempt (capped at

@@ -1,7 +1,7 @@
 """A lean HTTP/1.1 client for handler requests: one POST per job over keep-alive connections.
 
-Why not aiohttp's `ClientSession`: under `make bench` (nginx answering 204) py-spy put about 45% of the
-daemon's CPU in `ClientSession._request` — URL objects, header multidicts, tracing hooks, cookie jars,
+Why not aiohttp's `ClientSession`: under `make bench` (nginx answering 204) most of the daemon's CPU
+went to `ClientSession._request` (ADR 0004) — URL objects, header multidicts, tracing hooks, cookie jars,
 timers and a stream reader per request, none of which a job POST needs. This client does one thing:
 write a request head the executor built, feed the answer to llhttp (Node's parser, through httptools)
 and hand back the status, the headers and the body up to a cap. See docs/adr/0004-lean-http-client.md.
@@ -306,8 +306,8 @@ class HttpClient:
             async with asyncio.timeout_at(deadline):
                 connection = await self._connect(origin)
         first, rest = (head + body, b"") if len(body) < _JOIN_BELOW else (head, body)
-        # A timer callback, not asyncio.timeout: in a bare loop against nginx (uvloop, 50 concurrent),
-        # asyncio.timeout took a request from 20 to 29 us of CPU; this timer costs next to nothing.
+        # A timer callback, not asyncio.timeout, which costs a request a third more CPU (ADR 0006); this
+        # timer costs next to nothing.
         timer = asyncio.get_running_loop().call_at(deadline, connection.time_out)
         try:
             # The future itself, not a coroutine around it: one layer less to create and resume per job.
