@@ -1,4 +1,4 @@
-"""Soak test (RELIABILITY.md criterion 16): a fixed enqueue rate through fault proxies, for a long time.
+"""Soak test (guarantee #16 of docs/delivery-semantics.md): a fixed enqueue rate through fault proxies, for a long time.
 
     .venv/bin/python bench/soak.py [--duration 10m] [--rate 200] [--report-every 30s]
 
