@@ -17,7 +17,7 @@ import math
 import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Generic, TypeVar
 
 import redis
 import redis.asyncio
@@ -133,18 +133,21 @@ def _batch_status(batch_id: str, queue: str, reply: Reply) -> BatchStatus:
     return BatchStatus(batch_id, queue, total, done, dead, canceled)
 
 
-class Client:
-    """Synchronous producer. Thread-safe as redis-py clients are (a connection pool underneath)."""
+R = TypeVar("R", SyncRedis, AsyncRedis)
+
+
+class _Shell(Generic[R]):
+    """The state both shells hold: the redis client they send through and the core."""
 
     def __init__(
         self,
-        client: SyncRedis,
+        client: R,
         *,
         namespace: str = DEFAULT_NAMESPACE,
         max_payload_bytes: int = DEFAULT_MAX_PAYLOAD_BYTES,
     ) -> None:
         self._core = _Producer(client, namespace, max_payload_bytes)
-        self.redis = client
+        self.redis: R = client
 
     @property
     def namespace(self) -> str:
@@ -153,6 +156,10 @@ class Client:
     @property
     def max_payload_bytes(self) -> int:
         return self._core.max_payload_bytes
+
+
+class Client(_Shell[SyncRedis]):
+    """Synchronous producer. Thread-safe as redis-py clients are (a connection pool underneath)."""
 
     @classmethod
     def from_url(
@@ -233,26 +240,8 @@ class Client:
         self.close()
 
 
-class AsyncClient:
+class AsyncClient(_Shell[AsyncRedis]):
     """Asynchronous producer (redis.asyncio); the same methods as Client, awaited."""
-
-    def __init__(
-        self,
-        client: AsyncRedis,
-        *,
-        namespace: str = DEFAULT_NAMESPACE,
-        max_payload_bytes: int = DEFAULT_MAX_PAYLOAD_BYTES,
-    ) -> None:
-        self._core = _Producer(client, namespace, max_payload_bytes)
-        self.redis = client
-
-    @property
-    def namespace(self) -> str:
-        return self._core.namespace
-
-    @property
-    def max_payload_bytes(self) -> int:
-        return self._core.max_payload_bytes
 
     @classmethod
     def from_url(
