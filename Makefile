@@ -2,6 +2,8 @@
 PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
+# Two stamps: `make run` needs the runtime only; `make test` adds the dev tools (pyspark, linters, ...).
+RUN_STAMP := $(VENV)/.installed-runtime
 STAMP := $(VENV)/.installed
 PYTEST_ARGS ?= -n 2
 # `make bench`: the peers (bench/requirements.txt) live in their own venv, never in .venv.
@@ -12,34 +14,50 @@ BENCH_ARGS ?=
 
 .PHONY: run test lint typecheck tools pytest bench bench-tools clean
 
-$(STAMP): pyproject.toml
+$(RUN_STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(BIN)/python -m pip install --quiet -e .
+	touch $@
+
+$(STAMP): $(RUN_STAMP)
 	$(BIN)/python -m pip install --quiet -e '.[dev]'
 	touch $@
 
 # The quickstart: an embedded Valkey (data in .jobcar-data/), the example HTTP handler on :8089 and the
-# daemon in the foreground. Ctrl-C drains and stops all three.
-run: $(STAMP)
+# daemon. Ctrl-C drains and stops all three (the terminal's SIGINT reaches the daemon itself); a SIGTERM
+# to make is passed on to the daemon, which drains the same way.
+run: $(RUN_STAMP)
 	@echo "jobcar quickstart: enqueue from another terminal with"
 	@echo "  $(BIN)/jobcar enqueue -c config/quickstart.yaml hello.shell '{\"name\": \"world\"}'"
 	@echo "  $(BIN)/jobcar enqueue -c config/quickstart.yaml hello.http '{\"name\": \"world\"}'"
+	@echo "or from Python: jobcar.Client.from_config('config/quickstart.yaml') (the embedded server's socket)"
 	@$(BIN)/python handlers/quickstart/hello_http.py & handler=$$!; \
-	  trap 'kill $$handler 2>/dev/null' EXIT INT TERM; \
-	  $(BIN)/jobcar run -c config/quickstart.yaml
+	  $(BIN)/jobcar run -c config/quickstart.yaml & daemon=$$!; \
+	  trap 'kill -TERM $$daemon 2>/dev/null' TERM; trap '' INT; \
+	  wait $$daemon; status=$$?; \
+	  while kill -0 $$daemon 2>/dev/null; do wait $$daemon; status=$$?; done; \
+	  kill $$handler 2>/dev/null; exit $$status
 
 test: lint typecheck tools pytest
 
 # System tools some tests need beyond Python: systemd-analyze (packaging/jobcar.service is checked
-# with `systemd-analyze verify`) and promtool (deploy/prometheus rules and config). The packages
-# only install files here, they start nothing. Installed as root through apt when missing, else
-# the tests say how.
-tools:
-	@missing=""; \
-	  command -v systemd-analyze >/dev/null || missing="$$missing systemd"; \
-	  command -v promtool >/dev/null || missing="$$missing prometheus"; \
-	  [ -z "$$missing" ] || [ "$$(id -u)" != 0 ] || ! command -v apt-get >/dev/null || \
-	  { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $$missing >/dev/null; }
+# with `systemd-analyze verify`) and promtool (deploy/prometheus rules and config). systemd-analyze
+# comes from Debian's systemd package (files only, nothing starts in a container). promtool is taken
+# out of Debian's prometheus package into .venv/bin without installing the package, which would add a
+# system user and a Prometheus server that starts on a systemd host. Done as root through apt when
+# missing, else the tests say how.
+tools: $(RUN_STAMP)
+	@[ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null || exit 0; \
+	  if ! command -v systemd-analyze >/dev/null; then \
+	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends systemd >/dev/null; \
+	  fi; \
+	  if ! command -v promtool >/dev/null && [ ! -x $(BIN)/promtool ]; then \
+	    tmp=$$(mktemp -d) && (cd $$tmp && { apt-get download -qq prometheus 2>/dev/null || \
+	      { apt-get update -qq && apt-get download -qq prometheus; }; }) && \
+	    dpkg-deb --fsys-tarfile $$tmp/prometheus_*.deb | tar -xO ./usr/bin/promtool > $(BIN)/promtool && \
+	    chmod +x $(BIN)/promtool; rm -rf $$tmp; \
+	  fi
 
 lint: $(STAMP)
 	$(BIN)/ruff check daemon tests bench
