@@ -38,7 +38,7 @@ from jobcar.config_types import Config
 from jobcar.errors import InvalidJob, PayloadTooLarge
 from jobcar.formats import loads_strict, redact
 from jobcar.job import DEFAULT_CONTENT_TYPE, EnqueueStatus, JobInfo, State
-from jobcar.listen import is_loopback, parse_listen
+from jobcar.listen import exposure_problem, parse_listen
 from jobcar.names import ID_PATTERN, check_name
 from jobcar.records import JobSpec
 from jobcar.transitions import CancelResult
@@ -128,11 +128,10 @@ def bound_port(listener: web.AppRunner) -> int:
 
 
 def check_exposure(config: Config) -> str | None:
-    """Why the daemon must not start with this listener (open routes on a reachable address), or None."""
-    if config.api_token or is_loopback(config.listen):
-        return None
-    return (f"{config.source}: listen {config.listen} is not a loopback address and api_token is not set, so anyone "
-            "who reaches it could enqueue, read and cancel jobs: set api_token or listen on 127.0.0.1")  # fmt: skip
+    """Why the daemon must not start with this listener (open routes on a reachable address), or None.
+    The config loader applies the same rule, so `jobcar check` refuses what this refuses."""
+    problem = exposure_problem(config.listen, config.api_token)
+    return None if problem is None else f"{config.source}: {problem}"
 
 
 @web.middleware

@@ -144,7 +144,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    config = load(args)
+    config = load(args, secrets_needed=True)
     # Imported here: the daemon pulls in aiohttp, uvloop and prometheus_client, which the other
     # commands (and producers on a Spark executor) do without.
     from jobcar import daemon
@@ -159,7 +159,7 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 
 def cmd_check(args: argparse.Namespace) -> int:
-    config = load(args)
+    config = load(args, secrets_needed=True)
     print(f"{config_path(args)}: ok ({count(len(config.handlers), 'handler')}, {count(len(config.queues), 'queue')})")
     return EX_OK
 

@@ -56,10 +56,11 @@ def config_path(args: argparse.Namespace) -> str:
     return path or DEFAULT_CONFIG
 
 
-def load(args: argparse.Namespace) -> Config:
-    """The config named by the arguments, or CommandFailed(78) listing every problem."""
+def load(args: argparse.Namespace, *, secrets_needed: bool = False) -> Config:
+    """The config named by the arguments, or CommandFailed(78) listing every problem. Handlers' secrets
+    (headers, signing secrets, environment) may be unset unless the command runs or checks handlers."""
     try:
-        return load_config(config_path(args))
+        return load_config(config_path(args), secrets_needed=secrets_needed)
     except ConfigError as exc:
         raise CommandFailed(str(exc), EX_CONFIG, lines=exc.errors) from None
 

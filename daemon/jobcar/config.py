@@ -39,8 +39,9 @@ from jobcar.config_types import (
 )
 from jobcar.config_values import boolean, choice, duration, integer, optional_string, parse_int, size, string
 from jobcar.errors import JobcarError
-from jobcar.listen import parse_listen
+from jobcar.listen import exposure_problem, parse_listen
 from jobcar.names import NAME_PATTERN, NAME_RULE, TYPE_PATTERN, TYPE_RULE
+from jobcar.redis_url import redis_url_problem
 from jobcar.yaml_reader import Converter, Invalid, KeyPath, Reader, is_null, line_col, syntax_error
 
 __all__ = ["KNOWN_KEYS", "ConfigError", "load_config", "parse_config"]
@@ -61,8 +62,11 @@ class ConfigError(JobcarError):
         self.errors = errors
 
 
-def load_config(path: str | os.PathLike[str], environ: Mapping[str, str] | None = None) -> Config:
-    """Read and validate the config file at `path`, interpolating from `environ` (default `os.environ`)."""
+def load_config(
+    path: str | os.PathLike[str], environ: Mapping[str, str] | None = None, *, secrets_needed: bool = True
+) -> Config:
+    """Read and validate the config file at `path`, interpolating from `environ` (default `os.environ`).
+    `secrets_needed=False` for a command that runs no handler: handlers' secrets may then be unset."""
     source = os.fspath(path)
     try:
         data = Path(source).read_bytes()
@@ -77,10 +81,10 @@ def load_config(path: str | os.PathLike[str], environ: Mapping[str, str] | None 
         raise ConfigError([f"{source}:{line}:{col}: not UTF-8 text (byte 0x{data[exc.start]:02x})"]) from None
     # Same newline handling as text mode, so that \r\n files report the same columns.
     text = text.replace("\r\n", "\n")
-    return parse_config(text, source, os.environ if environ is None else environ)
+    return parse_config(text, source, os.environ if environ is None else environ, secrets_needed=secrets_needed)
 
 
-def parse_config(text: str, source: str, environ: Mapping[str, str]) -> Config:
+def parse_config(text: str, source: str, environ: Mapping[str, str], *, secrets_needed: bool = True) -> Config:
     """Validate the YAML `text` (read from `source`, named in messages) into a Config, or raise ConfigError."""
     try:
         root = yaml.compose(text, Loader=yaml.SafeLoader)
@@ -91,7 +95,7 @@ def parse_config(text: str, source: str, environ: Mapping[str, str]) -> Config:
         raise ConfigError([f"{source}:{line}:{col}: {exc.reason} (character #x{exc.character:04x})"]) from None
     except (yaml.YAMLError, RecursionError) as exc:
         raise ConfigError([f"{source}: not a usable YAML file: {exc}"]) from None
-    reader = Reader(source, environ)
+    reader = Reader(source, environ, secrets_needed=secrets_needed)
     values = _top_level(reader, root) if root is not None else {}
     if reader.problems:
         raise ConfigError(reader.messages())
@@ -123,6 +127,18 @@ def _check_url(text: str) -> str:
         raise Invalid(f"invalid URL {text!r}: {exc}") from None
     if parts.scheme not in ("http", "https") or not parts.hostname or re.search(r"\s", text):
         raise Invalid(f"must be an http:// or https:// URL, not {text!r}")
+    return text
+
+
+def _optional_secret(r: Reader, node: yaml.Node, path: KeyPath) -> str | None:
+    return r.secret(node, "a string") or None
+
+
+def _redis_url(r: Reader, node: yaml.Node, path: KeyPath) -> str:
+    text = string(r, node, path)
+    problem = redis_url_problem(text)
+    if problem is not None:
+        raise Invalid(problem)
     return text
 
 
@@ -162,14 +178,18 @@ def _queues(r: Reader, node: yaml.Node, path: KeyPath) -> dict[str, int]:
     return weights
 
 
-def _string_map(key: re.Pattern[str], key_rule: str, forbidden: str, forbidden_rule: str) -> Converter:
+def _secret_map(key: re.Pattern[str], key_rule: str, forbidden: str, forbidden_rule: str) -> Converter:
+    """A mapping of names to values only a handler uses (headers, environment): see Reader.secret."""
+
     def convert(r: Reader, node: yaml.Node, path: KeyPath) -> dict[str, str]:
         result: dict[str, str] = {}
         for name, entry in r.entries(node, path).items():
             if not key.fullmatch(name):
                 r.error(entry.key, (*path, name), f"invalid name: {key_rule}")
             try:
-                value = r.text(entry.value, "a string")
+                value = r.secret(entry.value, "a string")
+                if value is None:
+                    raise Invalid("must be a string, not empty")
                 if any(char in value for char in forbidden):
                     raise Invalid(forbidden_rule)
                 result[name] = value
@@ -180,8 +200,8 @@ def _string_map(key: re.Pattern[str], key_rule: str, forbidden: str, forbidden_r
     return convert
 
 
-_headers: Final = _string_map(_HEADER_NAME, "not a valid HTTP header name", "\r\n\0", "must not contain line breaks")
-_env: Final = _string_map(_ENV_NAME, "must not be empty or contain '='", "\0", "must not contain NUL characters")
+_headers: Final = _secret_map(_HEADER_NAME, "not a valid HTTP header name", "\r\n\0", "must not contain line breaks")
+_env: Final = _secret_map(_ENV_NAME, "must not be empty or contain '='", "\0", "must not contain NUL characters")
 
 
 def _items(r: Reader, node: yaml.Node, path: KeyPath, what: str, convert: Callable[[str], _T]) -> list[_T] | None:
@@ -269,7 +289,7 @@ def _section(cls: Callable[..., Any], table: Mapping[str, Converter]) -> Convert
 
 
 _REDIS_FIELDS: Final[Mapping[str, Converter]] = {
-    "url": string,
+    "url": _redis_url,
     "cluster": boolean,
     "strict": boolean,
     "data_dir": string,
@@ -287,7 +307,7 @@ _HTTP_FIELDS: Final[Mapping[str, Converter]] = {
     "url": _url,
     **_HANDLER_FIELDS,
     "headers": _headers,
-    "signing_secret": optional_string,
+    "signing_secret": _optional_secret,
     "max_response_bytes": size(),
 }
 _COMMAND_FIELDS: Final[Mapping[str, Converter]] = {
@@ -387,6 +407,11 @@ def _top_level(r: Reader, root: yaml.Node) -> dict[str, Any]:
         r.error(root, (), "the config " + exc.message)
         return {}
     values = r.fields(entries, (), _TOP_FIELDS)
+    if "listen" in values:
+        # `jobcar run` refuses the same (api.check_exposure), so `jobcar check` says it first.
+        problem = exposure_problem(values["listen"], values.get("api_token"))
+        if problem is not None:
+            r.error(entries["listen"].value, ("listen",), problem.removeprefix(f"listen {values['listen']} "))
     if "handlers" in entries:
         # Handlers need the defaults, so they are read after every other key, wherever they stand in the file.
         node = entries["handlers"].value

@@ -78,7 +78,7 @@ Handler = HttpHandler | CommandHandler
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class RedisSettings:
-    #: redis://, rediss://, redis+sentinel://, or "embedded" (a bundled server, for development).
+    #: redis://, rediss://, unix://, or "embedded" (a bundled server, for development).
     url: str = "redis://127.0.0.1:6379/0"
     #: The url names a node of a Redis Cluster.
     cluster: bool = False

@@ -37,6 +37,7 @@ import redis.exceptions
 
 from jobcar.errors import JobcarError
 from jobcar.executors.guardian import pdeathsig_preexec
+from jobcar.redis_url import EMBEDDED_URL
 
 __all__ = [
     "EMBEDDED_URL",
@@ -50,7 +51,6 @@ __all__ = [
 log = logging.getLogger(__name__)
 
 #: The value of `redis.url` that asks for the embedded server.
-EMBEDDED_URL: Final = "embedded"
 SOCKET_NAME: Final = "valkey.sock"
 LOG_NAME: Final = "valkey.log"
 LOCK_NAME: Final = "embedded.lock"

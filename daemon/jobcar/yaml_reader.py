@@ -10,6 +10,7 @@ file is reported at once, in file order, as `file:line:col key.path: message`.
 
 from __future__ import annotations
 
+import contextlib
 import difflib
 from collections.abc import Callable, Collection, Mapping
 from typing import Any, Final, NamedTuple
@@ -56,9 +57,11 @@ Converter = Callable[["Reader", yaml.Node, KeyPath], Any]
 class Reader:
     """Walks the node tree, collecting problems instead of stopping at the first one."""
 
-    def __init__(self, source: str, environ: Mapping[str, str]) -> None:
+    def __init__(self, source: str, environ: Mapping[str, str], *, secrets_needed: bool = True) -> None:
         self.source = source
         self.environ = environ
+        #: False for the commands that never run a handler: a secret's unset variable is then no error.
+        self.secrets_needed = secrets_needed
         self.problems: dict[str, tuple[int, int]] = {}  # message -> position; a dict drops repeats
         self._expanding: set[int] = set()  # mappings whose `<<` merges are being expanded
 
@@ -80,6 +83,17 @@ class Reader:
             return interpolate(str(node.value), self.environ)
         except ValueError as exc:
             raise Invalid(str(exc)) from None
+
+    def secret(self, node: yaml.Node, what: str) -> str | None:
+        """`scalar` for a value only handlers use (a header, a signing secret, a handler's environment).
+        Unless secrets are needed, a variable that is unset there reads as empty instead of failing."""
+        if self.secrets_needed:
+            return self.scalar(node, what)
+        if isinstance(node, yaml.ScalarNode) and node.tag != _NULL_TAG:
+            with contextlib.suppress(ValueError):
+                return interpolate(str(node.value), self.environ)
+            return ""
+        return self.scalar(node, what)
 
     def text(self, node: yaml.Node, what: str) -> str:
         text = self.scalar(node, what)

@@ -520,7 +520,8 @@ def health_server() -> Iterator[_Health]:
 
 
 def listen_config(tmp_path: Path, listen: str) -> str:
-    return str(write_config(tmp_path / "listen.yaml", f"listen: '{listen}'\n"))
+    # A token: jobcar (check and run alike) refuses a listener on every address without one.
+    return str(write_config(tmp_path / "listen.yaml", f"listen: '{listen}'\napi_token: t0ken\n"))
 
 
 def test_health_url_from_listen() -> None:
