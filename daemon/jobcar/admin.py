@@ -10,15 +10,16 @@ queues hold it.
 from __future__ import annotations
 
 import base64
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Final
 
 from jobcar.errors import JobcarError
 from jobcar.formats import loads_strict
 from jobcar.job import DEFAULT_CONTENT_TYPE, Job, State
 from jobcar.keys import QueueKeys, queues_key
 from jobcar.replies import as_bytes, as_int, as_text, decode_names, parse_job
+from jobcar.scripts import ScriptCall
 from jobcar.timestamps import rfc3339_ms
 from jobcar.transitions import (
     BULK_LIMIT,
@@ -33,6 +34,9 @@ from jobcar.transitions import (
     stats_call,
 )
 from jobcar.transport import AsyncRedis, execute_async
+
+#: Ids read per round trip while a listing looks for jobs of one type, or for done jobs.
+LIST_PAGE: Final = 500
 
 
 class JobNotFound(JobcarError):
@@ -70,7 +74,8 @@ class JobListing:
     jobs: list[Job] = field(default_factory=list)
     #: Why a listed job cannot be read (its hash was written around the enqueue script), one line each.
     unreadable: list[str] = field(default_factory=list)
-    #: (queue, state, jobs shown, jobs in that state) where the limit left some out.
+    #: (queue, state, jobs shown, jobs in that state, or -1 when more may match a type filter) where the
+    #: limit left some out.
     partial: list[tuple[str, State, int, int]] = field(default_factory=list)
     #: Redis time, the clock every stored time was taken with.
     now_ms: int = 0
@@ -117,30 +122,67 @@ class Admin:
         replies = await execute_async(self.redis, [stats_call(k) for k in keys])
         return [parse_stats(k, reply) for k, reply in zip(keys, replies, strict=True)]
 
-    async def list_jobs(self, queues: Sequence[str], states: Sequence[State], limit: int) -> JobListing:
-        """Up to `limit` jobs per queue and state, in the order they will leave it: pending in run order,
-        the sorted sets by score (run-at, lease deadline, died-at)."""
+    async def list_jobs(
+        self, queues: Sequence[str], states: Sequence[State], limit: int, job_type: str | None = None
+    ) -> JobListing:
+        """Up to `limit` jobs per queue and state (of `job_type` only, when given), in the order they will
+        leave it: pending in run order, the sorted sets by score (run-at, lease deadline, died-at); done
+        jobs (kept while `result_ttl` holds their result) newest first."""
         listing = JobListing()
         stats = await self.stats(queues)
         listing.now_ms = max((s.now_ms for s in stats), default=0)
         for queue_stats in stats:
             keys = self.keys(queue_stats.queue)
             for state in states:
-                total = _count(queue_stats, state)
-                if total == 0:
+                if state is State.DONE:
+                    await self._list_done(keys, limit, job_type, listing)
                     continue
-                ids = await self._ids(keys, state, limit)
-                for job_id, fields in zip(ids, await self._hashes(keys, ids), strict=True):
-                    if not fields:
-                        continue  # finished or deleted since the ids were read
-                    job = readable(job_id, keys.queue, fields)
-                    if isinstance(job, str):
-                        listing.unreadable.append(job)
-                    else:
-                        listing.jobs.append(job)
-                if total > len(ids):
-                    listing.partial.append((keys.queue, state, len(ids), total))
+                total = _count(queue_stats, state)
+                seen, found = 0, 0
+                while seen < total and found < limit:
+                    # Without a type filter one page is the answer; with one, pages go on until enough match.
+                    page = await self._ids(keys, state, seen, limit if job_type is None else LIST_PAGE)
+                    if not page:
+                        break
+                    seen += len(page)
+                    for job in self._readable(keys, page, await self._hashes(keys, page), listing):
+                        if found < limit and (job_type is None or job.type == job_type):
+                            listing.jobs.append(job)
+                            found += 1
+                if seen < total and job_type is None:
+                    listing.partial.append((keys.queue, state, seen, total))
+                elif seen < total:
+                    listing.partial.append((keys.queue, state, found, -1))  # more may match
         return listing
+
+    async def _list_done(self, keys: QueueKeys, limit: int, job_type: str | None, listing: JobListing) -> None:
+        """Done jobs are in no set (their hash lives for result_ttl): found by SCAN, newest first."""
+        prefix = len(keys.job(""))
+        ids = sorted({as_text(k)[prefix:] async for k in self.redis.scan_iter(match=keys.all_jobs(), count=1000)})
+        done: list[Job] = []
+        for start in range(0, len(ids), LIST_PAGE):
+            page = ids[start : start + LIST_PAGE]
+            jobs = self._readable(keys, page, await self._hashes(keys, page), listing)
+            done += [j for j in jobs if j.state is State.DONE and (job_type is None or j.type == job_type)]
+        done.sort(key=lambda j: j.finished_ms or 0, reverse=True)
+        listing.jobs += done[:limit]
+        if len(done) > limit:
+            listing.partial.append((keys.queue, State.DONE, limit, len(done)))
+
+    @staticmethod
+    def _readable(
+        keys: QueueKeys, ids: Sequence[str], hashes: Sequence[dict[bytes, bytes]], listing: JobListing
+    ) -> list[Job]:
+        jobs = []
+        for job_id, fields in zip(ids, hashes, strict=True):
+            if not fields:
+                continue  # finished or deleted since the ids were read
+            job = readable(job_id, keys.queue, fields)
+            if isinstance(job, str):
+                listing.unreadable.append(job)
+            else:
+                jobs.append(job)
+        return jobs
 
     async def job(self, job_id: str, queue: str | None = None) -> JobView:
         """The job with this id (see `locate`); JobNotFound also when its hash cannot be read."""
@@ -172,6 +214,11 @@ class Admin:
 
     async def requeue_dead(self, queues: Sequence[str], job_ids: Sequence[str]) -> tuple[dict[str, int], list[str]]:
         """Run these dead jobs again: (jobs moved per queue, why some ids were not moved)."""
+        return await self._bulk_dead(queues, job_ids, requeue_call)
+
+    async def _bulk_dead(
+        self, queues: Sequence[str], job_ids: Sequence[str], bulk: Callable[[QueueKeys, Sequence[str]], ScriptCall]
+    ) -> tuple[dict[str, int], list[str]]:
         by_queue: dict[str, list[str]] = {}
         problems = []
         for job_id in dict.fromkeys(job_ids):
@@ -187,9 +234,13 @@ class Admin:
         moved = {}
         for queue, ids in by_queue.items():
             keys = self.keys(queue)
-            calls = [requeue_call(keys, ids[i : i + BULK_LIMIT]) for i in range(0, len(ids), BULK_LIMIT)]
+            calls = [bulk(keys, ids[i : i + BULK_LIMIT]) for i in range(0, len(ids), BULK_LIMIT)]
             moved[queue] = sum(as_int(reply) for reply in await execute_async(self.redis, calls))
         return moved, problems
+
+    async def purge_dead(self, queues: Sequence[str], job_ids: Sequence[str]) -> tuple[dict[str, int], list[str]]:
+        """Delete these dead jobs for good: (jobs deleted per queue, why some ids were not deleted)."""
+        return await self._bulk_dead(queues, job_ids, purge_call)
 
     async def requeue_all_dead(self, queue: str) -> int:
         """Run every job dead now in `queue` again; how many."""
@@ -222,13 +273,14 @@ class Admin:
         replies = await pipe.execute()
         return {queue: State(as_text(s)) for queue, s in zip(queues, replies, strict=True) if s is not None}
 
-    async def _ids(self, keys: QueueKeys, state: State, limit: int) -> list[str]:
-        if limit <= 0:
+    async def _ids(self, keys: QueueKeys, state: State, start: int, count: int) -> list[str]:
+        """Ids `start` to `start + count` of a state's set, in the order they leave it."""
+        if count <= 0:
             return []
-        if state is State.PENDING:
-            return [as_text(m) for m in reversed(await self.redis.lrange(keys.pending, -limit, -1))]
+        if state is State.PENDING:  # the daemon pops the right end first
+            return [as_text(m) for m in reversed(await self.redis.lrange(keys.pending, -start - count, -start - 1))]
         sets = {State.SCHEDULED: keys.scheduled, State.ACTIVE: keys.active, State.DEAD: keys.dead}
-        return [as_text(m) for m in await self.redis.zrange(sets[state], 0, limit - 1)]
+        return [as_text(m) for m in await self.redis.zrange(sets[state], start, start + count - 1)]
 
     async def _hashes(self, keys: QueueKeys, job_ids: Sequence[str]) -> list[dict[bytes, bytes]]:
         pipe = self.redis.pipeline(transaction=False)

@@ -40,7 +40,7 @@ from jobcar.formats import loads_strict, redact
 from jobcar.job import DEFAULT_CONTENT_TYPE, EnqueueStatus, JobInfo, State
 from jobcar.listen import exposure_problem, parse_listen
 from jobcar.names import ID_PATTERN, check_name
-from jobcar.records import JobSpec
+from jobcar.records import Payload
 from jobcar.transitions import CancelResult
 from jobcar.units import parse_duration
 
@@ -83,6 +83,9 @@ class ApiContext:
     #: The Prometheus text exposition, already rendered.
     metrics: Callable[[], Awaitable[bytes]]
 
+
+#: One job of a request: (type, payload, enqueue options), as AsyncClient.enqueue takes them.
+RequestedJob: TypeAlias = tuple[str, Payload, dict[str, Any]]
 
 CONTEXT: Final = web.AppKey("jobcar.api.context", ApiContext)
 ADMIN: Final = web.AppKey("jobcar.api.admin", Admin)
@@ -204,12 +207,12 @@ async def _drain(request: web.Request) -> web.Response:
 
 async def _enqueue(request: web.Request) -> web.Response:
     specs, batch = parse_enqueue_request(await request.read())
-    try:
-        infos = await request.app[CONTEXT].client.enqueue_many(specs)
-    except InvalidJob as exc:
-        if batch:
-            raise
-        raise type(exc)(str(exc).removeprefix("job #0: ")) from None  # one job: no need to say which
+    client = request.app[CONTEXT].client
+    if batch:
+        infos = await client.enqueue_many(specs)
+    else:
+        job_type, payload, options = specs[0]
+        infos = [await client.enqueue(job_type, payload, **options)]
     if batch:
         return web.json_response({"jobs": [_info(i) for i in infos]}, status=201)
     (info,) = infos
@@ -247,7 +250,7 @@ def _info(info: JobInfo) -> dict[str, str]:
     return {"id": info.id, "queue": info.queue, "state": info.state.value, "status": info.status.value}
 
 
-def parse_enqueue_request(body: bytes) -> tuple[list[JobSpec], bool]:
+def parse_enqueue_request(body: bytes) -> tuple[list[RequestedJob], bool]:
     """The jobs a POST /v1/jobs body asks for, as enqueue_many specs, and whether it was a batch."""
     try:
         document = loads_strict(body)
@@ -273,7 +276,7 @@ def parse_enqueue_request(body: bytes) -> tuple[list[JobSpec], bool]:
     return specs, True
 
 
-def job_spec(item: object) -> JobSpec:
+def job_spec(item: object) -> RequestedJob:
     """One job of a request as (type, payload, options) for enqueue_many, which validates the rest."""
     if not isinstance(item, dict):
         raise InvalidJob("a job must be a JSON object")

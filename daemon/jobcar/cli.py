@@ -25,6 +25,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Final
 
+from jobcar import __version__
 from jobcar.cli_health import cmd_health, health_arguments
 from jobcar.cli_ops import (
     cancel_arguments,
@@ -59,7 +60,7 @@ from jobcar.cli_support import (
 from jobcar.client import AsyncClient
 from jobcar.embedded import EmbeddedServerError
 from jobcar.errors import InvalidJob, PayloadTooLarge
-from jobcar.exit_codes import EX_FAILURE, EX_OK, EX_UNAVAILABLE, EX_USAGE
+from jobcar.exit_codes import EX_CONFIG, EX_FAILURE, EX_OK, EX_UNAVAILABLE, EX_USAGE
 from jobcar.formats import loads_strict
 from jobcar.job import DEFAULT_CONTENT_TYPE, EnqueueStatus, JobInfo
 from jobcar.keys import DEFAULT_QUEUE
@@ -103,7 +104,7 @@ def main(argv: list[str] | None = None) -> int:
     """Run the `jobcar` command line with `argv` (default `sys.argv[1:]`); returns the exit code."""
     parser = build_parser()
     try:
-        args = parser.parse_args(argv)
+        args = parser.parse_args(_negative_values_attached(sys.argv[1:] if argv is None else argv))
     except SystemExit as exc:  # --help (0) or a usage error (2), which argparse has already printed
         return exc.code if isinstance(exc.code, int) else EX_USAGE
     command: Command = args.command
@@ -122,6 +123,31 @@ def main(argv: list[str] | None = None) -> int:
         return EX_FAILURE
 
 
+#: Options whose value may look like an option: `--delay -5s` is a negative duration (refused with a
+#: clear message), not a missing value.
+_SIGNED_VALUE_OPTIONS: Final = frozenset({"--delay", "--unique-for", "--timeout"})
+_SIGNED: Final = re.compile(r"-[0-9.]")
+
+
+def _negative_values_attached(argv: Sequence[str]) -> list[str]:
+    """`--delay -5s` as `--delay=-5s`, so that argparse hands the value to the option's own check."""
+    out: list[str] = []
+    args = iter(argv)
+    for arg in args:
+        if arg == "--":
+            out += [arg, *args]
+            break
+        if arg in _SIGNED_VALUE_OPTIONS:
+            value = next(args, None)
+            if value is not None and _SIGNED.match(value):
+                out.append(f"{arg}={value}")
+                continue
+            out += [arg] if value is None else [arg, value]
+            continue
+        out.append(arg)
+    return out
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="jobcar",
@@ -130,6 +156,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     # Also accepted before the command (`jobcar -c FILE check`); the command's own -c wins.
     parser.add_argument("-c", "--config", dest="global_config", metavar="FILE", help=CONFIG_HELP)
+    parser.add_argument("--version", action="version", version=f"jobcar {__version__}")
     commands = parser.add_subparsers(title="commands", metavar="COMMAND", required=True, parser_class=_CommandParser)
     for command in COMMANDS:
         sub = commands.add_parser(command.name, help=command.help, description=command.help)
@@ -158,9 +185,24 @@ def cmd_run(args: argparse.Namespace) -> int:
 # -- check ----------------------------------------------------------------------------------------
 
 
+def _check_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--json", action="store_true", help='print {"config", "ok", "errors", "handlers", "queues"}')
+
+
 def cmd_check(args: argparse.Namespace) -> int:
-    config = load(args, secrets_needed=True)
-    print(f"{config_path(args)}: ok ({count(len(config.handlers), 'handler')}, {count(len(config.queues), 'queue')})")
+    path = config_path(args)
+    try:
+        config = load(args, secrets_needed=True)
+    except CommandFailed as exc:
+        if not args.json or exc.code != EX_CONFIG:
+            raise
+        print_json({"config": path, "ok": False, "errors": exc.lines})
+        return exc.code
+    if args.json:
+        print_json({"config": path, "ok": True, "errors": [], "handlers": sorted(config.handlers),
+                    "queues": list(config.queues)})  # fmt: skip
+    else:
+        print(f"{path}: ok ({count(len(config.handlers), 'handler')}, {count(len(config.queues), 'queue')})")
     return EX_OK
 
 
@@ -315,7 +357,7 @@ def _group(name: str, help: str, actions: Sequence[Command]) -> Command:
 
 COMMANDS: Final[tuple[Command, ...]] = (
     Command("run", "run the daemon", cmd_run),
-    Command("check", "validate the config; print every error with its line", cmd_check),
+    Command("check", "validate the config; print every error with its line", cmd_check, _check_arguments),
     Command("enqueue", "enqueue a job and print its id", cmd_enqueue, _enqueue_arguments),
     Command("stats", "per queue: pending, scheduled, active, dead, paused, latency", cmd_stats, stats_arguments),
     _group(

@@ -12,8 +12,8 @@ from typing import IO, Final
 from urllib.parse import urlsplit
 
 from jobcar.cli_format import printable
-from jobcar.cli_support import CommandFailed, duration, load
-from jobcar.exit_codes import EX_OK, EX_USAGE
+from jobcar.cli_support import CommandFailed, duration, load, print_json
+from jobcar.exit_codes import EX_FAILURE, EX_OK, EX_USAGE
 from jobcar.listen import local_url
 
 HEALTH_PATH: Final = "/healthz"
@@ -30,6 +30,7 @@ def health_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--timeout", type=duration, default=2.0, metavar="DURATION", help="give up after this long (default: 2s)"
     )
+    parser.add_argument("--json", action="store_true", help='print {"url", "ok", "status", "reason"}')
 
 
 def health_url(listen: str) -> str:
@@ -70,20 +71,30 @@ def cmd_health(args: argparse.Namespace) -> int:
         parts = urlsplit(url)
         if parts.scheme not in ("http", "https") or not parts.netloc:
             raise CommandFailed(f"--url must be an http:// or https:// URL, not {url!r}", EX_USAGE)
+    status, reason = _ask(url, args.timeout)
+    if args.json:
+        print_json({"url": url, "ok": status == 200, "status": status, "reason": reason})
+        return EX_OK if status == 200 else EX_FAILURE
+    if status is None:
+        raise CommandFailed(f"{url}: {reason}")
+    if status != 200:
+        raise CommandFailed(f"{url} answered HTTP {status}" + (f": {reason}" if reason else ""))
+    print(f"ok: {url} answered 200")
+    return EX_OK
+
+
+def _ask(url: str, timeout: float) -> tuple[int | None, str]:
+    """(the HTTP status, the first line of the body) or (None, why there was no answer)."""
     # No proxy: the daemon is local, and an HTTP_PROXY set for the app must not answer for it.
     opener = urllib.request.build_opener(urllib.request.ProxyHandler({}), _NoRedirect())
     try:
         try:
-            with opener.open(url, timeout=args.timeout) as response:
+            with opener.open(url, timeout=timeout) as response:
                 status: int = response.status
                 body: bytes = response.read(HEALTH_BODY_LIMIT)
         except urllib.error.HTTPError as exc:
             with exc:
                 status, body = exc.code, exc.read(HEALTH_BODY_LIMIT)
     except (OSError, http.client.HTTPException) as exc:  # refused, timed out, no such host, not HTTP
-        raise CommandFailed(f"{url}: {_why_unreachable(exc, args.timeout)}") from None
-    if status != 200:
-        reason = _first_line(body)
-        raise CommandFailed(f"{url} answered HTTP {status}" + (f": {reason}" if reason else ""))
-    print(f"ok: {url} answered 200")
-    return EX_OK
+        return None, _why_unreachable(exc, timeout)
+    return status, _first_line(body)

@@ -54,6 +54,10 @@ def _per_queue(counts: Mapping[str, int]) -> str:
     return f" ({', '.join(nonzero)})" if nonzero else ""
 
 
+#: What `jobs list --state` takes: the four sets, and done jobs while their result is kept.
+LISTABLE: Final = (*STORED_IN_SETS, State.DONE)
+
+
 # -- stats ----------------------------------------------------------------------------------------
 
 
@@ -63,10 +67,17 @@ def stats_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def cmd_stats(args: argparse.Namespace) -> int:
-    async def read(admin: Admin) -> list[QueueStats]:
-        return await admin.stats(await admin.queues(args.queue))
+    config = load(args)
 
-    stats = with_admin(load(args), read)
+    async def read(admin: Admin) -> list[QueueStats]:
+        queues = await admin.queues(args.queue)
+        if args.queue is not None and args.queue not in config.queues and args.queue not in await admin.known_queues():
+            raise CommandFailed(
+                f"unknown queue {args.queue}: no producer has used it, and it is not in {config.source}"
+            )
+        return await admin.stats(queues)
+
+    stats = with_admin(config, read)
     if args.json:
         print_json([{"queue": s.queue, "pending": s.pending, "scheduled": s.scheduled, "active": s.active,
                      "dead": s.dead, "paused": s.paused, "latency_seconds": s.latency_s} for s in stats])  # fmt: skip
@@ -90,8 +101,11 @@ ERROR_COLUMN: Final = 60
 def jobs_list_arguments(parser: argparse.ArgumentParser) -> None:
     _add_queue_option(parser, "only this queue (default: every queue)")
     parser.add_argument(
-        "--state", choices=[s.value for s in STORED_IN_SETS], help="only jobs in this state (default: all four)"
+        "--state",
+        choices=[s.value for s in LISTABLE],
+        help="only jobs in this state (default: all but done; done jobs are kept while result_ttl holds them)",
     )
+    parser.add_argument("--type", dest="job_type", metavar="TYPE", help="only jobs of this type")
     parser.add_argument(
         "--limit", type=positive_int, default=20, metavar="N", help="at most N jobs per queue and state (default: 20)"
     )
@@ -109,7 +123,7 @@ def cmd_jobs_list(args: argparse.Namespace) -> int:
     states = [State(args.state)] if args.state else list(STORED_IN_SETS)
 
     async def read(admin: Admin) -> JobListing:
-        return await admin.list_jobs(await admin.queues(args.queue), states, args.limit)
+        return await admin.list_jobs(await admin.queues(args.queue), states, args.limit, args.job_type)
 
     listing = with_admin(load(args), read)
     jobs, now_ms = listing.jobs, listing.now_ms  # Redis time, the clock every stored time was taken with
@@ -137,7 +151,8 @@ def cmd_jobs_list(args: argparse.Namespace) -> int:
     for note in listing.unreadable:
         print(f"jobcar: {note}", file=sys.stderr)
     for queue, state, shown, total in listing.partial:
-        print(f"jobcar: {queue} {state.value}: {shown} of {total} shown (--limit N for more)", file=sys.stderr)
+        of = "more may match" if total < 0 else f"of {total} shown"
+        print(f"jobcar: {queue} {state.value}: {shown} {of} (--limit N for more)", file=sys.stderr)
     return EX_OK
 
 
@@ -217,6 +232,7 @@ def dead_requeue_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("job_ids", metavar="ID", nargs="*", help=f"ids of dead jobs to run again ({ID_DASH})")
     parser.add_argument("--all", action="store_true", help="requeue every dead job (of --queue, else of every queue)")
     _add_queue_option(parser, "the queue (default: every queue)")
+    _add_json_option(parser, '{"requeued": {queue: count}, "problems": [...]}')
 
 
 def cmd_dead_requeue(args: argparse.Namespace) -> int:
@@ -230,28 +246,41 @@ def cmd_dead_requeue(args: argparse.Namespace) -> int:
         return await admin.requeue_dead(queues, args.job_ids)
 
     moved, problems = with_admin(load(args), requeue)
-    print(f"requeued {count(sum(moved.values()), 'job')}{_per_queue(moved)}")
+    if args.json:
+        print_json({"requeued": moved, "problems": problems})
+    else:
+        print(f"requeued {count(sum(moved.values()), 'job')}{_per_queue(moved)}")
     for problem in problems:
         print(f"jobcar: {problem}", file=sys.stderr)
     return EX_FAILURE if problems else EX_OK
 
 
 def dead_purge_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("job_ids", metavar="ID", nargs="*", help=f"ids of dead jobs to delete ({ID_DASH})")
     _add_queue_option(parser, "the queue (default: every queue)")
-    parser.add_argument("--yes", action="store_true", help="really delete them: required, as nothing brings them back")
+    parser.add_argument("--yes", action="store_true", help="without ids: really delete every dead job (required)")
+    _add_json_option(parser, '{"deleted": {queue: count}, "problems": [...]}')
 
 
 def cmd_dead_purge(args: argparse.Namespace) -> int:
-    if not args.yes:
+    if not args.job_ids and not args.yes:
         where = f"queue {args.queue}" if args.queue else "every queue"
         raise CommandFailed(f"dead purge deletes the dead jobs of {where} for good; add --yes to do it", EX_USAGE)
 
-    async def purge(admin: Admin) -> dict[str, int]:
-        return {queue: await admin.purge_all_dead(queue) for queue in await admin.queues(args.queue)}
+    async def purge(admin: Admin) -> tuple[dict[str, int], list[str]]:
+        queues = await admin.queues(args.queue)
+        if args.job_ids:
+            return await admin.purge_dead(queues, args.job_ids)
+        return {queue: await admin.purge_all_dead(queue) for queue in queues}, []
 
-    deleted = with_admin(load(args), purge)
-    print(f"deleted {count(sum(deleted.values()), 'dead job')}{_per_queue(deleted)}")
-    return EX_OK
+    deleted, problems = with_admin(load(args), purge)
+    if args.json:
+        print_json({"deleted": deleted, "problems": problems})
+    else:
+        print(f"deleted {count(sum(deleted.values()), 'dead job')}{_per_queue(deleted)}")
+    for problem in problems:
+        print(f"jobcar: {problem}", file=sys.stderr)
+    return EX_FAILURE if problems else EX_OK
 
 
 # -- queue pause / queue resume -------------------------------------------------------------------
@@ -259,6 +288,7 @@ def cmd_dead_purge(args: argparse.Namespace) -> int:
 
 def queue_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("queue", metavar="Q", type=_queue_name, help="the queue")
+    _add_json_option(parser, '{"queue", "paused", "changed"}')
 
 
 def _set_paused(args: argparse.Namespace, paused: bool) -> int:
@@ -270,7 +300,9 @@ def _set_paused(args: argparse.Namespace, paused: bool) -> int:
         return changed, queue in config.queues or queue in await admin.known_queues()
 
     changed, known = with_admin(config, pause)
-    if paused:
+    if args.json:
+        print_json({"queue": queue, "paused": paused, "changed": changed})
+    elif paused:
         print(
             f"queue {queue} paused: its jobs wait until `jobcar queue resume {queue}`"
             if changed
@@ -297,6 +329,7 @@ def cmd_queue_resume(args: argparse.Namespace) -> int:
 def cancel_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("job_id", metavar="ID", help=ID_HELP)
     _add_queue_option(parser, "the job's queue (default: search every queue)")
+    _add_json_option(parser, '{"id", "queue", "result", "state"} (as DELETE /v1/jobs/{id})')
 
 
 def cmd_cancel(args: argparse.Namespace) -> int:
@@ -305,7 +338,10 @@ def cmd_cancel(args: argparse.Namespace) -> int:
 
     reply = with_admin(load(args), cancel)
     queue, state = reply.queue, reply.before
-    if reply.result is CancelResult.CANCELED:
+    if args.json and state is not None and reply.result in (CancelResult.CANCELED, CancelResult.CANCEL_REQUESTED):
+        now = State.CANCELED if reply.result is CancelResult.CANCELED else state
+        print_json({"id": args.job_id, "queue": queue, "result": reply.result.value, "state": now.value})
+    elif reply.result is CancelResult.CANCELED:
         print(f"canceled job {args.job_id} ({state} in queue {queue}): it is deleted and will not run")
     elif reply.result is CancelResult.CANCEL_REQUESTED:
         print(
@@ -347,6 +383,8 @@ def cmd_fsck(args: argparse.Namespace) -> int:
     findings = with_admin(config, check)
     if args.json:
         print_json([finding.as_json() for finding in findings])
+    elif not findings:
+        print("clean: every queue checked holds to the protocol's invariants")
     else:
         for finding in findings:
             print(printable(finding.line()))

@@ -25,7 +25,7 @@ import redis.asyncio
 from jobcar.job import Job, JobInfo
 from jobcar.keys import DEFAULT_NAMESPACE, DEFAULT_QUEUE, QueueKeys, queues_key
 from jobcar.names import ID_PATTERN, check_name
-from jobcar.records import DEFAULT_MAX_PAYLOAD_BYTES, JobSpec, Payload, build_records
+from jobcar.records import DEFAULT_MAX_PAYLOAD_BYTES, JobSpec, Payload, build_record, build_records
 from jobcar.replies import BATCH_FIELDS, decode_names, parse_batch, parse_job
 from jobcar.scripts import Reply, ScriptCall
 from jobcar.transitions import EnqueueRecord, enqueue_calls, parse_enqueue
@@ -103,9 +103,8 @@ class _Producer:
         self.max_payload_bytes = max_payload_bytes
         self._registered: set[str] = set()
 
-    def enqueue_plan(self, jobs: Iterable[JobSpec]) -> _EnqueuePlan:
-        """Every job checked and encoded (InvalidJob before anything is sent), and the calls that store them."""
-        records = build_records(jobs, self.max_payload_bytes)
+    def enqueue_plan(self, records: list[EnqueueRecord]) -> _EnqueuePlan:
+        """The calls that store these records (checked and encoded by `records`, before anything is sent)."""
         register = sorted({r.queue for r in records} - self._registered)
         return _EnqueuePlan(records, register, enqueue_calls(self.namespace, records))
 
@@ -186,7 +185,7 @@ class Client(_Shell[SyncRedis]):
         existing job is returned with status EXISTS. With `unique_for`, a job whose unique key is
         held returns the holder with status DUPLICATE.
         """
-        return self.enqueue_many([(type, payload, options)])[0]
+        return self._enqueue([build_record(type, payload, self.max_payload_bytes, **options)])[0]
 
     def enqueue_many(self, jobs: Iterable[JobSpec]) -> list[JobInfo]:
         """Enqueue many jobs in one round trip per chunk of 500 (per queue). Results in input order.
@@ -194,7 +193,10 @@ class Client(_Shell[SyncRedis]):
         All jobs are validated before any is sent. If Redis fails part-way, jobs of earlier chunks
         may be stored: enqueue again with the same job ids to complete the set without duplicates.
         """
-        plan = self._core.enqueue_plan(jobs)
+        return self._enqueue(build_records(jobs, self.max_payload_bytes))
+
+    def _enqueue(self, records: list[EnqueueRecord]) -> list[JobInfo]:
+        plan = self._core.enqueue_plan(records)
         if not plan.records:
             return []
         for queue in plan.register:
@@ -260,10 +262,13 @@ class AsyncClient(_Shell[AsyncRedis]):
         return cls(client, namespace=namespace, max_payload_bytes=max_payload_bytes)
 
     async def enqueue(self, type: str, payload: Payload = None, **options: Any) -> JobInfo:
-        return (await self.enqueue_many([(type, payload, options)]))[0]
+        return (await self._enqueue([build_record(type, payload, self.max_payload_bytes, **options)]))[0]
 
     async def enqueue_many(self, jobs: Iterable[JobSpec]) -> list[JobInfo]:
-        plan = self._core.enqueue_plan(jobs)
+        return await self._enqueue(build_records(jobs, self.max_payload_bytes))
+
+    async def _enqueue(self, records: list[EnqueueRecord]) -> list[JobInfo]:
+        plan = self._core.enqueue_plan(records)
         if not plan.records:
             return []
         for queue in plan.register:

@@ -254,8 +254,8 @@ class Daemon:
     def _drain(self, why: str) -> None:
         if self.runner is None or self.runner.draining:
             return
-        log.info("%s: draining for up to %.0f s (send SIGTERM again to stop at once)", why,
-                 self.config.shutdown_timeout)  # fmt: skip
+        log.info("%s: draining for up to %.0f s; a second Ctrl-C (or SIGTERM) gives every in-flight job back "
+                 "to pending at once, without spending an attempt", why, self.config.shutdown_timeout)  # fmt: skip
         self.notifier.stopping(f"draining: {self.runner.in_flight} jobs in flight")
         self.runner.drain()
 

@@ -15,7 +15,6 @@ Repairs touch only keys of the queue's hash tag, so each script stays in one Clu
 
 from __future__ import annotations
 
-import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Final
@@ -85,10 +84,6 @@ async def _repair(client: AsyncRedis, keys: QueueKeys, kind: str, *args: str | i
 
 
 # -- reading --------------------------------------------------------------------------------------
-
-
-def _glob_escape(text: str) -> str:
-    return re.sub(r"([*?\[\]\\])", r"\\\1", text)
 
 
 async def _scan(client: AsyncRedis, pattern: str) -> list[str]:
@@ -161,7 +156,7 @@ async def check_queue(
         findings.append(Finding(keys.queue, kind, job_id, detail, repaired))
 
     job_prefix = keys.job("")
-    ids = [key[len(job_prefix) :] for key in await _scan(client, _glob_escape(job_prefix) + "*")]
+    ids = [key[len(job_prefix) :] for key in await _scan(client, keys.all_jobs())]
     hashes = await _read_hashes(client, keys, ids)
     pending, zsets = await _read_sets(client, keys)
 
@@ -222,7 +217,7 @@ async def check_queue(
             await found(Kind.BAD_STATE, job_id, f"hash in no set with state {job.state or 'missing'}", fixable=False)
 
     # Unique locks.
-    locks = await _scan(client, _glob_escape(keys.unique("")) + "*")
+    locks = await _scan(client, keys.all_unique_locks())
     for chunk in _chunks(locks):
         pipe = client.pipeline(transaction=False)
         for lock in chunk:

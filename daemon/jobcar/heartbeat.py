@@ -46,7 +46,12 @@ class Heartbeat:
         self.alive = alive
 
     async def beat(self) -> None:
-        """One beat, then a third of the lease's sleep. An attempt is abandoned when its lease is lost, and
+        """One renewal, then a third of the lease's sleep: the heartbeat loop's step."""
+        await self.renew()
+        await asyncio.sleep(self.lease / 3)
+
+    async def renew(self) -> None:
+        """Renew the leases of the attempts running here. An attempt is abandoned when its lease is lost, and
         also when it was not renewed for two thirds of the lease: it could expire before the next beat,
         and another daemon could then run the job too.
 
@@ -79,7 +84,6 @@ class Heartbeat:
             pass
         finally:
             self._abandon_stale(time.monotonic(), interval)
-        await asyncio.sleep(interval)
 
     async def _refresh_alive_key(self, alive: AliveKey) -> None:
         ttl = self.lease * 2 / 3

@@ -5,6 +5,7 @@ Only the standard library is imported: producers (a Spark executor with jobcar a
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from functools import lru_cache
 from typing import Final
@@ -47,6 +48,18 @@ class QueueKeys:
 
     def alive(self, daemon_id: str) -> str:
         return f"{self.prefix}alive:{daemon_id}"
+
+    def all_jobs(self) -> str:
+        """A SCAN pattern matching every job hash of the queue (and nothing else)."""
+        return _glob_escape(self.job("")) + "*"
+
+    def all_unique_locks(self) -> str:
+        """A SCAN pattern matching every unique lock of the queue."""
+        return _glob_escape(self.unique("")) + "*"
+
+
+def _glob_escape(text: str) -> str:
+    return re.sub(r"([*?\[\]\\])", r"\\\1", text)
 
 
 @lru_cache(maxsize=4096)

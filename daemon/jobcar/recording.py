@@ -46,7 +46,9 @@ class OutcomeCall:
     becomes: Recorded
 
     def recorded(self, reply: Reply) -> Recorded:
-        """What the job became, from the script's reply (0: the lease was lost, nothing changed)."""
+        """What the job became, from the script's reply for this job (0: the lease was lost, nothing
+        changed). For an ack that is its per-job value: the batcher sends acks merged, and
+        `transitions.split_reply` hands each its own."""
         if reply == 0:
             return Recorded.LEASE_LOST
         if self.becomes in (Recorded.RETRIED, Recorded.RETURNED) and reply == RetryResult.DEAD:

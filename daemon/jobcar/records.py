@@ -22,6 +22,7 @@ from jobcar.job import DEFAULT_CONTENT_TYPE
 from jobcar.keys import DEFAULT_QUEUE
 from jobcar.names import ID_PATTERN, TYPE_PATTERN, check_name
 from jobcar.transitions import EnqueueRecord
+from jobcar.units import parse_duration
 
 #: A payload is either a JSON-serialisable value (sent as application/json) or raw bytes.
 Payload: TypeAlias = Any
@@ -95,11 +96,19 @@ MAX_SECONDS: Final = 100 * 365 * 86400.0
 MAX_EPOCH_SECONDS: Final = 253_402_300_799.0
 
 
-def _seconds(what: str, value: object, maximum: float = MAX_SECONDS) -> float:
+def _seconds(what: str, value: object, maximum: float = MAX_SECONDS, *, text: bool = True) -> float:
+    """Seconds from a number, a timedelta or (with `text`) a duration like "30s" or "1h30m", as the CLI
+    and the HTTP API take them."""
     if isinstance(value, timedelta):
         value = value.total_seconds()
+    if text and isinstance(value, str):
+        try:
+            value = parse_duration(value)
+        except ValueError as exc:
+            raise InvalidJob(f"{what}: {exc}") from None
     if isinstance(value, bool) or not isinstance(value, int | float):
-        raise InvalidJob(f"{what} must be seconds (a number) or a timedelta, not {type(value).__name__}")
+        kinds = 'seconds (a number), a duration like "30s" or a timedelta' if text else "seconds (a number)"
+        raise InvalidJob(f"{what} must be {kinds}, not {type(value).__name__}")
     if not math.isfinite(value) or value < 0 or value > maximum:
         raise InvalidJob(f"{what} must be a finite number of seconds from 0 to {maximum:.0f}, got {value}")
     return float(value)
@@ -110,7 +119,7 @@ def _epoch_ms(value: object) -> int:
         if value.tzinfo is None:
             raise InvalidJob("run_at must be a timezone-aware datetime (or epoch seconds)")
         return int(value.timestamp() * 1000)
-    return int(_seconds("run_at", value, MAX_EPOCH_SECONDS) * 1000)
+    return int(_seconds("run_at", value, MAX_EPOCH_SECONDS, text=False) * 1000)
 
 
 def encode_payload(payload: Payload, content_type: str | None, max_bytes: int) -> tuple[bytes, str | None]:
