@@ -9,14 +9,16 @@ queues hold it.
 
 from __future__ import annotations
 
+import asyncio
 import base64
+import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final
 
 from jobcar.errors import JobcarError
 from jobcar.formats import loads_strict
-from jobcar.job import DEFAULT_CONTENT_TYPE, Job, State
+from jobcar.job import DEFAULT_CONTENT_TYPE, FINISHED, Job, State
 from jobcar.keys import QueueKeys, queues_key
 from jobcar.replies import as_bytes, as_int, as_text, decode_names, parse_job
 from jobcar.scripts import ScriptCall
@@ -35,6 +37,8 @@ from jobcar.transitions import (
 )
 from jobcar.transport import AsyncRedis, execute_async
 
+#: A wait for a job's outcome reads it this often: from every 10 ms at first to every 250 ms.
+WAIT_POLL_MIN, WAIT_POLL_MAX = 0.01, 0.25
 #: Ids read per round trip while a listing looks for jobs of one type, or for done jobs.
 LIST_PAGE: Final = 500
 
@@ -200,6 +204,20 @@ class Admin:
             raise JobNotFound(job)
         lease_deadline_ms = None if deadline is None or job.state is not State.ACTIVE else int(deadline)
         return JobView(job, lease_deadline_ms, int(seconds) * 1000 + int(micros) // 1000)
+
+    async def wait(self, job_id: str, queue: str | None, seconds: float) -> JobView:
+        """The job once it has finished (done or dead), or as it is after `seconds`; JobNotFound when
+        it is gone meanwhile (it succeeded without a kept result, or it was canceled)."""
+        queue, _ = await self.locate(job_id, queue)
+        deadline = time.monotonic() + seconds
+        pause = WAIT_POLL_MIN
+        while True:
+            view = await self.job(job_id, queue)
+            left = deadline - time.monotonic()
+            if view.job.state in FINISHED or left <= 0:
+                return view
+            await asyncio.sleep(min(pause, left))
+            pause = min(pause * 2, WAIT_POLL_MAX)
 
     async def cancel(self, job_id: str, queue: str | None = None) -> CancelReply:
         queue, _ = await self.locate(job_id, queue)

@@ -5,7 +5,8 @@
     GET    /metrics        200 the Prometheus text exposition
     POST   /v1/jobs        a job, or {"jobs": [...]} (at most MAX_BATCH_JOBS, one enqueue_many call): 201 created
                            | 200 that id exists | 409 duplicate unique job | 400 bad input | 413 too large
-    GET    /v1/jobs/{id}   200 the job (admin.job_document) | 404 | 409 in several queues  (?queue=Q: only there)
+    GET    /v1/jobs/{id}   200 the job (admin.job_document) | 404 | 409 in several queues  (?queue=Q: only there;
+                           ?wait=30s: answer once it is done or dead, or after 30 s; header Jobcar-Wait says which)
     DELETE /v1/jobs/{id}   200 canceled or cancel_requested | 404 | 409 already finished, or in several queues
     POST   /v1/drain       202 {"status": "draining"}: a graceful drain, for a preStop hook
 
@@ -37,7 +38,7 @@ from jobcar.client import AsyncClient
 from jobcar.config_types import Config
 from jobcar.errors import InvalidJob, PayloadTooLarge
 from jobcar.formats import loads_strict, redact
-from jobcar.job import DEFAULT_CONTENT_TYPE, EnqueueStatus, JobInfo, State
+from jobcar.job import DEFAULT_CONTENT_TYPE, FINISHED, EnqueueStatus, JobInfo, State
 from jobcar.listen import exposure_problem, parse_listen
 from jobcar.names import ID_PATTERN, check_name
 from jobcar.records import Payload
@@ -53,6 +54,8 @@ MAX_BATCH_JOBS: Final = 1000
 BODY_MARGIN_BYTES: Final = 64 * 1024
 METRICS_CONTENT_TYPE: Final = "text/plain; version=0.0.4; charset=utf-8"
 PUBLIC_PATHS: Final = frozenset({"/healthz", "/readyz", "/metrics"})  # kubelet probes, Prometheus scrapes
+#: The longest `GET /v1/jobs/{id}?wait=` holds a request (a client asks again for longer).
+MAX_WAIT: Final = 60.0
 SHUTDOWN_TIMEOUT: Final = 5.0  # for in-flight requests when the listener is cleaned up
 
 #: Request fields passed on to AsyncClient.enqueue as they are ("id" as job_id): the client validates them.
@@ -223,8 +226,18 @@ async def _enqueue(request: web.Request) -> web.Response:
 
 async def _get_job(request: web.Request) -> web.Response:
     job_id, queue = _job_ref(request)
-    view = await request.app[ADMIN].job(job_id, queue)
-    return web.json_response(job_document(view.job, view.lease_deadline_ms))
+    wait = request.query.get("wait")
+    if wait is None:
+        view = await request.app[ADMIN].job(job_id, queue)
+        return web.json_response(job_document(view.job, view.lease_deadline_ms))
+    # A long poll: the answer comes when the job has finished, or when the wait is over.
+    seconds = _duration("wait", wait)
+    if seconds > MAX_WAIT:
+        raise InvalidJob(f"wait is at most {MAX_WAIT:g}s; ask again for longer")
+    view = await request.app[ADMIN].wait(job_id, queue, seconds)
+    finished = view.job.state in FINISHED
+    headers = {"Jobcar-Wait": "finished" if finished else "timeout"}
+    return web.json_response(job_document(view.job, view.lease_deadline_ms), headers=headers)
 
 
 async def _cancel(request: web.Request) -> web.Response:

@@ -21,7 +21,7 @@ import redis.exceptions
 from jobcar.admin import Admin, AmbiguousJob, JobNotFound
 from jobcar.config import ConfigError, load_config
 from jobcar.config_types import Config
-from jobcar.embedded import EMBEDDED_URL, embedded_socket_path, unix_socket_url
+from jobcar.embedded import EMBEDDED_URL, EmbeddedServerError, running_server_url
 from jobcar.exit_codes import EX_CONFIG, EX_FAILURE, EX_UNAVAILABLE, EX_USAGE
 from jobcar.formats import redact
 from jobcar.transport import COMMAND_TIMEOUT, AsyncRedis
@@ -86,10 +86,10 @@ async def connected(config: Config) -> AsyncIterator[AsyncRedis]:
     url = config.redis.url
     embedded = url == EMBEDDED_URL
     if embedded:
-        socket_path = embedded_socket_path(config.redis.data_dir)
-        if not socket_path.exists():
-            raise _embedded_not_running(config)
-        url = unix_socket_url(socket_path)
+        try:
+            url = running_server_url(config.redis.data_dir)
+        except EmbeddedServerError:
+            raise _embedded_not_running(config) from None
     options: dict[str, Any] = {"socket_connect_timeout": CONNECT_TIMEOUT, "socket_timeout": COMMAND_TIMEOUT}
     try:
         client: AsyncRedis

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import math
+import os
 import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
@@ -22,10 +23,11 @@ from typing import Any, Generic, TypeVar
 import redis
 import redis.asyncio
 
-from jobcar.job import Job, JobInfo
+from jobcar.job import FINISHED, Job, JobInfo
 from jobcar.keys import DEFAULT_NAMESPACE, DEFAULT_QUEUE, QueueKeys, queues_key
 from jobcar.names import ID_PATTERN, check_name
 from jobcar.records import DEFAULT_MAX_PAYLOAD_BYTES, JobSpec, Payload, build_record, build_records
+from jobcar.redis_url import EMBEDDED_URL
 from jobcar.replies import BATCH_FIELDS, decode_names, parse_batch, parse_job
 from jobcar.scripts import Reply, ScriptCall
 from jobcar.transitions import EnqueueRecord, enqueue_calls, parse_enqueue
@@ -74,7 +76,7 @@ class _EnqueuePlan:
 
 
 class _Deadline:
-    """The polling of `wait_batch`: how long to sleep before the next look, or TimeoutError."""
+    """The polling of `wait` and `wait_batch`: how long to sleep before the next look, or TimeoutError."""
 
     def __init__(self, timeout: float, poll: float) -> None:
         if not (math.isfinite(timeout) and timeout >= 0):
@@ -84,10 +86,10 @@ class _Deadline:
         self.timeout, self.poll = timeout, poll
         self.end = time.monotonic() + timeout
 
-    def next_sleep(self, status: BatchStatus) -> float:
+    def next_sleep(self, what: object) -> float:
         left = self.end - time.monotonic()
         if left <= 0:
-            raise TimeoutError(f"{status} still unfinished after {self.timeout:g} s")
+            raise TimeoutError(f"{what} still unfinished after {self.timeout:g} s")
         return min(self.poll, left)
 
 
@@ -125,6 +127,13 @@ def _first_job(job_id: str, queues: Sequence[str], hashes: Sequence[Any]) -> Job
         if fields:
             return parse_job(job_id, queue, fields)
     return None
+
+
+def _waited(job_id: str, job: Job | None) -> str | None:
+    """None when a wait for the job is over (it finished, or it is gone), else what to say on a timeout."""
+    if job is None or job.state in FINISHED:
+        return None
+    return f"job {job_id} in queue {job.queue} ({job.state.value})"
 
 
 def _batch_status(batch_id: str, queue: str, reply: Reply) -> BatchStatus:
@@ -177,6 +186,23 @@ class Client(_Shell[SyncRedis]):
             client = redis.Redis.from_url(url, **redis_options)
         return cls(client, namespace=namespace, max_payload_bytes=max_payload_bytes)
 
+    @classmethod
+    def from_config(cls, path: str | os.PathLike[str], **redis_options: Any) -> Client:
+        """A client for the server, namespace and payload limit of a jobcar config file. With
+        `redis: {url: embedded}` it reaches the server of the `jobcar run` on that data directory (relative
+        to the current directory, as for the daemon). Needs PyYAML, which a bare Spark executor may lack:
+        there, use `from_url`."""
+        from jobcar.config import load_config
+
+        config = load_config(path, secrets_needed=False)
+        url, cluster = config.redis.url, config.redis.cluster
+        if url == EMBEDDED_URL:
+            from jobcar.embedded import running_server_url
+
+            url, cluster = running_server_url(config.redis.data_dir), False
+        return cls.from_url(url, namespace=config.namespace, cluster=cluster,
+                            max_payload_bytes=config.max_payload_bytes, **redis_options)  # fmt: skip
+
     def enqueue(self, type: str, payload: Payload = None, **options: Any) -> JobInfo:
         """Enqueue one job. Options: queue, delay, run_at, max_attempts, unique_for, unique_key, job_id,
         timeout, content_type, traceparent, meta, batch (see the README and docs/protocol.md).
@@ -212,6 +238,18 @@ class Client(_Shell[SyncRedis]):
         for key in self._core.job_keys(job_id, queues):
             pipe.hgetall(key)
         return _first_job(job_id, queues, pipe.execute())
+
+    def wait(self, job_id: str, timeout: float, *, queue: str | None = None, poll: float = 0.1) -> Job | None:
+        """Wait until the job has finished and return it: done (with its result while `result_ttl` keeps
+        it) or dead (with its errors). None when no job has this id, or no longer: it succeeded without a
+        kept result, or it was canceled. Raises TimeoutError, naming its state, after `timeout` seconds."""
+        deadline = _Deadline(timeout, poll)
+        while True:
+            job = self.get(job_id, queue=queue)
+            unfinished = _waited(job_id, job)
+            if unfinished is None:
+                return job
+            time.sleep(deadline.next_sleep(unfinished))
 
     def batch_status(self, batch_id: str, *, queue: str = DEFAULT_QUEUE) -> BatchStatus:
         """The counters of a batch in one queue (a batch's counters live with its queue's keys)."""
@@ -282,6 +320,22 @@ class AsyncClient(_Shell[AsyncRedis]):
         for key in self._core.job_keys(job_id, queues):
             pipe.hgetall(key)
         return _first_job(job_id, queues, await pipe.execute())
+
+    async def wait(
+        self,
+        job_id: str,
+        timeout: float,  # noqa: ASYNC109 -- Client's signature: the TimeoutError names the job's state
+        *,
+        queue: str | None = None,
+        poll: float = 0.1,
+    ) -> Job | None:
+        deadline = _Deadline(timeout, poll)
+        while True:
+            job = await self.get(job_id, queue=queue)
+            unfinished = _waited(job_id, job)
+            if unfinished is None:
+                return job
+            await asyncio.sleep(deadline.next_sleep(unfinished))
 
     async def batch_status(self, batch_id: str, *, queue: str = DEFAULT_QUEUE) -> BatchStatus:
         reply = await self.redis.hmget(self._core.batch_key(batch_id, queue), BATCH_FIELDS)

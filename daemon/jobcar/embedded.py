@@ -88,6 +88,18 @@ def unix_socket_url(path: Path) -> str:
     return f"unix://{quote(str(path))}?db=0"
 
 
+def running_server_url(data_dir: str | os.PathLike[str]) -> str:
+    """The URL of the embedded server a `jobcar run` keeps on `data_dir`, for a producer or a command;
+    EmbeddedServerError when none runs there."""
+    socket_path = embedded_socket_path(data_dir)
+    if not socket_path.exists():
+        raise EmbeddedServerError(
+            f"no embedded server runs on {Path(data_dir).resolve()}: it runs only inside `jobcar run` "
+            "(from the same directory: redis.data_dir is relative to it)"
+        )
+    return unix_socket_url(socket_path)
+
+
 class EmbeddedServer:
     """One Valkey server process on `data_dir`, started by `start()` and stopped by `stop()`.
 

@@ -26,6 +26,9 @@ class State(StrEnum):
     CANCELED = "canceled"  # only seen in replies: a canceled job is deleted
 
 
+#: States a job ends in while its hash is kept: a waiter stops at these (a job that succeeds without a kept
+#: result, or is canceled, is deleted instead).
+FINISHED: Final = frozenset({State.DONE, State.DEAD})
 #: The sets that hold job ids in Redis; every stored job id is in exactly one of them.
 STORED_IN_SETS: Final = (State.PENDING, State.SCHEDULED, State.ACTIVE, State.DEAD)
 
