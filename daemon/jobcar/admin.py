@@ -26,9 +26,12 @@ from jobcar.timestamps import rfc3339_ms
 from jobcar.transitions import (
     BULK_LIMIT,
     CancelResult,
+    QueueHistory,
     QueueStats,
     cancel_call,
+    history_call,
     parse_cancel,
+    parse_history,
     parse_stats,
     pause_call,
     purge_call,
@@ -125,6 +128,12 @@ class Admin:
         keys = [self.keys(queue) for queue in queues]
         replies = await execute_async(self.redis, [stats_call(k) for k in keys])
         return [parse_stats(k, reply) for k, reply in zip(keys, replies, strict=True)]
+
+    async def history(self, queues: Sequence[str]) -> list[QueueHistory]:
+        """Each queue's fleet-wide counts of finished attempts over the last hour or two (history.py)."""
+        keys = [self.keys(queue) for queue in queues]
+        replies = await execute_async(self.redis, [history_call(k) for k in keys])
+        return [parse_history(k, reply) for k, reply in zip(keys, replies, strict=True)]
 
     async def list_jobs(
         self, queues: Sequence[str], states: Sequence[State], limit: int, job_type: str | None = None

@@ -21,6 +21,7 @@ from typing import Final
 from jobcar.app_health import HealthGate
 from jobcar.config_types import Config, Handler
 from jobcar.executors import Executor
+from jobcar.history import History
 from jobcar.job import Job, State
 from jobcar.keys import QueueKeys
 from jobcar.metrics import Metrics
@@ -74,11 +75,12 @@ class Attempts:
     """
 
     def __init__(
-        self, link: RedisLink, metrics: Metrics, app_health: HealthGate, slot_freed: asyncio.Event,
+        self, link: RedisLink, metrics: Metrics, history: History, app_health: HealthGate, slot_freed: asyncio.Event,
         draining: asyncio.Event,
     ) -> None:  # fmt: skip
         self.link = link
         self.metrics = metrics
+        self.history = history
         self.app_health = app_health
         self.slot_freed = slot_freed
         self.draining = draining
@@ -246,6 +248,7 @@ class Attempts:
                     return
         recorded = recording.recorded(reply)
         self.metrics.of_job(job.queue, job.type).finished[recorded.value].inc()
+        self.history.add(job.queue, job.type, recorded)
         if recorded is Recorded.LEASE_LOST:
             why = "lease lost before the outcome was recorded; another daemon owns the job"
             log.warning(why, extra=log_fields(job))

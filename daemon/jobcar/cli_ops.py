@@ -29,7 +29,7 @@ from jobcar.job import STORED_IN_SETS, Job, State
 from jobcar.names import check_name
 from jobcar.recording import dead_letter_limits
 from jobcar.timestamps import rfc3339_ms
-from jobcar.transitions import CancelResult, QueueStats
+from jobcar.transitions import CancelResult, QueueHistory, QueueStats
 
 # -- shared by the operators' commands -------------------------------------------------------------
 
@@ -54,6 +54,8 @@ def _per_queue(counts: Mapping[str, int]) -> str:
     return f" ({', '.join(nonzero)})" if nonzero else ""
 
 
+MINUTE_MS: Final = 60_000
+HOUR_MS: Final = 3_600_000
 #: What `jobs list --state` takes: the four sets, and done jobs while their result is kept.
 LISTABLE: Final = (*STORED_IN_SETS, State.DONE)
 
@@ -69,26 +71,36 @@ def stats_arguments(parser: argparse.ArgumentParser) -> None:
 def cmd_stats(args: argparse.Namespace) -> int:
     config = load(args)
 
-    async def read(admin: Admin) -> list[QueueStats]:
+    async def read(admin: Admin) -> tuple[list[QueueStats], list[QueueHistory]]:
         queues = await admin.queues(args.queue)
-        if args.queue is not None and args.queue not in config.queues and args.queue not in await admin.known_queues():
-            raise CommandFailed(
-                f"unknown queue {args.queue}: no producer has used it, and it is not in {config.source}"
-            )
-        return await admin.stats(queues)
+        known = args.queue is None or args.queue in config.queues or args.queue in await admin.known_queues()
+        if not known:
+            raise CommandFailed(f"unknown queue {args.queue}: no producer used it, and it is not in {config.source}")
+        return await admin.stats(queues), await admin.history(queues)
 
-    stats = with_admin(config, read)
+    stats, histories = with_admin(config, read)
+    # processed = attempts that ended (done or failed), fleet-wide, over the last minute and hour of Redis time.
+    counts = [(h.totals(MINUTE_MS), h.totals(HOUR_MS)) for h in histories]
     if args.json:
-        print_json([{"queue": s.queue, "pending": s.pending, "scheduled": s.scheduled, "active": s.active,
-                     "dead": s.dead, "paused": s.paused, "latency_seconds": s.latency_s} for s in stats])  # fmt: skip
+        print_json(
+            [
+                {"queue": s.queue, "pending": s.pending, "scheduled": s.scheduled, "active": s.active,
+                 "dead": s.dead, "paused": s.paused, "latency_seconds": s.latency_s,
+                 "processed_last_minute": m["done"] + m["failed"], "failed_last_minute": m["failed"],
+                 "processed_last_hour": h["done"] + h["failed"], "failed_last_hour": h["failed"]}
+                for s, (m, h) in zip(stats, counts, strict=True)
+            ]
+        )  # fmt: skip
         return EX_OK
-    header = ("QUEUE", "PENDING", "SCHEDULED", "ACTIVE", "DEAD", "PAUSED", "LATENCY")
+    header = ("QUEUE", "PENDING", "SCHEDULED", "ACTIVE", "DEAD", "PAUSED", "LATENCY", "DONE/1M", "FAILED/1M",
+              "DONE/1H", "FAILED/1H")  # fmt: skip
     rows = [
         (s.queue, str(s.pending), str(s.scheduled), str(s.active), str(s.dead), "yes" if s.paused else "no",
-         "-" if s.oldest_ready_ms is None else span(s.latency_s))
-        for s in stats
+         "-" if s.oldest_ready_ms is None else span(s.latency_s), str(m["done"]), str(m["failed"]),
+         str(h["done"]), str(h["failed"]))
+        for s, (m, h) in zip(stats, counts, strict=True)
     ]  # fmt: skip
-    print("\n".join(table(header, rows, numeric={1, 2, 3, 4, 6})))
+    print("\n".join(table(header, rows, numeric={1, 2, 3, 4, 6, 7, 8, 9, 10})))
     return EX_OK
 
 

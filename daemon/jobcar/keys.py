@@ -46,6 +46,11 @@ class QueueKeys:
     def batch(self, batch_id: str) -> str:
         return f"{self.prefix}batch:{batch_id}"
 
+    @property
+    def history(self) -> str:
+        """The base of the queue's per-hour history hashes (`<prefix>history:<hour>`): names its slot."""
+        return f"{self.prefix}history"
+
     def alive(self, daemon_id: str) -> str:
         return f"{self.prefix}alive:{daemon_id}"
 

@@ -4,6 +4,7 @@ config and drains them.
 
     leasing ──start──> attempts ──record outcome──> Redis (through redis_link)
     heartbeat ──renew / fence──> attempts            reaper ──> Redis
+    attempts ──count──> history ──every 5 s──> Redis
 
 A drain stops leasing, collects the leases still queued behind idle waits, and settles the attempts:
 in-flight jobs get shutdown_timeout to finish, the rest go back to pending without spending an attempt.
@@ -12,6 +13,7 @@ in-flight jobs get shutdown_timeout to finish, the rest go back to pending witho
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
 import logging
 import secrets
@@ -22,6 +24,7 @@ from jobcar.attempts import Attempts, StopReason
 from jobcar.config_types import Config
 from jobcar.executors import Executor
 from jobcar.heartbeat import AliveKey, Heartbeat
+from jobcar.history import History
 from jobcar.keys import QueueKeys
 from jobcar.leasing import Leaser, QueueState
 from jobcar.loops import current_task_cancelling, forever, spawn
@@ -52,7 +55,8 @@ class Runner:
         queues = [QueueState(QueueKeys.of(config.namespace, q), w) for q, w in config.queues.items()]
         # ADR 0005: a one-queue daemon queues a lease behind its idle wait, guarded by its alive key.
         alive = AliveKey(queues[0].keys.alive(secrets.token_hex(8))) if len(queues) == 1 else None
-        self.attempts = Attempts(link, self.metrics, app_health, self._changed, self._draining)
+        self.history = History(config.namespace, link)
+        self.attempts = Attempts(link, self.metrics, self.history, app_health, self._changed, self._draining)
         self.leaser = Leaser(queues, link, self.attempts, self.metrics, app_health, self._changed,
                              self._draining, alive)  # fmt: skip
         self.heartbeat = Heartbeat(self.attempts, link, self.metrics, config.lease, alive)
@@ -85,6 +89,7 @@ class Runner:
             spawn(name, forever(name, functools.partial(self.leaser.watch, q), reachability), self._tasks)
         spawn("heartbeat", forever("heartbeat", self.heartbeat.beat, reachability), self._tasks)
         spawn("reaper", forever("reaper", self.reaper.step, reachability), self._tasks)
+        spawn("history", forever("history", self.history.step, reachability), self._tasks)
         try:
             while not self._draining.is_set():
                 if current_task_cancelling():
@@ -99,6 +104,8 @@ class Runner:
                     await asyncio.sleep(1)
             await self.leaser.collect_leases_on_wake()
             await self.attempts.settle(self.config.shutdown_timeout)
+            with contextlib.suppress(RedisUnavailable):  # the last counts; lost only if Redis is away now
+                await self.history.flush()
         finally:
             # Cancel until every task is gone: a cancel swallowed inside redis-py (see
             # `current_task_cancelling`) can leave a task waiting on an event nobody will set.

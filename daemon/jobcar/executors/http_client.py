@@ -263,7 +263,8 @@ class _Connection(asyncio.Protocol):
             self._fail(TimeoutError())
 
     def _finish(self, *, truncated: bool) -> None:
-        assert self._parser is not None and self._waiter is not None
+        assert self._parser is not None
+        assert self._waiter is not None
         self._finished = True
         self.reusable = not truncated and not self.closed and self._parser.should_keep_alive()
         status = self._parser.get_status_code()

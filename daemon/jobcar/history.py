@@ -1,0 +1,60 @@
+"""Fleet-wide counts of finished attempts, per queue, job type and 10 s of Redis time, kept in Redis for
+two to three hours: what `jobcar stats` shows for the last minute and hour, from every daemon at once.
+
+Each daemon counts in memory (a dict increment per finished attempt) and adds its counts to Redis every
+FLUSH_INTERVAL, one `count` script call per queue, so the per-job cost stays off the hot path. Counts a
+flush could not write (Redis away or out of memory) are kept for the next one.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections import Counter
+from typing import Final
+
+from jobcar.keys import QueueKeys
+from jobcar.recording import Recorded
+from jobcar.redis_link import RedisLink
+from jobcar.transitions import count_call
+
+#: How often a daemon adds its counts to Redis (seconds).
+FLUSH_INTERVAL: Final = 5.0
+#: The history's outcomes for what recording made of a job; others (returned, canceled, a lost lease) are
+#: not an attempt's end and are not counted.
+_COUNTED: Final = {
+    Recorded.DONE: ("done",),
+    Recorded.RETRIED: ("failed",),
+    Recorded.DEAD: ("failed", "dead"),
+}
+
+
+class History:
+    def __init__(self, namespace: str, link: RedisLink) -> None:
+        self.namespace = namespace
+        self.link = link
+        self._counts: dict[str, Counter[tuple[str, str]]] = {}
+
+    def add(self, queue: str, job_type: str, recorded: Recorded) -> None:
+        outcomes = _COUNTED.get(recorded)
+        if outcomes:
+            counts = self._counts.setdefault(queue, Counter())
+            for outcome in outcomes:
+                counts[(job_type, outcome)] += 1
+
+    async def step(self) -> None:
+        """The flush loop's step: wait FLUSH_INTERVAL, then flush."""
+        await asyncio.sleep(FLUSH_INTERVAL)
+        await self.flush()
+
+    async def flush(self) -> None:
+        """Add the counts so far to Redis; on failure they stay for the next flush (RedisUnavailable)."""
+        if not self._counts:
+            return
+        taken, self._counts = self._counts, {}
+        calls = [count_call(QueueKeys.of(self.namespace, queue), counts) for queue, counts in taken.items()]
+        try:
+            await self.link.scripts(calls)
+        except BaseException:
+            for queue, counts in taken.items():  # counted again at the next flush, never lost here
+                self._counts.setdefault(queue, Counter()).update(counts)
+            raise

@@ -1,0 +1,83 @@
+"""The fleet-wide history of finished attempts: daemons count in memory, flush to Redis, and `jobcar stats`
+shows processed and failed counts for the last minute and hour, summed over every daemon."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator
+
+import pytest
+
+from jobcar import State
+from jobcar.admin import Admin
+from jobcar.history import History
+from jobcar.recording import Recorded
+from jobcar.redis_link import RedisLink, RedisUnavailable, connect
+from jobcar.transitions import HISTORY_SLOT_MS
+from tests.integration.conftest import StartDaemon
+from tests.integration.driver import QueueDriver
+from tests.integration.test_cli import cli
+from tests.servers import RedisServer, free_port, wait_for
+
+HOUR_MS = 3_600_000
+
+
+@pytest.fixture
+async def link(redis_server: RedisServer) -> AsyncIterator[RedisLink]:
+    link = RedisLink(connect(redis_server.url, cluster=False), connect(redis_server.url, cluster=False))
+    yield link
+    await link.aclose()
+
+
+@pytest.mark.asyncio
+async def test_counts_are_added_per_queue_type_and_outcome(link: RedisLink, namespace: str) -> None:
+    history = History(namespace, link)
+    for recorded in (Recorded.DONE, Recorded.DONE, Recorded.RETRIED, Recorded.DEAD, Recorded.RETURNED):
+        history.add("default", "email", recorded)
+    history.add("low", "report", Recorded.DONE)
+    history.add("low", "report", Recorded.LEASE_LOST)
+    await history.flush()
+    await history.flush()  # nothing new: adds nothing
+    default, low = await Admin(link.client, namespace).history(["default", "low"])
+    assert default.totals(HOUR_MS) == {"done": 2, "failed": 2, "dead": 1}
+    assert default.totals(HOUR_MS, job_type="other") == {"done": 0, "failed": 0, "dead": 0}
+    assert low.totals(HOUR_MS) == {"done": 1, "failed": 0, "dead": 0}
+    assert all(slot % HISTORY_SLOT_MS == 0 for slot, _, _ in default.counts)
+
+
+@pytest.mark.asyncio
+async def test_counts_a_flush_could_not_write_are_kept_for_the_next(link: RedisLink, namespace: str) -> None:
+    away_client = connect(f"redis://127.0.0.1:{free_port()}/0", cluster=False)
+    away = RedisLink(away_client, away_client)
+    history = History(namespace, away)
+    history.add("default", "email", Recorded.DONE)
+    with pytest.raises(RedisUnavailable):
+        await history.flush()
+    history.add("default", "email", Recorded.DONE)
+    history.link = link
+    await history.flush()
+    (default,) = await Admin(link.client, namespace).history(["default"])
+    assert default.totals(HOUR_MS)["done"] == 2
+    await away.aclose()
+
+
+def test_stats_shows_the_fleets_processed_and_failed_counts(start_daemon: StartDaemon, q: QueueDriver) -> None:
+    handlers = {"ok": {"command": ["true"]}, "bad": {"command": ["false"], "max_attempts": 1}}
+    daemons = [start_daemon(handlers), start_daemon(handlers)]
+    ids = [q.enqueue("ok").id for _ in range(6)] + [q.enqueue("bad").id for _ in range(2)]
+    wait_for(lambda: all(q.where(i) in (None, State.DEAD) for i in ids), what="every job to end")
+    config = daemons[0].config_path
+
+    def counted() -> dict[str, object]:
+        done = cli("stats", "-c", str(config), "--queue", "default", "--json")
+        assert done.returncode == 0, done.stderr
+        (default,) = json.loads(done.stdout)
+        assert isinstance(default, dict)
+        return default
+
+    # Each daemon flushes its counts within five seconds.
+    wait_for(lambda: counted()["processed_last_hour"] == 8, timeout=20, what="both daemons' counts")
+    default = counted()
+    assert default["failed_last_hour"] == 2
+    assert default["processed_last_minute"] == 8
+    assert default["failed_last_minute"] == 2
