@@ -26,19 +26,17 @@ from jobcar.job import Job, State
 from jobcar.keys import QueueKeys
 from jobcar.metrics import Metrics
 from jobcar.outcome import Outcome, OutcomeKind
-from jobcar.recording import Recorded, outcome_call
+from jobcar.recording import OutcomeCall, Recorded, outcome_call
 from jobcar.redis_link import RedisLink, RedisUnavailable
 from jobcar.transitions import LeasedJob
 
 log = logging.getLogger("jobcar.attempts")
 
-#: The level of the line each finished attempt logs. Successes at debug: at thousands of jobs/s a line
-#: per job would cost more than the job. The error text (a handler's stderr or response body may echo
-#: the payload) is logged at debug only, whatever the outcome.
+#: The level of the line each finished attempt logs (see Attempts._log_finished); others at info.
 _LOG_LEVELS: Final = {
-    OutcomeKind.SUCCESS: logging.DEBUG,
-    OutcomeKind.RETRY: logging.INFO,
-    OutcomeKind.FAIL: logging.WARNING,
+    Recorded.DONE: logging.DEBUG,
+    Recorded.RETRIED: logging.INFO,
+    Recorded.DEAD: logging.WARNING,
 }
 
 
@@ -203,13 +201,40 @@ class Attempts:
         self._forget(running)
         elapsed = time.monotonic() - started
         self.metrics.of_job(job.queue, job.type).duration.observe(elapsed)
-        level = _LOG_LEVELS[outcome.kind]
-        if log.isEnabledFor(level):
-            fields = {**log_fields(job), "outcome": outcome.kind.value, "duration_s": round(elapsed, 6)}
-            log.log(level, "job %s", outcome.kind.value, extra=fields)
-            if outcome.error:
-                log.debug("job %s: %s", outcome.kind.value, outcome.error, extra=fields)
-        await self._record(running, outcome)
+        recorded = await self._record(running, outcome)
+        if recorded is not None:
+            self._log_finished(running, outcome, *recorded, elapsed)
+
+    def _log_finished(
+        self, running: RunningJob, outcome: Outcome, recorded: Recorded, recording: OutcomeCall, elapsed: float
+    ) -> None:
+        """One line per finished attempt, named as the metrics name it: a success at debug (a line per job
+        would cost more than the job), a retry at info, a death at warning. The line says why in the
+        executor's words before any handler output (`exit code 3`, `HTTP 503`, `timeout after 10.0s`):
+        a handler's stderr or response body may echo the payload, so it is logged at debug only, and it
+        is always in the job's error history (`jobcar jobs show`)."""
+        level = _LOG_LEVELS.get(recorded, logging.INFO)
+        if not log.isEnabledFor(level):
+            return
+        job = running.job
+        fields = {**log_fields(job), "outcome": recorded.value, "duration_s": round(elapsed, 6)}
+        why = _reason(outcome.error)
+        max_attempts = job.max_attempts or self._max_attempts(job)
+        if recorded is Recorded.RETRIED:
+            log.log(level, "job retried: %s; attempt %d of %d failed, the next in %.1f s", why, job.attempt,
+                    max_attempts, recording.retry_in or 0.0, extra=fields)  # fmt: skip
+        elif recorded is Recorded.DEAD:
+            spent = "attempts exhausted" if outcome.kind is OutcomeKind.RETRY else "a permanent failure"
+            log.log(level, "job dead: %s (%s, attempt %d of %d); it is in the dead-letter queue", why, spent,
+                    job.attempt, max_attempts, extra=fields)  # fmt: skip
+        else:
+            log.log(level, "job %s", recorded.value, extra=fields)
+        if outcome.error:
+            log.debug("job %s: %s", recorded.value, outcome.error, extra=fields)
+
+    def _max_attempts(self, job: Job) -> int:
+        handler = self.handlers.get(job.type)
+        return handler.max_attempts if handler is not None else self.config.defaults.max_attempts
 
     async def _execute(self, running: RunningJob) -> Outcome:
         job = running.job
@@ -230,8 +255,8 @@ class Attempts:
 
     async def _record(
         self, running: RunningJob, outcome: Outcome, final: State = State.DONE, give_back: bool = False
-    ) -> None:
-        """Record the outcome, retrying while Redis is away until the lease would have expired."""
+    ) -> tuple[Recorded, OutcomeCall] | None:
+        """Record the outcome, retrying while Redis is away until the lease would have expired (then None)."""
         job = running.job
         recording = outcome_call(self.config, running.keys, running.leased, outcome, final=final, give_back=give_back)
         while True:
@@ -245,12 +270,19 @@ class Attempts:
             except RedisUnavailable as exc:
                 if time.monotonic() > running.last_renewed + self.config.lease:
                     log.error("could not record the outcome before the lease expired: %s", exc, extra=log_fields(job))
-                    return
+                    return None
         recorded = recording.recorded(reply)
         self.metrics.of_job(job.queue, job.type).finished[recorded.value].inc()
         self.history.add(job.queue, job.type, recorded)
         if recorded is Recorded.LEASE_LOST:
             why = "lease lost before the outcome was recorded; another daemon owns the job"
             log.warning(why, extra=log_fields(job))
-        elif recorded is Recorded.DEAD and recording.becomes is not Recorded.DEAD:
-            log.warning("attempts exhausted; job moved to the dead-letter queue", extra=log_fields(job))
+        return recorded, recording
+
+
+def _reason(error: str | None) -> str:
+    """The executor's own words of an error, before any handler output: `exit code 3: <stderr>` -> `exit code 3`."""
+    if not error:
+        return "no reason given"
+    head = error.split(": ", 1)[0].strip()
+    return head if len(head) <= 200 else head[:199] + "…"

@@ -44,6 +44,8 @@ class OutcomeCall:
     call: ScriptCall
     #: What the job became when the script did the transition (a retry that spent the last attempt: dead).
     becomes: Recorded
+    #: For a retry: seconds until the next attempt.
+    retry_in: float | None = None
 
     def recorded(self, reply: Reply) -> Recorded:
         """What the job became, from the script's reply for this job (0: the lease was lost, nothing
@@ -95,4 +97,4 @@ def outcome_call(
         max_free_retries=0 if give_back else MAX_FREE_RETRIES,
         dead=dead_letter_limits(config),
     )
-    return OutcomeCall(call, Recorded.RETURNED if give_back else Recorded.RETRIED)
+    return OutcomeCall(call, Recorded.RETURNED if give_back else Recorded.RETRIED, retry_in=delay)

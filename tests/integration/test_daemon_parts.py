@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import logging
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
@@ -256,7 +257,9 @@ async def test_reap_returns_an_expired_lease_to_pending_keeping_its_attempt(
     assert await parts.reaper.reap() == {"default": {job_id: "pending"}}
     assert q.where(job_id) is State.PENDING
     job = q.job(job_id)
-    assert job is not None and job.attempt == 1 and job.token is None, "the expired attempt still counts"
+    assert job is not None
+    assert job.attempt == 1, "the expired attempt still counts"
+    assert job.token is None
     assert job.last_error == "lease expired: the daemon running attempt 1 stopped renewing it"
     assert q.redis.exists(q.keys.wake) == 1, "a job back in pending wakes idle daemons"
 
@@ -274,7 +277,8 @@ async def test_reap_moves_an_expired_lease_of_the_last_attempt_to_dead(
     assert await parts.reaper.reap() == {"default": {job_id: "dead"}}
     assert q.where(job_id) is State.DEAD
     job = q.job(job_id)
-    assert job is not None and job.last_error is not None
+    assert job is not None
+    assert job.last_error is not None
     assert job.last_error.endswith("(attempts exhausted: 1 of 1)")
 
 
@@ -336,7 +340,8 @@ async def test_lease_step_leases_at_most_the_free_slots_and_starts_them(target: 
     await parts.leaser.step()
     assert parts.running_ids() == sorted(ids[:2]), "3 slots, 1 reserved: 2 leased, oldest first"
     assert q.redis.llen(q.keys.pending) == 4
-    assert queue.ready and not queue.went_idle.is_set(), "a lease that got all it asked for leaves the queue ready"
+    assert queue.ready, "a lease that got all it asked for leaves the queue ready"
+    assert not queue.went_idle.is_set()
 
     queue.reserved = 0
     await parts.leaser.step()
@@ -379,8 +384,10 @@ async def test_lease_step_marks_the_queue_idle_when_it_ran_short(target: Target,
     await parts.leaser.step()
 
     assert parts.running_ids() == [job_id]
-    assert not queue.ready and queue.went_idle.is_set(), "1 of 5 leased: the queue waits for a wake"
-    assert queue.due_at is not None and 50 < queue.due_at - time.monotonic() <= 60, "…or for its scheduled job"
+    assert not queue.ready, "1 of 5 leased: the queue waits for a wake"
+    assert queue.went_idle.is_set()
+    assert queue.due_at is not None
+    assert 50 < queue.due_at - time.monotonic() <= 60, "…or for its scheduled job"
 
 
 @pytest.mark.asyncio
@@ -397,7 +404,8 @@ async def test_lease_step_on_a_paused_queue_leases_nothing_and_goes_idle(target:
 
     assert parts.attempts.running == {}
     assert q.redis.llen(q.keys.pending) == 2
-    assert not queue.ready and queue.went_idle.is_set()
+    assert not queue.ready
+    assert queue.went_idle.is_set()
     assert queue.due_at is None, "a paused queue's scheduled jobs wait for the resume's wake, not a timer"
 
 
@@ -440,7 +448,8 @@ async def test_lease_step_never_leases_from_an_idle_queue_before_its_due_time(
         a.enqueue("t")
         queue_a.ready = True  # as its watcher does when a wake comes
         await parts.leaser.step()
-    assert len(parts.running_ids("a")) == 5 and parts.running_ids("b") == []
+    assert len(parts.running_ids("a")) == 5
+    assert parts.running_ids("b") == []
     assert b.redis.llen(b.keys.pending) == 2
 
     queue_b.due_at = time.monotonic()  # its due time has come (the timer of the daemon's lease loop)
@@ -458,7 +467,8 @@ async def test_lease_step_with_strict_priority_drains_the_first_queue_before_the
     low_ids = [low.enqueue("t").id for _ in range(2)]
 
     await parts.leaser.step()
-    assert parts.running_ids("high") == sorted(high_ids) and parts.running_ids("low") == []
+    assert parts.running_ids("high") == sorted(high_ids)
+    assert parts.running_ids("low") == []
     assert not parts.queue("high").ready
 
     await parts.leaser.step()
@@ -484,7 +494,9 @@ def test_recording_a_success_acks_the_job_done_with_its_result(any_target: Targe
 
     assert record_alone(q, make_config(any_target, result_ttl=60), leased, Outcome.success(b"ok")) is Recorded.DONE
     job = q.job(job_id)
-    assert q.where(job_id) is State.DONE and job is not None and job.result == b"ok"
+    assert q.where(job_id) is State.DONE
+    assert job is not None
+    assert job.result == b"ok"
     assert q.redis.zscore(q.keys.active, job_id) is None
 
 
@@ -505,7 +517,9 @@ def test_recording_a_failure_kills_the_job_with_its_error(any_target: Target) ->
 
     assert record_alone(q, make_config(any_target), leased, Outcome.fail("bad input")) is Recorded.DEAD
     job = q.job(job_id)
-    assert q.where(job_id) is State.DEAD and job is not None and job.last_error == "bad input"
+    assert q.where(job_id) is State.DEAD
+    assert job is not None
+    assert job.last_error == "bad input"
 
 
 def test_recording_a_retry_schedules_the_job_after_its_retry_after(any_target: Target) -> None:
@@ -515,10 +529,14 @@ def test_recording_a_retry_schedules_the_job_after_its_retry_after(any_target: T
 
     assert record_alone(q, make_config(any_target), leased, Outcome.retry("flaky", after=60)) is Recorded.RETRIED
     job = q.job(job_id)
-    assert q.where(job_id) is State.SCHEDULED and job is not None
-    assert job.attempt == 1 and job.last_error == "flaky", "the attempt is spent"
+    assert q.where(job_id) is State.SCHEDULED
+    assert job is not None
+    assert job.attempt == 1, "the attempt is spent"
+    assert job.last_error == "flaky"
     run_at = q.redis.zscore(q.keys.scheduled, job_id)
-    assert run_at is not None and job.run_at_ms == run_at and job.errors[-1].at_ms + 60_000 == run_at
+    assert run_at is not None
+    assert job.run_at_ms == run_at
+    assert job.errors[-1].at_ms + 60_000 == run_at
 
 
 def test_recording_a_retry_without_retry_after_waits_the_handlers_backoff(any_target: Target) -> None:
@@ -529,7 +547,8 @@ def test_recording_a_retry_without_retry_after_waits_the_handlers_backoff(any_ta
 
     assert record_alone(q, config, leased, Outcome.retry("flaky")) is Recorded.RETRIED
     job = q.job(job_id)
-    assert job is not None and job.run_at_ms == job.errors[-1].at_ms + 45_000
+    assert job is not None
+    assert job.run_at_ms == job.errors[-1].at_ms + 45_000
 
 
 def test_recording_a_retry_of_the_last_attempt_kills_the_job(any_target: Target) -> None:
@@ -539,7 +558,8 @@ def test_recording_a_retry_of_the_last_attempt_kills_the_job(any_target: Target)
 
     assert record_alone(q, make_config(any_target), leased, Outcome.retry("flaky", after=60)) is Recorded.DEAD
     job = q.job(job_id)
-    assert q.where(job_id) is State.DEAD and job is not None
+    assert q.where(job_id) is State.DEAD
+    assert job is not None
     assert job.last_error == "flaky (attempts exhausted: 1 of 1)"
 
 
@@ -554,7 +574,9 @@ def test_recording_a_give_back_returns_the_job_to_pending_with_its_attempt(any_t
 
     assert record_alone(q, make_config(any_target), leased, give_back, give_back=True) is Recorded.RETURNED
     job = q.job(job_id)
-    assert q.where(job_id) is State.PENDING and job is not None and job.attempt == 0
+    assert q.where(job_id) is State.PENDING
+    assert job is not None
+    assert job.attempt == 0
 
 
 @pytest.mark.parametrize(
@@ -634,6 +656,42 @@ async def test_an_attempt_whose_retry_spends_the_last_attempt_is_counted_dead(
 
 
 @pytest.mark.asyncio
+@pytest.mark.parametrize(
+    ("outcome", "max_attempts", "level", "line"),
+    [
+        (Outcome.retry("exit code 3: SECRET-PAYLOAD echoed", after=2), 3, "INFO",
+         "job retried: exit code 3; attempt 1 of 3 failed, the next in 2.0 s"),
+        (Outcome.retry("HTTP 503: SECRET-PAYLOAD echoed", after=2), 1, "WARNING",
+         "job dead: HTTP 503 (attempts exhausted, attempt 1 of 1); it is in the dead-letter queue"),
+        (Outcome.fail("exit code 64: SECRET-PAYLOAD echoed"), 3, "WARNING",
+         "job dead: exit code 64 (a permanent failure, attempt 1 of 3); it is in the dead-letter queue"),
+    ],
+    ids=["retried", "attempts-exhausted", "permanent"],
+)  # fmt: skip
+async def test_a_failed_attempt_logs_why_and_what_became_of_the_job_but_no_handler_output(
+    target: Target,
+    make_parts: MakeParts,
+    caplog: pytest.LogCaptureFixture,
+    outcome: Outcome,
+    max_attempts: int,
+    level: str,
+    line: str,
+) -> None:
+    parts = await make_parts(target, {"t": Returns(outcome)})
+    q = target.driver()
+    q.enqueue("t", max_attempts=max_attempts)
+
+    with caplog.at_level(logging.INFO, logger="jobcar"):
+        parts.attempts.start(q.keys, q.lease_one())
+        await parts.settle()
+
+    finished = [r for r in caplog.records if r.name == "jobcar.attempts" and r.getMessage().startswith("job ")]
+    assert [(r.levelname, r.getMessage()) for r in finished] == [(level, line)]
+    assert finished[0].__dict__["outcome"] in ("retried", "dead"), "the metrics' outcome names"
+    assert "SECRET-PAYLOAD" not in caplog.text, "handler output may echo the payload: debug only"
+
+
+@pytest.mark.asyncio
 async def test_an_attempt_of_a_type_without_a_handler_is_killed(target: Target, make_parts: MakeParts) -> None:
     parts = await make_parts(target, {"t": Returns(Outcome.success())})
     q = target.driver()
@@ -643,7 +701,9 @@ async def test_an_attempt_of_a_type_without_a_handler_is_killed(target: Target, 
     await parts.settle()
 
     job = q.job(job_id)
-    assert q.where(job_id) is State.DEAD and job is not None and job.last_error == "no handler for type unknown.type"
+    assert q.where(job_id) is State.DEAD
+    assert job is not None
+    assert job.last_error == "no handler for type unknown.type"
     assert parts.finished(job_type="unknown.type") == {"dead": 1}, "counted under the type label `other`"
 
 
@@ -661,7 +721,9 @@ async def test_an_attempt_stopped_by_a_drain_gives_its_job_back_unspent(target: 
 
     assert held.cancelled == [job_id]
     job = q.job(job_id)
-    assert q.where(job_id) is State.PENDING and job is not None and job.attempt == 0
+    assert q.where(job_id) is State.PENDING
+    assert job is not None
+    assert job.attempt == 0
     assert parts.finished() == {"returned": 1}
     assert parts.attempts.returned_on_shutdown == 1
 
@@ -681,7 +743,9 @@ async def test_an_attempt_started_after_the_drain_began_never_runs_its_handler(
 
     assert held.started == []
     job = q.job(job_id)
-    assert q.where(job_id) is State.PENDING and job is not None and job.attempt == 0
+    assert q.where(job_id) is State.PENDING
+    assert job is not None
+    assert job.attempt == 0
     assert parts.finished() == {"returned": 1}
 
 
@@ -724,7 +788,8 @@ async def test_a_call_redis_fails_raises_redis_unavailable_and_marks_redis_unrea
         with pytest.raises(RedisUnavailable):
             await link.call(lambda: link.client.ping())
         assert not link.reachability.reachable
-        assert link.reachability.failures == 1 and len(failures) == 1
+        assert link.reachability.failures == 1
+        assert len(failures) == 1
     finally:
         await link.aclose()
 
@@ -745,7 +810,8 @@ async def test_a_call_that_succeeds_after_a_failure_marks_redis_reachable_and_wa
 
         assert await link.call(lambda: working.ping()) is True
 
-        assert link.reachability.reachable and link.reachability.failures == 0
+        assert link.reachability.reachable
+        assert link.reachability.failures == 0
         assert recoveries == [None]
         await asyncio.wait_for(paused, PATIENCE)  # woken by the recovery, not after its hour
     finally:
@@ -763,7 +829,9 @@ async def test_a_call_failing_with_a_non_redis_error_raises_it_and_leaves_reacha
     try:
         with pytest.raises(KeyError):
             await link.call(bug)
-        assert link.reachability.reachable and link.reachability.failures == 0 and failures == []
+        assert link.reachability.reachable
+        assert link.reachability.failures == 0
+        assert failures == []
     finally:
         await link.aclose()
 
@@ -796,15 +864,18 @@ async def test_a_beat_renews_the_lease_of_a_running_job(target: Target, make_par
     await beat_until(parts, lambda: parts.sample("jobcar_leases_renewed_total", queue="default") == 1, "a renewal")
 
     after = q.redis.zscore(q.keys.active, job_id)
-    assert after is not None and after - before >= 25_000, "the deadline is now 30 s after the beat, not 5 s"
-    assert parts.running_ids() == [job_id] and held.cancelled == []
+    assert after is not None
+    assert after - before >= 25_000, "the deadline is now 30 s after the beat, not 5 s"
+    assert parts.running_ids() == [job_id]
+    assert held.cancelled == []
 
 
 @pytest.mark.asyncio
 async def test_a_beat_refreshes_the_alive_key_of_a_one_queue_daemon(target: Target, make_parts: MakeParts) -> None:
     parts = await make_parts(target, lease=30.0)
     alive = parts.leaser.alive
-    assert alive is not None and not alive.surely_exists()
+    assert alive is not None
+    assert not alive.surely_exists()
 
     await beat_until(parts, alive.surely_exists, "the alive key")
 
@@ -826,7 +897,8 @@ async def test_a_beat_stops_an_attempt_whose_lease_was_lost(target: Target, make
     await parts.settle()
 
     assert running.stop_reason is StopReason.LEASE_LOST
-    assert held.cancelled == [job_id] and parts.attempts.running == {}
+    assert held.cancelled == [job_id]
+    assert parts.attempts.running == {}
     assert parts.sample("jobcar_leases_lost_total", queue="default") == 1
     assert parts.finished() == {}, "a lost lease records nothing: the job is another daemon's"
     assert q.where(job_id) is State.ACTIVE
