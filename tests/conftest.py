@@ -2,15 +2,31 @@
 
 from __future__ import annotations
 
+import asyncio
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 
 import pytest
 import redis
+import uvloop
 
 from tests.integration.daemon_harness import DaemonProcess
 from tests.servers import RedisServer, find_server_binary, start_cluster
+
+LoopFactory = Callable[[], asyncio.AbstractEventLoop]
+
+#: The loops an async test can ask for by name; the daemon runs on uvloop where it is installed.
+LOOP_FACTORIES: dict[str, LoopFactory] = {"asyncio": asyncio.new_event_loop, "uvloop": uvloop.new_event_loop}
+
+
+def pytest_asyncio_loop_factories(config: pytest.Config, item: pytest.Item) -> Mapping[str, LoopFactory]:
+    """Where pytest-asyncio runs an async test: on a fresh asyncio loop, or once on each loop its marker
+    names, as `@pytest.mark.asyncio(loop_factories=["asyncio", "uvloop"])` does (ids `[asyncio]`, `[uvloop]`)."""
+    marker = item.get_closest_marker("asyncio")
+    if marker is not None and "loop_factories" in marker.kwargs:
+        return LOOP_FACTORIES
+    return {"asyncio": asyncio.new_event_loop}
 
 
 @pytest.fixture(autouse=True)

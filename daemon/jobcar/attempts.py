@@ -230,7 +230,7 @@ class Attempts:
         else:
             log.log(level, "job %s", recorded.value, extra=fields)
         if outcome.error:
-            log.debug("job %s: %s", recorded.value, outcome.error, extra=fields)
+            log.debug("the attempt's error in full: %s", outcome.error, extra=fields)
 
     def _max_attempts(self, job: Job) -> int:
         handler = self.handlers.get(job.type)

@@ -59,7 +59,8 @@ def test_kill_9_with_100_jobs_in_flight_loses_nothing(
         per_job = Counter(job_id for job_id, _, _ in runs_of(runs))
         assert set(per_job) == ids, "every job ran"
         assert max(per_job.values()) <= 2, "each handler ran at most twice"
-        assert client.zcard(q.keys.active) == 0 and client.llen(q.keys.pending) == 0
+        assert client.zcard(q.keys.active) == 0
+        assert client.llen(q.keys.pending) == 0
         assert client.zcard(q.keys.dead) == 0, "a crash costs an attempt, not the job"
         recovered = [line for line in second.lines() if "recovered an expired lease" in line.get("msg", "")]
         assert recovered, "the second daemon reaped the first one's leases"
@@ -89,7 +90,9 @@ def test_a_daemon_paused_past_its_lease_cannot_write_anymore(
         finally:
             a.signal(signal.SIGCONT)
         finished = q.job(job_id)
-        assert finished is not None and finished.attempt == 2 and finished.result == b"attempt 2\n"
+        assert finished is not None
+        assert finished.attempt == 2
+        assert finished.result == b"attempt 2\n"
         rejected = a.wait_for_log("lease lost", timeout=20)
         assert rejected["job_id"] == job_id
         a.stop()

@@ -14,7 +14,6 @@ from pathlib import Path
 import pytest
 import redis
 import redis.asyncio
-import uvloop
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 
@@ -50,7 +49,8 @@ def test_data_passes_unchanged_through_slices_and_latency(proxy: FaultProxy, nam
         started = time.monotonic()
         assert c.ping()
         assert time.monotonic() - started >= 0.04, "latency applies in each direction"
-    assert proxy.bytes_up > len(value) and proxy.bytes_down > len(value)
+    assert proxy.bytes_up > len(value)
+    assert proxy.bytes_down > len(value)
     assert proxy.connections == 1
 
 
@@ -88,10 +88,12 @@ def test_reset_fails_the_command_in_flight_and_a_new_connection_works(proxy: Fau
         wait_for(lambda: proxy.bytes_up > sent, what="PING on the wire")
         assert proxy.reset() == 1
         worker.join(timeout=5)
-        assert len(outcome) == 1 and isinstance(outcome[0], redis.ConnectionError), outcome
+        assert len(outcome) == 1, outcome
+        assert isinstance(outcome[0], redis.ConnectionError), outcome
         proxy.latency = 0
         assert c.ping()
-    assert proxy.connections == 2 and proxy.resets == 1
+    assert proxy.connections == 2
+    assert proxy.resets == 1
 
 
 def test_an_idle_connection_reset_is_replaced_by_the_pool(proxy: FaultProxy) -> None:
@@ -104,7 +106,8 @@ def test_an_idle_connection_reset_is_replaced_by_the_pool(proxy: FaultProxy) -> 
     assert proxy.connections == 2
 
 
-def test_on_uvloop_a_reset_idle_connection_fails_the_next_call_as_a_connection_error(
+@pytest.mark.asyncio(loop_factories=["uvloop"])
+async def test_on_uvloop_a_reset_idle_connection_fails_the_next_call_as_a_connection_error(
     proxy: FaultProxy, namespace: str
 ) -> None:
     """The asyncio pool does not notice; on uvloop redis-py's write then raises RuntimeError ("the
@@ -121,24 +124,20 @@ def test_on_uvloop_a_reset_idle_connection_fails_the_next_call_as_a_connection_e
             assert time.monotonic() < deadline, "the reset never reached the client's transport"
             await asyncio.sleep(0.005)
 
-    async def reset_between_calls() -> list[str]:
-        client = redis.asyncio.Redis(host="127.0.0.1", port=proxy.port, retry=Retry(NoBackoff(), 0))
-        outcomes = []
-        try:
-            for _ in range(5):
+    client = redis.asyncio.Redis(host="127.0.0.1", port=proxy.port, retry=Retry(NoBackoff(), 0))
+    outcomes = []
+    try:
+        for _ in range(5):
+            await transport.execute_async(client, [transitions.stats_call(keys)])
+            proxy.reset()
+            await transport_closed(client)
+            try:
                 await transport.execute_async(client, [transitions.stats_call(keys)])
-                proxy.reset()
-                await transport_closed(client)
-                try:
-                    await transport.execute_async(client, [transitions.stats_call(keys)])
-                    outcomes.append("answered")
-                except redis.ConnectionError:
-                    outcomes.append("connection error")
-        finally:
-            await client.aclose()
-        return outcomes
-
-    outcomes = uvloop.run(reset_between_calls())
+                outcomes.append("answered")
+            except redis.ConnectionError:
+                outcomes.append("connection error")
+    finally:
+        await client.aclose()
     assert set(outcomes) <= {"answered", "connection error"}, outcomes
     assert "connection error" in outcomes, "the RuntimeError case did not occur: the test proves nothing"
     assert outcomes == ["connection error"] * 5, "each write into a closed transport is a connection error"
@@ -181,7 +180,7 @@ def async_client(proxy: FaultProxy) -> redis.asyncio.Redis:
 
 
 @pytest.mark.parametrize("mode", ["command", "pipeline"])
-def test_a_cancelled_command_never_hands_its_reply_to_the_next(
+async def test_a_cancelled_command_never_hands_its_reply_to_the_next(
     proxy: FaultProxy, r: redis.Redis, namespace: str, mode: str
 ) -> None:
     a, b = f"{namespace}:a", f"{namespace}:b"
@@ -202,20 +201,17 @@ def test_a_cancelled_command_never_hands_its_reply_to_the_next(
             pipe.get(b)
             return (await pipe.execute())[0]
 
-    async def scenario() -> None:
-        client = async_client(proxy)
-        try:
-            proxy.latency = LATENCY
-            for i in range(ROUNDS):
-                sent_before = proxy.bytes_up
-                with pytest.raises(asyncio.TimeoutError):
-                    await asyncio.wait_for(get_a(client), CANCEL_AFTER)
-                assert proxy.bytes_up > sent_before, f"round {i}: GET a reached the wire before the cancel"
-                assert await get_b(client) == b"2", f"round {i}: the cancelled GET a's reply leaked"
-        finally:
-            await client.aclose()
-
-    asyncio.run(scenario())
+    client = async_client(proxy)
+    try:
+        proxy.latency = LATENCY
+        for i in range(ROUNDS):
+            sent_before = proxy.bytes_up
+            with pytest.raises(asyncio.TimeoutError):
+                await asyncio.wait_for(get_a(client), CANCEL_AFTER)
+            assert proxy.bytes_up > sent_before, f"round {i}: GET a reached the wire before the cancel"
+            assert await get_b(client) == b"2", f"round {i}: the cancelled GET a's reply leaked"
+    finally:
+        await client.aclose()
     # redis-py >= 4.5.4 drops the connection of a cancelled command: one new connection per round.
     assert proxy.connections >= ROUNDS
 
@@ -248,18 +244,21 @@ def test_daemon_survives_a_blackholed_redis_and_completes_every_job_once(
             wait_for(all_done, timeout=60, what="all 55 jobs to complete")
             elapsed = time.monotonic() - restored
             daemon.wait_for_log("redis reachable again", timeout=10)
-            assert daemon.process is not None and daemon.process.poll() is None, "the daemon never exits"
+            assert daemon.process is not None
+            assert daemon.process.poll() is None, "the daemon never exits"
             per_job = Counter(req.headers["jobcar-job-id"] for req in handlers.requests_to("/jobs/ok"))
             assert set(per_job) == set(ids), "every job ran"
             assert max(per_job.values()) <= 2, f"a job ran more than twice: {per_job.most_common(3)}"
             twice = sum(1 for n in per_job.values() if n == 2)
             print(f"[blackhole] all done {elapsed:.1f} s after the blackhole was lifted; {twice} jobs ran twice")
-            assert client.zcard(q.keys.active) == 0 and client.llen(q.keys.pending) == 0
+            assert client.zcard(q.keys.active) == 0
+            assert client.llen(q.keys.pending) == 0
             assert client.zcard(q.keys.dead) == 0
             lines = [f"{line.get('ts')} {line.get('msg')}" for line in daemon.lines() if line.get("level") != "debug"]
             log = "\n".join(lines)
             health = [m.split(" ", 1)[1] for m in lines if " redis unreachable" in m or " redis reachable again" in m]
-            assert health and health[0].startswith("redis unreachable"), log
+            assert health, log
+            assert health[0].startswith("redis unreachable"), log
             assert health[-1] == "redis reachable again", log
             # Each connection whose command vanished in the blackhole times out on its own, some after Redis
             # is back (the blocking lease wait after 15 s): those late failures are not a new outage.

@@ -326,9 +326,9 @@ def sockets_to(pid: int, port: int) -> list[str]:
 
 
 def retry_durations(daemon: DaemonProcess, job_id: str) -> list[float]:
-    """The daemon's own measure of each retried attempt of a job, from its "job retry" log lines."""
+    """The daemon's own measure of each retried attempt of a job, from its "job retried" log lines."""
     return [float(line["duration_s"]) for line in daemon.lines()
-            if line.get("msg") == "job retry" and line.get("job_id") == job_id]  # fmt: skip
+            if str(line.get("msg", "")).startswith("job retried:") and line.get("job_id") == job_id]  # fmt: skip
 
 
 def errors_of(job: Job) -> list[tuple[int, str]]:
@@ -374,7 +374,8 @@ def run_every_outcome(app: RawHttpServer, proxy: FaultProxy, daemon: DaemonProce
     wait_for(lambda: app.hits(proxied), what="the proxied request to reach the handler")
     assert proxy.reset() >= 1
     job = wait_state(q, proxied, State.DONE, daemon)
-    assert job.attempt == 2 and job.errors[0].attempt == 1
+    assert job.attempt == 2
+    assert job.errors[0].attempt == 1
     assert job.errors[0].error.startswith("connection reset"), errors_of(job)
     assert [h.attempt for h in app.hits(proxied)] == [1, 2]
 
@@ -387,7 +388,8 @@ def run_every_outcome(app: RawHttpServer, proxy: FaultProxy, daemon: DaemonProce
     gaps = []
     for job_id in broken_ids:
         job = wait_state(q, job_id, State.DEAD, daemon)
-        assert job.attempt == 3 and [e.attempt for e in job.errors] == [1, 2, 3], errors_of(job)
+        assert job.attempt == 3, errors_of(job)
+        assert [e.attempt for e in job.errors] == [1, 2, 3], errors_of(job)
         for attempt, error in errors_of(job):
             assert error.startswith(f"HTTP 500 Internal Server Error: database is down (attempt {attempt})"), error
         assert job.errors[-1].error.endswith("(attempts exhausted: 3 of 3)")
@@ -402,11 +404,13 @@ def run_every_outcome(app: RawHttpServer, proxy: FaultProxy, daemon: DaemonProce
     # Reset mid-body: retried, then done.
     for job_id in reset_ids:
         job = wait_state(q, job_id, State.DONE, daemon)
-        assert job.attempt == 2 and job.errors[0].error.startswith("connection reset"), errors_of(job)
+        assert job.attempt == 2, errors_of(job)
+        assert job.errors[0].error.startswith("connection reset"), errors_of(job)
 
     # A body dripping one byte per 200 ms for 10 s: the total deadline ends the attempt, not the idle gaps.
     job = wait_state(q, drip_id, State.DONE, daemon)
-    assert job.attempt == 2 and errors_of(job)[0] == (1, f"timeout after {DRIP_TIMEOUT:.1f}s"), errors_of(job)
+    assert job.attempt == 2, errors_of(job)
+    assert errors_of(job)[0] == (1, f"timeout after {DRIP_TIMEOUT:.1f}s"), errors_of(job)
     wait_for(lambda: app.endings(drip_id), what="the dripping connection to be closed by the daemon")
     [ending] = app.endings(drip_id)
     assert DRIP_TIMEOUT - 0.25 <= ending.duration <= DRIP_TIMEOUT + DEADLINE_MARGIN, ending
@@ -417,7 +421,8 @@ def run_every_outcome(app: RawHttpServer, proxy: FaultProxy, daemon: DaemonProce
     # Other 4xx: straight to the dead-letter queue after one attempt.
     for job_id, reason in ((rejected, "HTTP 422 Unprocessable Entity: invalid order"), (gone, "HTTP 404 Not Found")):
         job = wait_state(q, job_id, State.DEAD, daemon)
-        assert job.attempt == 1 and len(app.hits(job_id)) == 1
+        assert job.attempt == 1
+        assert len(app.hits(job_id)) == 1
         assert (job.last_error or "").startswith(reason), errors_of(job)
 
     # A 2xx with a 1 GiB body: RESPONSE_CAP bytes kept, and the connection dropped rather than drained.
@@ -434,7 +439,8 @@ def run_every_outcome(app: RawHttpServer, proxy: FaultProxy, daemon: DaemonProce
         first, second = app.hits(job_id)
         assert second.at - first.at >= RETRY_AFTER, (status, second.at - first.at)
         assert (first.attempt, second.attempt, job.attempt) == (1, 1, 1), "the snooze spent no attempt"
-        assert f"HTTP {status}" in job.errors[0].error and f"Retry-After: {RETRY_AFTER}" in job.errors[0].error
+        assert f"HTTP {status}" in job.errors[0].error
+        assert f"Retry-After: {RETRY_AFTER}" in job.errors[0].error
 
     # No leaked sockets: the pool holds at most one connection per job that can run at once, all healthy, and
     # it does not grow with more jobs (nor with more broken connections).
@@ -445,7 +451,8 @@ def run_every_outcome(app: RawHttpServer, proxy: FaultProxy, daemon: DaemonProce
         wait_state(q, job_id, State.DONE, daemon)
     second_wave = settled_sockets(daemon, app.port)
     assert sockets_to(daemon.pid, proxy.port) in ([], ["ESTABLISHED"])
-    assert daemon.process is not None and daemon.process.poll() is None, "the daemon is still running"
+    assert daemon.process is not None
+    assert daemon.process.poll() is None, "the daemon is still running"
     assert not [line for line in daemon.lines() if line.get("level") in ("error", "critical")], daemon.log_tail()
     print(
         f"\ndrip attempt: {ending.duration * 1000:.0f} ms at the handler, {daemon_measure * 1000:.0f} ms in the daemon "

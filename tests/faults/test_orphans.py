@@ -108,7 +108,8 @@ def test_an_orphan_left_by_a_dead_daemon_is_repaired_by_fsck(
         # so no reaper can find it. fsck walks the hashes and does.
         assert client.zrem(q.keys.active, job_id) == 1
         orphan = q.job(job_id)
-        assert orphan is not None and orphan.state is State.ACTIVE
+        assert orphan is not None
+        assert orphan.state is State.ACTIVE
         repair = cli("fsck", "--repair", "--json", "-c", str(config))
         findings = [(f["kind"], f["id"], f["repaired"]) for f in json.loads(repair.stdout)]
         assert findings == [("active_without_lease", job_id, True)], repair

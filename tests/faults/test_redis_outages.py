@@ -122,14 +122,16 @@ def metric(daemon: DaemonProcess, name: str) -> float:
 
 
 def assert_alive(daemon: DaemonProcess) -> None:
-    assert daemon.process is not None and daemon.process.poll() is None, f"the daemon exited:\n{daemon.log_tail()}"
+    assert daemon.process is not None
+    assert daemon.process.poll() is None, f"the daemon exited:\n{daemon.log_tail()}"
 
 
 def assert_one_outage_reported(daemon: DaemonProcess) -> None:
     """One outage, one report each way: no flood of lines while the loops retry with backoff."""
     changes = health_changes(daemon)
     assert len(changes) == 2, f"{changes}\n{daemon.log_tail(60)}"
-    assert changes[0].startswith("redis unreachable") and changes[1] == "redis reachable again", changes
+    assert changes[0].startswith("redis unreachable"), changes
+    assert changes[1] == "redis reachable again", changes
 
 
 # --- RELIABILITY #6: kill -9 and restart during 1,000 enqueues -----------------------------------
@@ -200,7 +202,8 @@ def test_redis_kill_9_and_restart_during_1000_enqueues_loses_nothing(
             assert not lost, f"{len(lost)} acknowledged enqueues lost by the restart: {lost[:5]}"
 
             thread.join(timeout=60)
-            assert not thread.is_alive() and producer.error is None, producer.error
+            assert not thread.is_alive()
+            assert producer.error is None, producer.error
             acked = producer.acked
             assert len(acked) == len(set(acked)) == 1000, "every enqueue was acknowledged in the end"
             with durable_redis.client() as check:

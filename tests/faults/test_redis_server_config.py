@@ -152,7 +152,8 @@ def test_out_of_memory_refuses_every_enqueue_whole_and_the_daemon_rides_it_out(
             assert refused.stdout == ""
             # (redis-py drops the "OOM" code from the message; the CLI names the class that stands for it.)
             assert refused.stderr.startswith("jobcar: Redis refused the command: OutOfMemoryError: "), refused.stderr
-            assert "used memory > 'maxmemory'" in refused.stderr and len(refused.stderr.splitlines()) == 1
+            assert "used memory > 'maxmemory'" in refused.stderr
+            assert len(refused.stderr.splitlines()) == 1
             assert "Traceback" not in refused.stderr
             # The producer client raises, whether its first write is registering the queue (a fresh client) or
             # the enqueue script (a client that has registered it already).
@@ -174,7 +175,8 @@ def test_out_of_memory_refuses_every_enqueue_whole_and_the_daemon_rides_it_out(
             gate.set()
             wait_for(lambda: len(job_keys(admin, namespace)) == WAITING, what="the jobs in flight to be acked")
             daemon.wait_for_log("used memory > 'maxmemory'")  # its lease was refused, and said so
-            assert daemon.process is not None and daemon.process.poll() is None
+            assert daemon.process is not None
+            assert daemon.process.poll() is None
             assert get_status(f"{base}/healthz") == 200
             assert len(handlers.requests_to("/hold")) == IN_FLIGHT
             assert admin.llen(q.keys.pending) == WAITING
@@ -276,7 +278,8 @@ def test_a_user_allowed_only_the_namespace_and_no_config_runs_everything(
             try:
                 warned = [line for line in daemon.lines() if "cannot read the server's settings" in line.get("msg", "")]
                 assert len(warned) == 1, daemon.log_tail()
-                assert "config|get" in warned[0]["msg"] and warned[0]["level"] == "warning"
+                assert "config|get" in warned[0]["msg"]
+                assert warned[0]["level"] == "warning"
                 assert not [line for line in daemon.lines() if "REDIS CAN LOSE JOBS" in line.get("msg", "")]
 
                 with Client.from_url(url, namespace=namespace) as producer:
@@ -293,9 +296,11 @@ def test_a_user_allowed_only_the_namespace_and_no_config_runs_everything(
                     wait_for(finished, timeout=30, what="every job to finish")
                     for job_id in (*ok, later, flaky):
                         job = producer.get(job_id)
-                        assert job is not None and job.state is State.DONE, job
+                        assert job is not None
+                        assert job.state is State.DONE, job
                     dead = producer.get(broken)
-                    assert dead is not None and dead.state is State.DEAD, dead
+                    assert dead is not None
+                    assert dead.state is State.DEAD, dead
                     assert attempts[flaky] == 2
                     assert producer.batch_status("b1").done == 5
 
@@ -303,7 +308,8 @@ def test_a_user_allowed_only_the_namespace_and_no_config_runs_everything(
                     stats = cli("stats", "--json", "-c", str(config))
                     assert stats.returncode == 0, stats.stderr
                     by_queue = {row["queue"]: row for row in json.loads(stats.stdout)}
-                    assert by_queue["default"]["dead"] == 1 and by_queue["default"]["pending"] == 0, by_queue
+                    assert by_queue["default"]["dead"] == 1, by_queue
+                    assert by_queue["default"]["pending"] == 0, by_queue
                     # fsck --repair too: its repairs are EVALs (the id listed twice: kept once).
                     unserved = QueueKeys.of(namespace, "unserved").pending
                     admin.lpush(unserved, waiting)

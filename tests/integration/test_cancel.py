@@ -39,8 +39,10 @@ def test_cancel_stops_a_running_command_and_its_process_group(
             for pid in map(int, pids.read_text().split()):
                 wait_for(lambda pid=pid: not pid_alive(pid), timeout=5, what=f"process {pid} to be gone")
             job = q.job(job_id)
-            assert job is not None and job.attempt == 1, "canceled, not retried"
-            assert client.zcard(q.keys.active) == 0 and client.llen(q.keys.pending) == 0
+            assert job is not None
+            assert job.attempt == 1, "canceled, not retried"
+            assert client.zcard(q.keys.active) == 0
+            assert client.llen(q.keys.pending) == 0
     finally:
         daemon.stop()
 

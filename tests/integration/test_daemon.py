@@ -33,10 +33,6 @@ def handlers() -> Iterator[HandlerServer]:
         yield server
 
 
-def q(r: redis.Redis, namespace: str) -> QueueDriver:
-    return QueueDriver(r, namespace)
-
-
 def ok(req: Received) -> tuple[int, dict[str, str], bytes]:
     return 200, {}, b"done:" + req.body
 
@@ -67,7 +63,8 @@ def test_http_success_gets_the_exact_bytes_and_metadata(
     assert req.headers["jobcar-job-type"] == "email.welcome"
     assert req.headers["jobcar-queue"] == "default"
     assert (req.headers["jobcar-attempt"], req.headers["jobcar-max-attempts"]) == ("1", "4")
-    assert req.headers["jobcar-enqueued-at"].endswith("Z") and req.headers["jobcar-deadline"].endswith("Z")
+    assert req.headers["jobcar-enqueued-at"].endswith("Z")
+    assert req.headers["jobcar-deadline"].endswith("Z")
 
 
 def test_http_5xx_retries_with_backoff_then_dead_with_every_error(
@@ -78,10 +75,12 @@ def test_http_5xx_retries_with_backoff_then_dead_with_every_error(
     info = q.enqueue("always.fails", {"n": 1})
     wait_state(q, info.id, State.DEAD, daemon)
     job = q.job(info.id)
-    assert job is not None and job.attempt == 3
+    assert job is not None
+    assert job.attempt == 3
     assert [e.attempt for e in job.errors] == [1, 2, 3]
     assert all("500" in e.error for e in job.errors)
-    assert "broken #3" in job.errors[-1].error and "attempts exhausted: 3 of 3" in job.errors[-1].error
+    assert "broken #3" in job.errors[-1].error
+    assert "attempts exhausted: 3 of 3" in job.errors[-1].error
     assert len(handlers.requests_to("/jobs/broken")) == 3
 
 
@@ -93,7 +92,9 @@ def test_http_4xx_goes_to_the_dead_letter_queue_after_one_attempt(
     info = q.enqueue("order.check", {})
     wait_state(q, info.id, State.DEAD, daemon)
     job = q.job(info.id)
-    assert job is not None and job.attempt == 1 and "422" in (job.last_error or "")
+    assert job is not None
+    assert job.attempt == 1
+    assert "422" in (job.last_error or "")
     assert "invalid order" in (job.last_error or "")
 
 
@@ -120,7 +121,8 @@ def test_unknown_type_goes_to_the_dead_letter_queue_never_dropped(
     info = q.enqueue("nobody.handles.this", {"x": 1})
     wait_state(q, info.id, State.DEAD, daemon)
     job = q.job(info.id)
-    assert job is not None and job.last_error == "no handler for type nobody.handles.this"
+    assert job is not None
+    assert job.last_error == "no handler for type nobody.handles.this"
     assert job.payload == b'{"x":1}', "the job is kept whole for a later requeue"
 
 
@@ -148,14 +150,19 @@ def test_command_outcomes(tmp_path: Path, start_daemon: StartDaemon, q: QueueDri
     dead = q.enqueue("bad", None)
     wait_state(q, echoed.id, State.DONE, daemon)
     done = q.job(echoed.id)
-    assert done is not None and done.result == b"; `id` $(touch /tmp/pwned)\x00"
+    assert done is not None
+    assert done.result == b"; `id` $(touch /tmp/pwned)\x00"
     wait_state(q, retried.id, State.DONE, daemon)
     flaky_job = q.job(retried.id)
-    assert flaky_job is not None and flaky_job.attempt == 2
-    assert "exit code 3" in flaky_job.errors[0].error and "attempt 1" in flaky_job.errors[0].error
+    assert flaky_job is not None
+    assert flaky_job.attempt == 2
+    assert "exit code 3" in flaky_job.errors[0].error
+    assert "attempt 1" in flaky_job.errors[0].error
     wait_state(q, dead.id, State.DEAD, daemon)
     dead_job = q.job(dead.id)
-    assert dead_job is not None and dead_job.attempt == 1 and "cannot parse input" in (dead_job.last_error or "")
+    assert dead_job is not None
+    assert dead_job.attempt == 1
+    assert "cannot parse input" in (dead_job.last_error or "")
 
 
 def test_delayed_job_runs_when_due_not_at_the_next_poll(
@@ -252,7 +259,8 @@ def test_app_health_gates_leasing(handlers: HandlerServer, start_daemon: StartDa
     info = q.enqueue("t", {})
     daemon.wait_for_log("jobcar running")
     wait_for(lambda: len(handlers.requests_to("/health")) >= 2, what="two failed health probes")
-    assert q.where(info.id) is State.PENDING and handlers.requests_to("/jobs/ok") == []
+    assert q.where(info.id) is State.PENDING
+    assert handlers.requests_to("/jobs/ok") == []
     healthy["now"] = True
     wait_gone(q, info.id, daemon)
     daemon.wait_for_log("app healthy")
@@ -279,7 +287,8 @@ def test_a_job_leased_after_the_app_turned_unhealthy_goes_back_unrun(
     daemon.wait_for_log("returned to pending: the app is unhealthy")
     wait_for(lambda: q.where(info.id) is State.PENDING, what="the job back in pending")
     job = q.job(info.id)
-    assert job is not None and job.attempt == 0, "the attempt that never ran is given back"
+    assert job is not None
+    assert job.attempt == 0, "the attempt that never ran is given back"
     assert q.where(info.id) is State.PENDING, "and it stays there while the app is unhealthy"
     assert handlers.requests_to("/jobs/ok") == []
     healthy["now"] = True

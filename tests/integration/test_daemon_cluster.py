@@ -65,7 +65,8 @@ def test_a_one_queue_daemon_on_cluster_runs_jobs_as_they_come_and_when_due(
             wait_gone(q, job, daemon)
     finally:
         daemon.stop()
-    assert daemon.process is not None and daemon.process.returncode == 0
+    assert daemon.process is not None
+    assert daemon.process.returncode == 0
 
 
 def test_a_multi_queue_daemon_on_cluster_serves_every_queue_and_drains(
@@ -79,7 +80,8 @@ def test_a_multi_queue_daemon_on_cluster_serves_every_queue_and_drains(
     drivers = {name: QueueDriver(cluster, namespace, name) for name in queues}
     slots = {cluster.keyslot(d.keys.pending) for d in drivers.values()}
     nodes = {cluster.get_node_from_key(d.keys.pending).name for d in drivers.values()}
-    assert len(slots) == 3 and len(nodes) >= 2, "the queues spread over the masters"
+    assert len(slots) == 3, "the queues spread over the masters"
+    assert len(nodes) >= 2, "the queues spread over the masters"
     for name, driver in drivers.items():
         job = client.enqueue("t", name, queue=name).id
         wait_gone(driver, job, daemon)

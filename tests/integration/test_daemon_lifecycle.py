@@ -63,9 +63,11 @@ def test_sigterm_drains_finishes_what_it_can_and_gives_the_rest_back(
             assert q.job(job_id) is None, "jobs that finish within shutdown_timeout are acked"
         for job_id in slow:
             job = q.job(job_id)
-            assert job is not None and q.where(job_id) is State.PENDING
+            assert job is not None
+            assert q.where(job_id) is State.PENDING
             assert job.attempt == 0, "an interrupted attempt is given back"
-        assert q.where(late) is State.PENDING and client.zcard(q.keys.active) == 0, "no lease after the signal"
+        assert q.where(late) is State.PENDING, "no lease after the signal"
+        assert client.zcard(q.keys.active) == 0, "no lease after the signal"
         for pid in map(int, pids.read_text().split()):
             wait_for(lambda pid=pid: not pid_alive(pid), timeout=5, what=f"handler {pid} to be gone")
     drained = daemon.wait_for_log("drained")
@@ -94,7 +96,8 @@ def test_jobs_waiting_for_their_type_limit_at_a_drain_are_given_back_not_run(
         assert len(pids.read_text().split()) == 1, "no handler starts after the signal"
         for job_id in waiting:
             job = q.job(job_id)
-            assert job is not None and q.where(job_id) is State.PENDING, q.where(job_id)
+            assert job is not None
+            assert q.where(job_id) is State.PENDING, q.where(job_id)
             assert job.attempt == 0, "the attempt that never ran is given back"
     drained = daemon.wait_for_log("drained")
     assert "2 returned to pending" in drained["msg"]
@@ -120,7 +123,8 @@ def test_a_lease_waiting_behind_the_idle_wait_at_a_drain_gives_its_job_back(
             assert daemon.wait(timeout=30) == 0
             assert q.where(job) is State.PENDING, "given back at once, not left leased for 30 s"
             leased = q.job(job)
-            assert leased is not None and leased.attempt == 0, "the attempt that never ran is given back"
+            assert leased is not None
+            assert leased.attempt == 0, "the attempt that never ran is given back"
             assert handlers.requests_to("/jobs/t") == [], "no handler starts after the signal"
         assert "1 returned to pending" in daemon.wait_for_log("drained")["msg"]
 
@@ -156,7 +160,8 @@ def test_a_lease_behind_the_idle_wait_takes_no_more_jobs_than_free_slots(
                     # One at a time while the daemon has free slots, so each is leased behind an idle wait.
                     wait_for(lambda n=n: len(handlers.requests_to("/jobs/slow")) == min(n + 1, 3) and
                              client.llen(q.keys.pending) == max(0, n - 2), what=f"job {n} to be placed")  # fmt: skip
-                assert running["most"] == 3 and client.zcard(q.keys.active) == 3
+                assert running["most"] == 3
+                assert client.zcard(q.keys.active) == 3
                 release.set()
                 for job_id in ids:
                     wait_for(lambda job_id=job_id: q.job(job_id) is None, what="every job to finish")
@@ -226,7 +231,8 @@ def test_redis_going_away_never_kills_the_daemon(server_binary: str, namespace: 
                 q = QueueDriver(client, namespace)
                 job = q.enqueue("t", {}).id
                 wait_for(lambda: q.job(job) is None, timeout=20, what="the job to run after the outage")
-            assert daemon.process is not None and daemon.process.poll() is None
+            assert daemon.process is not None
+            assert daemon.process.poll() is None
             unreachable = [line for line in daemon.lines() if "redis unreachable" in line.get("msg", "")]
             assert len(unreachable) == 1, "one log line per state change, not one per retry"
         finally:
@@ -242,7 +248,8 @@ def test_startup_warns_about_settings_that_lose_jobs_and_strict_refuses(
         config = write_config(tmp_path, server.url, namespace, {})
         daemon = DaemonProcess(config).start()
         warnings = [line["msg"] for line in daemon.lines() if "REDIS CAN LOSE JOBS" in line.get("msg", "")]
-        assert any("allkeys-lru" in w for w in warnings) and any("appendonly" in w for w in warnings)
+        assert any("allkeys-lru" in w for w in warnings)
+        assert any("appendonly" in w for w in warnings)
         daemon.stop()
         strict = json.loads(config.read_text())
         strict["redis"]["strict"] = True
@@ -271,7 +278,9 @@ def test_a_2_gib_stdout_flood_keeps_daemon_memory_bounded(
             growth_mib = (_peak_rss_kib(daemon.pid) - before) / 1024
             assert growth_mib < 64, f"daemon peak RSS grew {growth_mib:.1f} MiB"
             done = q.job(job)
-            assert done is not None and done.result is not None and b"truncated" in done.result
+            assert done is not None
+            assert done.result is not None
+            assert b"truncated" in done.result
             assert len(done.result) < 128 * 1024
     finally:
         daemon.stop()

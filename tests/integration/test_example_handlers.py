@@ -114,11 +114,14 @@ def test_sh_success_permanent_and_temporary_failures(tmp_path: Path, start_daemo
 
     job = wait_state(q, bad.id, State.DEAD, daemon)
     assert job.attempt == 1, "exit 65 is listed in permanent_exit_codes: no retry"
-    assert "exit code 65" in job.last_error and "cannot process payload" in job.last_error
+    assert "exit code 65" in job.last_error
+    assert "cannot process payload" in job.last_error
 
     job = wait_state(q, flaky.id, State.DONE, daemon)
-    assert job.attempt == 2 and json.loads(job.result)["output"] == "dog.64w.jpg"
-    assert "exit code 75" in job.errors[0].error and "image store unavailable" in job.errors[0].error
+    assert job.attempt == 2
+    assert json.loads(job.result)["output"] == "dog.64w.jpg"
+    assert "exit code 75" in job.errors[0].error
+    assert "image store unavailable" in job.errors[0].error
     assert sorted((tmp_path / "state" / "work.log").read_text().splitlines()) == sorted(
         [f"{ok.id} 1", f"{flaky.id} 2"]
     ), "the work ran once per successful job"
@@ -135,7 +138,8 @@ def test_sh_redelivery_does_not_redo_the_work(tmp_path: Path) -> None:
         )  # fmt: skip
         assert run.returncode == 0, run.stderr
         outputs.append(run.stdout)
-    assert outputs[0] == outputs[1] and json.loads(outputs[0])["attempt"] == 1, "the first result, answered again"
+    assert outputs[0] == outputs[1], "the first result, answered again"
+    assert json.loads(outputs[0])["attempt"] == 1, "the first result, answered again"
     assert (state / "work.log").read_text().splitlines() == ["job/1 ü 1"], "the work was done once"
 
 
@@ -157,11 +161,14 @@ def test_http_success_permanent_and_temporary_failures(
 
     job = wait_state(q, bad.id, State.DEAD, daemon)
     assert job.attempt == 1, "422 goes to the dead-letter queue without a retry"
-    assert "HTTP 422" in job.last_error and "cannot process payload" in job.last_error
+    assert "HTTP 422" in job.last_error
+    assert "cannot process payload" in job.last_error
 
     job = wait_state(q, flaky.id, State.DONE, daemon)
-    assert job.attempt == 2 and json.loads(job.result)["words"] == 2
-    assert "HTTP 500" in job.errors[0].error and "temporary failure on attempt 1" in job.errors[0].error
+    assert job.attempt == 2
+    assert json.loads(job.result)["words"] == 2
+    assert "HTTP 500" in job.errors[0].error
+    assert "temporary failure on attempt 1" in job.errors[0].error
     assert sorted(server.work()) == sorted([f"{ok.id} 1", f"{flaky.id} 2"]), "the work ran once per job"
 
 
@@ -177,8 +184,10 @@ def test_http_busy_with_retry_after_waits_and_spends_no_attempt(
     job = wait_state(q, info.id, State.DONE, daemon)
     # The second delivery can only come after the first one plus Retry-After: 2.
     assert time.monotonic() - enqueued >= 2
-    assert job.attempt == 1 and json.loads(job.result)["attempt"] == 1
-    assert "HTTP 503" in job.errors[0].error and "Retry-After: 2" in job.errors[0].error
+    assert job.attempt == 1
+    assert json.loads(job.result)["attempt"] == 1
+    assert "HTTP 503" in job.errors[0].error
+    assert "Retry-After: 2" in job.errors[0].error
 
 
 @pytest.mark.parametrize("kind", HTTP_KINDS)
@@ -190,9 +199,8 @@ def test_http_redelivery_does_not_redo_the_work(kind: str, start_server: StartSe
         for attempt in ("1", "2")  # the same job delivered twice, e.g. after a lost lease
     ]
     assert answers[0] == answers[1], "the first result, answered again"
-    assert answers[0][0] == 200 and json.loads(answers[0][1]) == {
-        "job_id": "job-7", "type": "text.count", "attempt": 1, "words": 2,
-    }  # fmt: skip
+    assert answers[0][0] == 200
+    assert json.loads(answers[0][1]) == {"job_id": "job-7", "type": "text.count", "attempt": 1, "words": 2}
     assert server.work() == ["job-7 1"], "the work was done once"
 
 
@@ -211,7 +219,9 @@ def test_http_signature_verified(
     wrong = q.enqueue("signed.wrong", {"text": "forged"})
     wait_for(lambda: q.job(right.id) is None, timeout=20, what="the signed job to finish")
     job = wait_state(q, wrong.id, State.DEAD, daemon)
-    assert job.attempt == 1 and "HTTP 401" in job.last_error and "Jobcar-Signature" in job.last_error
+    assert job.attempt == 1
+    assert "HTTP 401" in job.last_error
+    assert "Jobcar-Signature" in job.last_error
     assert server.work() == [f"{right.id} 1"]
 
     # Directly: unsigned, stale (replayed after the 300 s tolerance) and freshly signed requests.

@@ -19,14 +19,13 @@ import ssl
 import struct
 import subprocess
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
-from typing import Any, Protocol, TypeVar
+from typing import Any
 
 import pytest
-import uvloop
 from aiohttp import web
 
 from jobcar.executors.http_client import (
@@ -43,8 +42,6 @@ from jobcar.executors.http_client import (
 )
 from tests.servers import free_port
 
-T = TypeVar("T")
-
 #: How long a test waits for something that should happen at once (a server noticing a close, say).
 WAIT_S = 2.0
 #: A deadline far enough away never to be the reason a request ends.
@@ -58,26 +55,8 @@ PATTERN = bytes(range(256)) * 256  # 64 KiB of every byte value
 # -- event loops --------------------------------------------------------------------------------------------
 
 
-class Run(Protocol):
-    def __call__(self, scenario: Coroutine[Any, Any, T]) -> T: ...
-
-
-LOOPS: dict[str, Callable[[], asyncio.AbstractEventLoop]] = {
-    "asyncio": asyncio.new_event_loop,
-    "uvloop": uvloop.new_event_loop,
-}
-
-
-@pytest.fixture(params=sorted(LOOPS))
-def run(request: pytest.FixtureRequest) -> Run:
-    """Runs a scenario to the end on a fresh loop of each kind (the daemon uses uvloop when installed)."""
-    factory = LOOPS[request.param]
-
-    def run_scenario(scenario: Coroutine[Any, Any, T]) -> T:
-        with asyncio.Runner(loop_factory=factory) as runner:
-            return runner.run(scenario)
-
-    return run_scenario
+#: Runs a test on a fresh loop of each kind (the daemon uses uvloop when installed): see tests/conftest.py.
+BOTH_LOOPS = pytest.mark.asyncio(loop_factories=["asyncio", "uvloop"])
 
 
 # -- waiting ------------------------------------------------------------------------------------------------
@@ -283,50 +262,44 @@ async def post_expecting(exception: type[BaseException], script: Script) -> floa
 # -- 1. keep-alive ---------------------------------------------------------------------------------------------
 
 
-def test_sequential_posts_reuse_one_keep_alive_connection(run: Run) -> None:
+@BOTH_LOOPS
+async def test_sequential_posts_reuse_one_keep_alive_connection() -> None:
     reply = answer(201, b'{"id": 7}', "Content-Type: application/json", "X-Dup: one", "x-dup: two")
 
-    async def scenario() -> None:
-        async with RawServer(answering(reply)) as server, http_client() as client:
-            first = await post(client, server.origin, b"first")
-            second = await post(client, server.origin, b"second")
-            assert server.accepted == 1, "the second post must reuse the first one's connection"
-            [connection] = server.connections
-            assert [r.body for r in connection.requests] == [b"first", b"second"]
-            assert connection.requests[0].head == request_head(b"first"), "the head goes out byte for byte"
-            for response in (first, second):
-                assert (response.status, response.reason, response.body) == (201, "Created", b'{"id": 7}')
-                assert response.truncated is False
-                assert response.header("content-type") == "application/json", "names compare case-insensitively"
-                assert response.header("X-Dup") == "two", "the last value of a repeated header"
-                assert response.header("X-Absent") is None
-
-    run(scenario())
+    async with RawServer(answering(reply)) as server, http_client() as client:
+        first = await post(client, server.origin, b"first")
+        second = await post(client, server.origin, b"second")
+        assert server.accepted == 1, "the second post must reuse the first one's connection"
+        [connection] = server.connections
+        assert [r.body for r in connection.requests] == [b"first", b"second"]
+        assert connection.requests[0].head == request_head(b"first"), "the head goes out byte for byte"
+        for response in (first, second):
+            assert (response.status, response.reason, response.body) == (201, "Created", b'{"id": 7}')
+            assert response.truncated is False
+            assert response.header("content-type") == "application/json", "names compare case-insensitively"
+            assert response.header("X-Dup") == "two", "the last value of a repeated header"
+            assert response.header("X-Absent") is None
 
 
-def test_a_connection_close_answer_is_not_reused(run: Run) -> None:
+@BOTH_LOOPS
+async def test_a_connection_close_answer_is_not_reused() -> None:
     # The server keeps the connection open after saying `Connection: close`: the client must honour the header
     # itself, not merely notice a FIN.
-    async def scenario() -> None:
-        async with RawServer(answering(answer(200, b"bye", "Connection: close"))) as server, http_client() as client:
-            assert (await post(client, server.origin)).body == b"bye"
-            assert (await post(client, server.origin)).body == b"bye"
-            assert server.accepted == 2, "a `Connection: close` answer ends the connection's use"
-
-    run(scenario())
+    async with RawServer(answering(answer(200, b"bye", "Connection: close"))) as server, http_client() as client:
+        assert (await post(client, server.origin)).body == b"bye"
+        assert (await post(client, server.origin)).body == b"bye"
+        assert server.accepted == 2, "a `Connection: close` answer ends the connection's use"
 
 
-def test_the_client_closes_a_connection_the_server_answered_with_connection_close(run: Run) -> None:
+@BOTH_LOOPS
+async def test_the_client_closes_a_connection_the_server_answered_with_connection_close() -> None:
     """RFC 9112 §9.6: a client that receives `close` MUST close the connection after reading the response.
     A server that does not close its side (misbehaving, or slow to) must not leave the socket open forever."""
 
-    async def scenario() -> None:
-        async with RawServer(answering(answer(200, b"bye", "Connection: close"))) as server, http_client() as client:
-            assert (await post(client, server.origin)).body == b"bye"
-            [connection] = server.connections
-            await within(connection.client_left, "the client to close the connection it will not reuse")
-
-    run(scenario())
+    async with RawServer(answering(answer(200, b"bye", "Connection: close"))) as server, http_client() as client:
+        assert (await post(client, server.origin)).body == b"bye"
+        [connection] = server.connections
+        await within(connection.client_left, "the client to close the connection it will not reuse")
 
 
 # -- 2. interim answers -----------------------------------------------------------------------------------------
@@ -346,28 +319,27 @@ INTERIM = {
 
 
 @pytest.mark.parametrize("case", list(INTERIM))
-def test_interim_1xx_answers_are_skipped(run: Run, case: str) -> None:
+@BOTH_LOOPS
+async def test_interim_1xx_answers_are_skipped(case: str) -> None:
     async def script(connection: Connection) -> None:
         await connection.read_request()
         await connection.send(*INTERIM[case])  # each piece in its own write
         await answering(answer(200, b"again"))(connection)
 
-    async def scenario() -> None:
-        async with RawServer(script) as server, http_client() as client:
-            response = await post(client, server.origin)
-            assert (response.status, response.reason, response.body) == (200, "OK", b"done")
-            assert response.header("X-Final") == "yes"
-            assert response.header("Link") is None, "only the final answer's headers"
-            again = await post(client, server.origin)
-            assert (again.status, again.body, server.accepted) == (200, b"again", 1), "the connection stays usable"
-
-    run(scenario())
+    async with RawServer(script) as server, http_client() as client:
+        response = await post(client, server.origin)
+        assert (response.status, response.reason, response.body) == (200, "OK", b"done")
+        assert response.header("X-Final") == "yes"
+        assert response.header("Link") is None, "only the final answer's headers"
+        again = await post(client, server.origin)
+        assert (again.status, again.body, server.accepted) == (200, b"again", 1), "the connection stays usable"
 
 
 # -- 3. body framing ----------------------------------------------------------------------------------------------
 
 
-def test_a_chunked_body_is_returned_whole(run: Run) -> None:
+@BOTH_LOOPS
+async def test_a_chunked_body_is_returned_whole() -> None:
     head = b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\nContent-Type: text/plain\r\n\r\n"
     chunks = (b"5\r\nhello\r\n", b"1\r\n \r\n", b"a;ext=1\r\n0123456789\r\n", b"0\r\n\r\n")
 
@@ -375,17 +347,15 @@ def test_a_chunked_body_is_returned_whole(run: Run) -> None:
         while await connection.read_request() is not None:
             await connection.send(head, *chunks)
 
-    async def scenario() -> None:
-        async with RawServer(script) as server, http_client() as client:
-            for _ in range(2):
-                response = await post(client, server.origin)
-                assert (response.status, response.body, response.truncated) == (200, b"hello 0123456789", False)
-            assert server.accepted == 1, "a chunked answer ends with its last chunk: the connection is reused"
-
-    run(scenario())
+    async with RawServer(script) as server, http_client() as client:
+        for _ in range(2):
+            response = await post(client, server.origin)
+            assert (response.status, response.body, response.truncated) == (200, b"hello 0123456789", False)
+        assert server.accepted == 1, "a chunked answer ends with its last chunk: the connection is reused"
 
 
-def test_a_body_without_length_ends_when_the_server_closes(run: Run) -> None:
+@BOTH_LOOPS
+async def test_a_body_without_length_ends_when_the_server_closes() -> None:
     body = PATTERN * 2  # 128 KiB, sent in pieces
 
     async def script(connection: Connection) -> None:
@@ -394,59 +364,51 @@ def test_a_body_without_length_ends_when_the_server_closes(run: Run) -> None:
         await connection.send(*(body[i : i + 10_000] for i in range(0, len(body), 10_000)))
         # returning closes the connection: the end of the body
 
-    async def scenario() -> None:
-        async with RawServer(script) as server, http_client() as client:
-            response = await post(client, server.origin, limit=len(body))
-            assert (response.status, response.truncated) == (200, False)
-            assert response.body == body
-            await post(client, server.origin, limit=len(body))
-            assert server.accepted == 2, "a connection whose end was the body's end is not reused"
-
-    run(scenario())
+    async with RawServer(script) as server, http_client() as client:
+        response = await post(client, server.origin, limit=len(body))
+        assert (response.status, response.truncated) == (200, False)
+        assert response.body == body
+        await post(client, server.origin, limit=len(body))
+        assert server.accepted == 2, "a connection whose end was the body's end is not reused"
 
 
-def test_a_large_request_body_arrives_whole(run: Run) -> None:
+@BOTH_LOOPS
+async def test_a_large_request_body_arrives_whole() -> None:
     big = PATTERN * 16  # 1 MiB: above the size that is joined to the head, so written on its own
 
     async def script(connection: Connection) -> None:
         while (request := await connection.read_request()) is not None:
             await connection.send(answer(200, hashlib.sha256(request.body).hexdigest().encode()))
 
-    async def scenario() -> None:
-        async with RawServer(script) as server, http_client() as client:
-            for body in (big, b"small", big[:20_000]):
-                response = await post(client, server.origin, body, limit=100)
-                assert response.body == hashlib.sha256(body).hexdigest().encode()
-            assert server.accepted == 1
-
-    run(scenario())
+    async with RawServer(script) as server, http_client() as client:
+        for body in (big, b"small", big[:20_000]):
+            response = await post(client, server.origin, body, limit=100)
+            assert response.body == hashlib.sha256(body).hexdigest().encode()
+        assert server.accepted == 1
 
 
 # -- 4. the body cap ---------------------------------------------------------------------------------------------
 
 
-def test_a_body_longer_than_the_limit_is_cut_and_its_connection_dropped(run: Run) -> None:
-    async def scenario() -> None:
-        async with RawServer(answering(answer(200, PATTERN[:10_000]))) as server, http_client() as client:
+@BOTH_LOOPS
+async def test_a_body_longer_than_the_limit_is_cut_and_its_connection_dropped() -> None:
+    async with RawServer(answering(answer(200, PATTERN[:10_000]))) as server, http_client() as client:
+        response = await post(client, server.origin, limit=LIMIT)
+        assert (response.status, response.truncated) == (200, True)
+        assert response.body == PATTERN[:LIMIT]
+        await within(server.connections[0].client_left, "the client to drop the connection mid-body")
+        again = await post(client, server.origin, limit=LIMIT)
+        assert again.truncated
+        assert server.accepted == 2, "the cut connection is never reused"
+
+
+@BOTH_LOOPS
+async def test_a_body_of_exactly_the_limit_is_whole_and_its_connection_kept() -> None:
+    async with RawServer(answering(answer(200, PATTERN[:LIMIT]))) as server, http_client() as client:
+        for _ in range(2):
             response = await post(client, server.origin, limit=LIMIT)
-            assert (response.status, response.truncated) == (200, True)
-            assert response.body == PATTERN[:LIMIT]
-            await within(server.connections[0].client_left, "the client to drop the connection mid-body")
-            again = await post(client, server.origin, limit=LIMIT)
-            assert again.truncated and server.accepted == 2, "the cut connection is never reused"
-
-    run(scenario())
-
-
-def test_a_body_of_exactly_the_limit_is_whole_and_its_connection_kept(run: Run) -> None:
-    async def scenario() -> None:
-        async with RawServer(answering(answer(200, PATTERN[:LIMIT]))) as server, http_client() as client:
-            for _ in range(2):
-                response = await post(client, server.origin, limit=LIMIT)
-                assert (response.body, response.truncated) == (PATTERN[:LIMIT], False)
-            assert server.accepted == 1
-
-    run(scenario())
+            assert (response.body, response.truncated) == (PATTERN[:LIMIT], False)
+        assert server.accepted == 1
 
 
 ENDLESS_HEADS = {
@@ -457,7 +419,8 @@ ENDLESS_HEADS = {
 
 
 @pytest.mark.parametrize("framing", sorted(ENDLESS_HEADS))
-def test_an_endless_body_returns_promptly_truncated(run: Run, framing: str) -> None:
+@BOTH_LOOPS
+async def test_an_endless_body_returns_promptly_truncated(framing: str) -> None:
     piece = b"10000\r\n" + PATTERN + b"\r\n" if framing == "chunked" else PATTERN
 
     async def endless(connection: Connection) -> None:
@@ -466,23 +429,21 @@ def test_an_endless_body_returns_promptly_truncated(run: Run, framing: str) -> N
         while True:
             await connection.send(piece)
 
-    async def scenario() -> None:
-        async with RawServer(endless) as server, http_client() as client:
-            started = time.monotonic()
-            response = await post(client, server.origin, limit=100_000)
-            elapsed = time.monotonic() - started
-            assert (response.status, response.truncated, len(response.body)) == (200, True, 100_000)
-            assert response.body == PATTERN + PATTERN[: 100_000 - len(PATTERN)]
-            assert elapsed < PROMPT_S, elapsed
-            await within(server.connections[0].client_left, "the client to hang up on the endless body")
-
-    run(scenario())
+    async with RawServer(endless) as server, http_client() as client:
+        started = time.monotonic()
+        response = await post(client, server.origin, limit=100_000)
+        elapsed = time.monotonic() - started
+        assert (response.status, response.truncated, len(response.body)) == (200, True, 100_000)
+        assert response.body == PATTERN + PATTERN[: 100_000 - len(PATTERN)]
+        assert elapsed < PROMPT_S, elapsed
+        await within(server.connections[0].client_left, "the client to hang up on the endless body")
 
 
 # -- 5. and 6. heads that are not HTTP or too long --------------------------------------------------------
 
 
-def test_an_endless_response_head_is_refused(run: Run) -> None:
+@BOTH_LOOPS
+async def test_an_endless_response_head_is_refused() -> None:
     filler = b"".join(b"X-Filler-%d: %s\r\n" % (n, b"a" * 200) for n in range(300))  # about 64 KiB a write
 
     async def script(connection: Connection) -> None:
@@ -491,23 +452,21 @@ def test_an_endless_response_head_is_refused(run: Run) -> None:
         while True:
             await connection.send(filler)
 
-    elapsed = run(post_expecting(BadResponse, script))
+    elapsed = await post_expecting(BadResponse, script)
     assert elapsed < PROMPT_S, elapsed
 
 
-def test_a_head_just_under_the_cap_is_read_even_with_a_big_body_in_the_same_write(run: Run) -> None:
+@BOTH_LOOPS
+async def test_a_head_just_under_the_cap_is_read_even_with_a_big_body_in_the_same_write() -> None:
     headers = [f"X-Filler-{n}: {'b' * 100}" for n in range((MAX_HEAD_BYTES - 2048) // 115)]
     reply = answer(200, PATTERN * 2, *headers)  # one write: the end of the head and 128 KiB of body in one read
     head_size = reply.index(b"\r\n\r\n") + 4
     assert MAX_HEAD_BYTES - 4096 < head_size <= MAX_HEAD_BYTES, head_size
 
-    async def scenario() -> None:
-        async with RawServer(answering(reply)) as server, http_client() as client:
-            response = await post(client, server.origin, limit=len(PATTERN) * 2)
-            assert (response.status, response.body, response.truncated) == (200, PATTERN * 2, False)
-            assert response.header("X-Filler-0") == "b" * 100
-
-    run(scenario())
+    async with RawServer(answering(reply)) as server, http_client() as client:
+        response = await post(client, server.origin, limit=len(PATTERN) * 2)
+        assert (response.status, response.body, response.truncated) == (200, PATTERN * 2, False)
+        assert response.header("X-Filler-0") == "b" * 100
 
 
 GARBAGE = {
@@ -519,13 +478,14 @@ GARBAGE = {
 
 
 @pytest.mark.parametrize("garbage", sorted(GARBAGE))
-def test_garbage_instead_of_http_is_a_bad_response(run: Run, garbage: str) -> None:
+@BOTH_LOOPS
+async def test_garbage_instead_of_http_is_a_bad_response(garbage: str) -> None:
     async def script(connection: Connection) -> None:
         await connection.read_request()
         await connection.send(GARBAGE[garbage])
         await connection.until_client_leaves()  # like a real SSH server: wait for more from the client
 
-    elapsed = run(post_expecting(BadResponse, script))
+    elapsed = await post_expecting(BadResponse, script)
     assert elapsed < PROMPT_S, elapsed
 
 
@@ -568,19 +528,18 @@ async def close_mid_chunked_body(connection: Connection) -> None:
      close_mid_chunked_body],
     ids=lambda script: script.__name__,
 )  # fmt: skip
-def test_a_connection_ended_before_a_complete_answer_is_connection_closed(run: Run, ending: Script) -> None:
-    async def scenario() -> float:
-        async with RawServer(ending) as server, http_client() as client:
-            started = time.monotonic()
-            with pytest.raises(ConnectionClosed):
-                await post(client, server.origin)
-            return time.monotonic() - started
-
-    elapsed = run(scenario())
+@BOTH_LOOPS
+async def test_a_connection_ended_before_a_complete_answer_is_connection_closed(ending: Script) -> None:
+    async with RawServer(ending) as server, http_client() as client:
+        started = time.monotonic()
+        with pytest.raises(ConnectionClosed):
+            await post(client, server.origin)
+        elapsed = time.monotonic() - started
     assert elapsed < PROMPT_S, elapsed
 
 
-def test_a_reset_in_a_close_delimited_body_is_not_a_complete_answer(run: Run) -> None:
+@BOTH_LOOPS
+async def test_a_reset_in_a_close_delimited_body_is_not_a_complete_answer() -> None:
     """A body without Content-Length or chunking ends with the connection, but only a clean close (FIN) ends it:
     a reset (RST) means the answer was cut short, so taking it as complete would pass a truncated body off as
     the handler's whole result."""
@@ -590,47 +549,41 @@ def test_a_reset_in_a_close_delimited_body_is_not_a_complete_answer(run: Run) ->
         await connection.send(b"HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\n\r\n" + b"partial " * 100)
         connection.reset()
 
-    async def scenario() -> None:
-        async with RawServer(script) as server, http_client() as client:
-            try:
-                response = await post(client, server.origin)
-            except ConnectionClosed:
-                return
-            pytest.fail(f"a reset body taken as complete: {response.status}, {len(response.body)} bytes")
-
-    run(scenario())
+    async with RawServer(script) as server, http_client() as client:
+        try:
+            response = await post(client, server.origin)
+        except ConnectionClosed:
+            return
+        pytest.fail(f"a reset body taken as complete: {response.status}, {len(response.body)} bytes")
 
 
-def test_a_server_that_hangs_up_at_once_fails_the_request_cleanly(run: Run) -> None:
+@BOTH_LOOPS
+async def test_a_server_that_hangs_up_at_once_fails_the_request_cleanly() -> None:
     """A server at its connection limit may accept and close at once, before the request is even written."""
 
     async def hang_up(connection: Connection) -> None:
         return
 
-    async def scenario() -> None:
-        async with RawServer(hang_up) as server, http_client() as client:
-            with pytest.raises(ConnectionClosed):
-                await post(client, server.origin, within_s=PROMPT_S)
-
-    run(scenario())
+    async with RawServer(hang_up) as server, http_client() as client:
+        with pytest.raises(ConnectionClosed):
+            await post(client, server.origin, within_s=PROMPT_S)
 
 
-def test_a_server_that_speaks_first_fails_the_request_cleanly(run: Run) -> None:
+@BOTH_LOOPS
+async def test_a_server_that_speaks_first_fails_the_request_cleanly() -> None:
     """An SSH server (or SMTP, MySQL, …) on the handler's port sends its banner on accept, before any request."""
 
     async def banner(connection: Connection) -> None:
         await connection.send(GARBAGE["ssh-banner"])
         await connection.until_client_leaves()
 
-    async def scenario() -> None:
-        async with RawServer(banner) as server, http_client() as client:
-            with pytest.raises(RequestFailed):
-                await post(client, server.origin, within_s=PROMPT_S)
-
-    run(scenario())
+    async with RawServer(banner) as server, http_client() as client:
+        with pytest.raises(RequestFailed):
+            await post(client, server.origin, within_s=PROMPT_S)
 
 
-def test_extra_bytes_after_a_complete_answer_do_not_leak_into_it(run: Run) -> None:
+@BOTH_LOOPS
+async def test_extra_bytes_after_a_complete_answer_do_not_leak_into_it() -> None:
     """Bytes after the end of an answer answer no request: they must not change the answer already returned,
     and (as data_received says) a connection that carried them is not reused."""
     first = answer(200, b"first", "X-Which: first")
@@ -641,17 +594,15 @@ def test_extra_bytes_after_a_complete_answer_do_not_leak_into_it(run: Run) -> No
         await connection.send(first + stray)  # one write: both land in one read
         await answering(answer(200, b"next"))(connection)
 
-    async def scenario() -> None:
-        async with RawServer(script) as server, http_client() as client:
-            response = await post(client, server.origin)
-            seen = (response.status, response.body, response.header("X-Which"))
-            await post(client, server.origin)  # on a new connection, where the script starts over
-            assert (seen, server.accepted) == ((200, b"first", "first"), 2)
-
-    run(scenario())
+    async with RawServer(script) as server, http_client() as client:
+        response = await post(client, server.origin)
+        seen = (response.status, response.body, response.header("X-Which"))
+        await post(client, server.origin)  # on a new connection, where the script starts over
+        assert (seen, server.accepted) == ((200, b"first", "first"), 2)
 
 
-def test_a_server_closing_right_after_its_answer_fails_the_next_request_cleanly(run: Run) -> None:
+@BOTH_LOOPS
+async def test_a_server_closing_right_after_its_answer_fails_the_next_request_cleanly() -> None:
     """A server that closes after answering without saying `Connection: close` (a restart, a keep-alive timeout
     racing the answer): the next post may succeed on a new connection or fail with RequestFailed, but nothing
     else may escape (the executor maps only TimeoutError and RequestFailed)."""
@@ -660,20 +611,18 @@ def test_a_server_closing_right_after_its_answer_fails_the_next_request_cleanly(
         await connection.read_request()
         await connection.send(answer(200, b"one"))
 
-    async def scenario() -> None:
-        async with RawServer(script) as server, http_client() as client:
-            assert (await post(client, server.origin)).body == b"one"
-            try:
-                again = await post(client, server.origin, within_s=PROMPT_S)
-            except RequestFailed:
-                return
-            assert again.body == b"one"
-
-    run(scenario())
+    async with RawServer(script) as server, http_client() as client:
+        assert (await post(client, server.origin)).body == b"one"
+        try:
+            again = await post(client, server.origin, within_s=PROMPT_S)
+        except RequestFailed:
+            return
+        assert again.body == b"one"
 
 
 @pytest.mark.parametrize("reset", [False, True], ids=["fin", "rst"])
-def test_a_post_racing_the_servers_close_of_an_idle_connection_fails_cleanly(run: Run, reset: bool) -> None:
+@BOTH_LOOPS
+async def test_a_post_racing_the_servers_close_of_an_idle_connection_fails_cleanly(reset: bool) -> None:
     """The keep-alive race: the server closes an idle connection just as the client picks it for a post.
     The post may fail (RequestFailed: the job's failed attempt) or succeed on a new connection, but nothing
     else may escape: the executor maps only TimeoutError and RequestFailed. The post is started at each
@@ -695,33 +644,28 @@ def test_a_post_racing_the_servers_close_of_an_idle_connection_fails_cleanly(run
         await connection.send(answer(200, b"second"))
         await answering(answer(200, b"second"))(connection)
 
-    async def scenario() -> None:
-        async with RawServer(script) as server:
-            for spins in range(6):
-                async with http_client() as client:
-                    await post(client, server.origin, b"first")
-                    hang_ups[-1].set()
-                    for _ in range(spins):
-                        await asyncio.sleep(0)  # one loop iteration further into the close, not a wait
-                    try:
-                        response = await post(client, server.origin, b"second", within_s=PROMPT_S)
-                    except RequestFailed:
-                        continue  # the job's failed attempt: fine
-                    assert response.body == b"second", spins
-
-    run(scenario())
+    async with RawServer(script) as server:
+        for spins in range(6):
+            async with http_client() as client:
+                await post(client, server.origin, b"first")
+                hang_ups[-1].set()
+                for _ in range(spins):
+                    await asyncio.sleep(0)  # one loop iteration further into the close, not a wait
+                try:
+                    response = await post(client, server.origin, b"second", within_s=PROMPT_S)
+                except RequestFailed:
+                    continue  # the job's failed attempt: fine
+                assert response.body == b"second", spins
 
 
 # -- 8. refused --------------------------------------------------------------------------------------------------
 
 
-def test_a_refused_connection_is_connect_failed(run: Run) -> None:
-    async def scenario() -> None:
-        async with http_client() as client:
-            with pytest.raises(ConnectFailed, match=r"127\.0\.0\.1"):
-                await post(client, Origin("127.0.0.1", free_port(), tls=False))
-
-    run(scenario())
+@BOTH_LOOPS
+async def test_a_refused_connection_is_connect_failed() -> None:
+    async with http_client() as client:
+        with pytest.raises(ConnectFailed, match=r"127\.0\.0\.1"):
+            await post(client, Origin("127.0.0.1", free_port(), tls=False))
 
 
 # -- 9. and 10. the deadline and cancellation ------------------------------------------------------------------
@@ -737,66 +681,56 @@ async def dripping(connection: Connection) -> None:
 
 
 @pytest.mark.parametrize("script", [never_answering, dripping], ids=lambda script: script.__name__)
-def test_the_deadline_ends_the_request_with_timeout_error(run: Run, script: Script) -> None:
+@BOTH_LOOPS
+async def test_the_deadline_ends_the_request_with_timeout_error(script: Script) -> None:
     budget = 0.3
-
-    async def scenario() -> tuple[float, float]:
-        loop = asyncio.get_running_loop()
-        async with RawServer(script) as server, http_client() as client:
-            deadline = loop.time() + budget
-            with pytest.raises(TimeoutError):
-                await client.post(server.origin, request_head(b"{}"), b"{}", LIMIT, deadline)
-            ended = loop.time()
-            await within(server.connections[0].client_left, "the server to see the timed-out connection closed")
-            return deadline, ended
-
-    deadline, ended = run(scenario())
+    loop = asyncio.get_running_loop()
+    async with RawServer(script) as server, http_client() as client:
+        deadline = loop.time() + budget
+        with pytest.raises(TimeoutError):
+            await client.post(server.origin, request_head(b"{}"), b"{}", LIMIT, deadline)
+        ended = loop.time()
+        await within(server.connections[0].client_left, "the server to see the timed-out connection closed")
     # uvloop's timers tick in whole milliseconds: allow one tick early, nothing more.
     assert deadline - 0.001 <= ended < deadline + PROMPT_S, ended - deadline
 
 
-def test_a_deadline_already_passed_fails_at_once(run: Run) -> None:
-    async def scenario() -> None:
-        async with RawServer(answering(answer())) as server, http_client() as client:
-            await post(client, server.origin)  # an idle connection to reuse: no connect to time out
-            started = time.monotonic()
-            with pytest.raises(TimeoutError):
-                await post(client, server.origin, within_s=-1)
-            assert time.monotonic() - started < PROMPT_S
-            assert (await post(client, server.origin)).body == b"ok", "the client is fine afterwards"
-
-    run(scenario())
+@BOTH_LOOPS
+async def test_a_deadline_already_passed_fails_at_once() -> None:
+    async with RawServer(answering(answer())) as server, http_client() as client:
+        await post(client, server.origin)  # an idle connection to reuse: no connect to time out
+        started = time.monotonic()
+        with pytest.raises(TimeoutError):
+            await post(client, server.origin, within_s=-1)
+        assert time.monotonic() - started < PROMPT_S
+        assert (await post(client, server.origin)).body == b"ok", "the client is fine afterwards"
 
 
-def test_cancelling_a_post_mid_request_closes_its_connection(run: Run) -> None:
-    async def scenario() -> None:
-        async with RawServer(never_answering) as server, http_client() as client:
-            task = asyncio.create_task(post(client, server.origin))
-            await within(server.got_request, "the request to reach the server")
-            task.cancel()
-            with pytest.raises(asyncio.CancelledError):
-                await task
-            await within(server.connections[0].client_left, "the server to see the cancelled request's connection go")
-
-    run(scenario())
+@BOTH_LOOPS
+async def test_cancelling_a_post_mid_request_closes_its_connection() -> None:
+    async with RawServer(never_answering) as server, http_client() as client:
+        task = asyncio.create_task(post(client, server.origin))
+        await within(server.got_request, "the request to reach the server")
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        await within(server.connections[0].client_left, "the server to see the cancelled request's connection go")
 
 
-def test_closing_the_client_fails_busy_requests_and_closes_idle_connections(run: Run) -> None:
-    async def scenario() -> None:
-        async with RawServer(never_answering) as busy, RawServer(answering(answer())) as idle:
-            client = HttpClient()
-            try:
-                await post(client, idle.origin)
-                task = asyncio.create_task(post(client, busy.origin))
-                await within(busy.got_request, "the busy request to reach its server")
-            finally:
-                await client.close()
-            with pytest.raises(ConnectionClosed):
-                await task
-            await within(busy.connections[0].client_left, "the busy connection to be closed")
-            await within(idle.connections[0].client_left, "the idle connection to be closed")
-
-    run(scenario())
+@BOTH_LOOPS
+async def test_closing_the_client_fails_busy_requests_and_closes_idle_connections() -> None:
+    async with RawServer(never_answering) as busy, RawServer(answering(answer())) as idle:
+        client = HttpClient()
+        try:
+            await post(client, idle.origin)
+            task = asyncio.create_task(post(client, busy.origin))
+            await within(busy.got_request, "the busy request to reach its server")
+        finally:
+            await client.close()
+        with pytest.raises(ConnectionClosed):
+            await task
+        await within(busy.connections[0].client_left, "the busy connection to be closed")
+        await within(idle.connections[0].client_left, "the idle connection to be closed")
 
 
 # -- 11. and 12. idle connections -------------------------------------------------------------------------------
@@ -804,7 +738,8 @@ def test_closing_the_client_fails_busy_requests_and_closes_idle_connections(run:
 
 @pytest.mark.parametrize("goodbye", [b"", b"HTTP/1.1 408 Request Timeout\r\nConnection: close\r\n\r\n"],
                          ids=["fin", "408-then-fin"])  # fmt: skip
-def test_an_idle_connection_the_server_closed_is_not_reused(run: Run, goodbye: bytes) -> None:
+@BOTH_LOOPS
+async def test_an_idle_connection_the_server_closed_is_not_reused(goodbye: bytes) -> None:
     async def script(connection: Connection) -> None:
         await connection.read_request()
         await connection.send(answer(200, b"first"))
@@ -817,17 +752,15 @@ def test_an_idle_connection_the_server_closed_is_not_reused(run: Run, goodbye: b
         else:
             await answering(answer(200, b"second"))(connection)
 
-    async def scenario() -> None:
-        async with RawServer(script) as server, http_client() as client:
-            assert (await post(client, server.origin)).body == b"first"
-            await within(server.connections[0].client_left, "the client to notice the server's close")
-            response = await post(client, server.origin)
-            assert (response.status, server.accepted) == (200, 2)
-
-    run(scenario())
+    async with RawServer(script) as server, http_client() as client:
+        assert (await post(client, server.origin)).body == b"first"
+        await within(server.connections[0].client_left, "the client to notice the server's close")
+        response = await post(client, server.origin)
+        assert (response.status, server.accepted) == (200, 2)
 
 
-def test_a_closed_idle_connection_is_skipped_for_a_live_one(run: Run) -> None:
+@BOTH_LOOPS
+async def test_a_closed_idle_connection_is_skipped_for_a_live_one() -> None:
     """Two idle connections; the server closes the warmest one (the one the client would pick first)."""
     second_answered = asyncio.Event()
 
@@ -843,34 +776,29 @@ def test_a_closed_idle_connection_is_skipped_for_a_live_one(run: Run) -> None:
             second_answered.set()
             await answering(answer(200, b"two"))(connection)
 
-    async def scenario() -> None:
-        async with RawServer(script) as server, http_client() as client:
-            first = asyncio.create_task(post(client, server.origin))
-            await within(server.got_request, "the first request to reach the server")
-            assert (await post(client, server.origin)).body == b"two", "the first connection is busy: a second one"
-            assert (await first).body == b"one"
-            await within(server.connections[0].client_left, "the client to notice the server's close")
-            response = await post(client, server.origin, within_s=PROMPT_S)
-            assert (response.body, server.accepted) == (b"two", 2), "the live idle connection is reused"
-
-    run(scenario())
+    async with RawServer(script) as server, http_client() as client:
+        first = asyncio.create_task(post(client, server.origin))
+        await within(server.got_request, "the first request to reach the server")
+        assert (await post(client, server.origin)).body == b"two", "the first connection is busy: a second one"
+        assert (await first).body == b"one"
+        await within(server.connections[0].client_left, "the client to notice the server's close")
+        response = await post(client, server.origin, within_s=PROMPT_S)
+        assert (response.body, server.accepted) == (b"two", 2), "the live idle connection is reused"
 
 
-def test_an_idle_connection_older_than_keepalive_is_replaced(run: Run) -> None:
+@BOTH_LOOPS
+async def test_an_idle_connection_older_than_keepalive_is_replaced() -> None:
     keepalive = 0.2
 
-    async def scenario() -> None:
-        async with RawServer(answering(answer())) as server, http_client(keepalive=keepalive) as client:
-            await post(client, server.origin)
-            await post(client, server.origin)
-            idle_from = time.monotonic()
-            assert server.accepted == 1, "within keepalive, the connection is reused"
-            await eventually(lambda: time.monotonic() - idle_from > keepalive, "the connection to be idle too long")
-            await post(client, server.origin)
-            assert server.accepted == 2, "past keepalive, a new connection"
-            await within(server.connections[0].client_left, "the client to close the expired connection")
-
-    run(scenario())
+    async with RawServer(answering(answer())) as server, http_client(keepalive=keepalive) as client:
+        await post(client, server.origin)
+        await post(client, server.origin)
+        idle_from = time.monotonic()
+        assert server.accepted == 1, "within keepalive, the connection is reused"
+        await eventually(lambda: time.monotonic() - idle_from > keepalive, "the connection to be idle too long")
+        await post(client, server.origin)
+        assert server.accepted == 2, "past keepalive, a new connection"
+        await within(server.connections[0].client_left, "the client to close the expired connection")
 
 
 # -- 13. HTTPS --------------------------------------------------------------------------------------------------
@@ -917,28 +845,22 @@ async def post_to(client: HttpClient, target: Target, body: bytes) -> Response:
     return await client.post(target.origin, head.encode(), body, LIMIT, deadline)
 
 
-def test_https_with_a_context_trusting_the_certificate(run: Run, certificate: tuple[Path, Path]) -> None:
-    async def scenario() -> None:
-        trusting = ssl.create_default_context(cafile=str(certificate[0]))
-        async with https_server(certificate) as port, http_client(ssl_context=trusting) as client:
-            target = parse_url(f"https://localhost:{port}/x")
-            assert target.origin == Origin("localhost", port, tls=True)
-            for body in (b"hello", PATTERN):
-                response = await post_to(client, target, body)
-                assert (response.status, response.body) == (200, f"secure {len(body)}".encode())
-
-    run(scenario())
+@BOTH_LOOPS
+async def test_https_with_a_context_trusting_the_certificate(certificate: tuple[Path, Path]) -> None:
+    trusting = ssl.create_default_context(cafile=str(certificate[0]))
+    async with https_server(certificate) as port, http_client(ssl_context=trusting) as client:
+        target = parse_url(f"https://localhost:{port}/x")
+        assert target.origin == Origin("localhost", port, tls=True)
+        for body in (b"hello", PATTERN):
+            response = await post_to(client, target, body)
+            assert (response.status, response.body) == (200, f"secure {len(body)}".encode())
 
 
-def test_https_with_the_default_context_refuses_a_self_signed_certificate(
-    run: Run, certificate: tuple[Path, Path]
-) -> None:
-    async def scenario() -> None:
-        async with https_server(certificate) as port, http_client() as client:
-            with pytest.raises(ConnectFailed, match=r"(?i)certificate verify failed"):
-                await post_to(client, parse_url(f"https://localhost:{port}/x"), b"hello")
-
-    run(scenario())
+@BOTH_LOOPS
+async def test_https_with_the_default_context_refuses_a_self_signed_certificate(certificate: tuple[Path, Path]) -> None:
+    async with https_server(certificate) as port, http_client() as client:
+        with pytest.raises(ConnectFailed, match=r"(?i)certificate verify failed"):
+            await post_to(client, parse_url(f"https://localhost:{port}/x"), b"hello")
 
 
 # -- 14. parse_url ----------------------------------------------------------------------------------------------
@@ -976,7 +898,8 @@ def basic(credentials: str) -> str:
 def test_parse_url_turns_user_and_password_into_basic_authorization(url: str, credentials: str) -> None:
     target = parse_url(url)
     assert target.authorization == basic(credentials)
-    assert "alice" not in target.host_header and "@" not in target.host_header
+    assert "alice" not in target.host_header
+    assert "@" not in target.host_header
 
 
 def test_parse_url_percent_decodes_user_and_password() -> None:

@@ -107,28 +107,25 @@ async def post_once(url: str, job: Job | None = None, *, deadline_in: float = 30
         return await executor.run(job or make_job(), deadline=time.time() + deadline_in, max_attempts=5)
 
 
-def answer(status: int, body: bytes = b"", headers: dict[str, str] | None = None) -> Outcome:
+async def answer(status: int, body: bytes = b"", headers: dict[str, str] | None = None) -> Outcome:
     """Run one job against a server that always answers `status` with `body` and `headers`."""
 
     async def handler(request: web.Request) -> web.Response:
         await request.read()
         return web.Response(status=status, body=body, headers=headers)
 
-    async def scenario() -> Outcome:
-        async with serve(handler) as url:
-            return await post_once(url)
-
-    return asyncio.run(scenario())
+    async with serve(handler) as url:
+        return await post_once(url)
 
 
-def test_2xx_is_success_with_the_body_as_result() -> None:
-    outcome = answer(200, b'{"sent": true}')
+async def test_2xx_is_success_with_the_body_as_result() -> None:
+    outcome = await answer(200, b'{"sent": true}')
     assert outcome.kind is OutcomeKind.SUCCESS, outcome
     assert outcome.result == b'{"sent": true}'
-    assert answer(204).kind is OutcomeKind.SUCCESS
+    assert (await answer(204)).kind is OutcomeKind.SUCCESS
 
 
-def test_request_carries_the_exact_body_and_the_job_metadata_headers() -> None:
+async def test_request_carries_the_exact_body_and_the_job_metadata_headers() -> None:
     seen = Seen()
 
     async def handler(request: web.Request) -> web.Response:
@@ -137,13 +134,10 @@ def test_request_carries_the_exact_body_and_the_job_metadata_headers() -> None:
 
     deadline = time.time() + 30
 
-    async def scenario() -> Outcome:
-        async with serve(handler) as url, http_client() as client:
-            handler_config = make_handler(url, headers={"Authorization": "Bearer t0k", "Jobcar-Job-Id": "spoofed"})
-            job = make_job(BINARY_PAYLOAD, content_type="application/octet-stream", traceparent=TRACEPARENT)
-            return await HttpExecutor(handler_config, client).run(job, deadline=deadline, max_attempts=7)
-
-    outcome = asyncio.run(scenario())
+    async with serve(handler) as url, http_client() as client:
+        handler_config = make_handler(url, headers={"Authorization": "Bearer t0k", "Jobcar-Job-Id": "spoofed"})
+        job = make_job(BINARY_PAYLOAD, content_type="application/octet-stream", traceparent=TRACEPARENT)
+        outcome = await HttpExecutor(handler_config, client).run(job, deadline=deadline, max_attempts=7)
     assert outcome.kind is OutcomeKind.SUCCESS, outcome
     [(headers, body)] = seen.requests
     assert body == BINARY_PAYLOAD, "the payload must arrive byte for byte"
@@ -157,69 +151,81 @@ def test_request_carries_the_exact_body_and_the_job_metadata_headers() -> None:
     assert headers["traceparent"] == TRACEPARENT
     assert headers["Authorization"] == "Bearer t0k"
     sent_deadline = headers["Jobcar-Deadline"]
-    assert sent_deadline.endswith("Z") and len(sent_deadline) == len("2023-11-14T22:13:20.123Z")
+    assert sent_deadline.endswith("Z")
+    assert len(sent_deadline) == len("2023-11-14T22:13:20.123Z")
     assert abs(datetime.fromisoformat(sent_deadline).timestamp() - deadline) < 0.001
     assert "Jobcar-Signature" not in headers, "requests are only signed when a secret is configured"
 
 
-def test_5xx_is_a_retry_with_status_and_body_in_the_error() -> None:
-    outcome = answer(500, b"database is down\n" + b"x" * 2000)
-    assert outcome.kind is OutcomeKind.RETRY and outcome.spend_attempt and outcome.retry_after is None
-    assert outcome.error is not None and outcome.error.startswith("HTTP 500 Internal Server Error: database is down")
+async def test_5xx_is_a_retry_with_status_and_body_in_the_error() -> None:
+    outcome = await answer(500, b"database is down\n" + b"x" * 2000)
+    assert outcome.kind is OutcomeKind.RETRY
+    assert outcome.spend_attempt
+    assert outcome.retry_after is None
+    assert outcome.error is not None
+    assert outcome.error.startswith("HTTP 500 Internal Server Error: database is down")
     assert len(outcome.error) < 600, "only the start of the body belongs in the error"
 
 
-def test_429_with_retry_after_seconds_snoozes_without_spending_an_attempt() -> None:
-    outcome = answer(429, b"slow down", {"Retry-After": "7"})
+async def test_429_with_retry_after_seconds_snoozes_without_spending_an_attempt() -> None:
+    outcome = await answer(429, b"slow down", {"Retry-After": "7"})
     assert outcome.kind is OutcomeKind.RETRY
-    assert outcome.retry_after == 7 and outcome.spend_attempt is False
-    assert outcome.error is not None and "429" in outcome.error and "slow down" in outcome.error
+    assert outcome.retry_after == 7
+    assert outcome.spend_attempt is False
+    assert outcome.error is not None
+    assert "429" in outcome.error
+    assert "slow down" in outcome.error
 
 
-def test_503_with_an_http_date_retry_after() -> None:
-    outcome = answer(503, b"maintenance", {"Retry-After": formatdate(time.time() + 30, usegmt=True)})
-    assert outcome.kind is OutcomeKind.RETRY and outcome.spend_attempt is False
-    assert outcome.retry_after is not None and 25 <= outcome.retry_after <= 30
+async def test_503_with_an_http_date_retry_after() -> None:
+    outcome = await answer(503, b"maintenance", {"Retry-After": formatdate(time.time() + 30, usegmt=True)})
+    assert outcome.kind is OutcomeKind.RETRY
+    assert outcome.spend_attempt is False
+    assert outcome.retry_after is not None
+    assert 25 <= outcome.retry_after <= 30
 
 
-def test_retry_after_is_capped_by_max_retry_after() -> None:
+async def test_retry_after_is_capped_by_max_retry_after() -> None:
     async def handler(request: web.Request) -> web.Response:
         return web.Response(status=503, headers={"Retry-After": "999999"})
 
-    async def scenario() -> Outcome:
-        async with serve(handler) as url:
-            return await post_once(url, max_retry_after=60.0)
-
-    outcome = asyncio.run(scenario())
-    assert outcome.retry_after == 60.0 and outcome.spend_attempt is False
+    async with serve(handler) as url:
+        outcome = await post_once(url, max_retry_after=60.0)
+    assert outcome.retry_after == 60.0
+    assert outcome.spend_attempt is False
 
 
-def test_429_or_503_without_a_valid_retry_after_spends_the_attempt() -> None:
-    for outcome in (answer(429), answer(503, headers={"Retry-After": "soon"})):
+async def test_429_or_503_without_a_valid_retry_after_spends_the_attempt() -> None:
+    for outcome in (await answer(429), await answer(503, headers={"Retry-After": "soon"})):
         assert outcome.kind is OutcomeKind.RETRY
-        assert outcome.spend_attempt is True and outcome.retry_after is None
+        assert outcome.spend_attempt is True
+        assert outcome.retry_after is None
 
 
-def test_408_and_425_are_retried() -> None:
+async def test_408_and_425_are_retried() -> None:
     for status in (408, 425):
-        outcome = answer(status)
-        assert outcome.kind is OutcomeKind.RETRY and outcome.spend_attempt, (status, outcome)
+        outcome = await answer(status)
+        assert outcome.kind is OutcomeKind.RETRY, (status, outcome)
+        assert outcome.spend_attempt, (status, outcome)
 
 
-def test_other_4xx_fail_permanently() -> None:
+async def test_other_4xx_fail_permanently() -> None:
     for status in (400, 404, 422):
-        outcome = answer(status, b'{"error": "no such user"}')
+        outcome = await answer(status, b'{"error": "no such user"}')
         assert outcome.kind is OutcomeKind.FAIL, (status, outcome)
-        assert outcome.error is not None and str(status) in outcome.error and "no such user" in outcome.error
+        assert outcome.error is not None
+        assert str(status) in outcome.error
+        assert "no such user" in outcome.error
 
 
-def test_a_redirect_is_not_followed_and_fails() -> None:
-    outcome = answer(302, headers={"Location": "http://127.0.0.1:1/elsewhere"})
+async def test_a_redirect_is_not_followed_and_fails() -> None:
+    outcome = await answer(302, headers={"Location": "http://127.0.0.1:1/elsewhere"})
     assert outcome.kind is OutcomeKind.FAIL
-    assert outcome.error is not None and outcome.error.startswith("HTTP 302")
+    assert outcome.error is not None
+    assert outcome.error.startswith("HTTP 302")
 
 
-def test_a_slow_handler_times_out_and_is_retried() -> None:
+async def test_a_slow_handler_times_out_and_is_retried() -> None:
     seen = Seen()
 
     async def handler(request: web.Request) -> web.Response:
@@ -230,52 +236,47 @@ def test_a_slow_handler_times_out_and_is_retried() -> None:
             raise
         return web.Response()
 
-    async def scenario() -> tuple[Outcome, float]:
-        async with serve(handler) as url:
-            started = time.monotonic()
-            outcome = await post_once(url, timeout=0.3)
-            elapsed = time.monotonic() - started
-            async with asyncio.timeout(5):
-                await seen.disconnected.wait()
-            return outcome, elapsed
-
-    outcome, elapsed = asyncio.run(scenario())
-    assert outcome.kind is OutcomeKind.RETRY and outcome.spend_attempt
+    async with serve(handler) as url:
+        started = time.monotonic()
+        outcome = await post_once(url, timeout=0.3)
+        elapsed = time.monotonic() - started
+        async with asyncio.timeout(5):
+            await seen.disconnected.wait()
+    assert outcome.kind is OutcomeKind.RETRY
+    assert outcome.spend_attempt
     assert outcome.error == "timeout after 0.3s"
     assert elapsed < 2
 
 
-def test_the_jobs_deadline_bounds_the_request_when_it_is_sooner() -> None:
+async def test_the_jobs_deadline_bounds_the_request_when_it_is_sooner() -> None:
     async def handler(request: web.Request) -> web.Response:
         await asyncio.sleep(30)
         return web.Response()
 
-    async def scenario() -> Outcome:
-        async with serve(handler) as url:
-            return await post_once(url, deadline_in=0.3, timeout=60.0)
+    async with serve(handler) as url:
+        outcome = await post_once(url, deadline_in=0.3, timeout=60.0)
+    assert outcome.kind is OutcomeKind.RETRY
+    assert outcome.error is not None
+    assert "timeout" in outcome.error
+    past = await post_once("http://127.0.0.1:1/", deadline_in=-1)
+    assert past.kind is OutcomeKind.RETRY
+    assert past.error is not None
+    assert "deadline" in past.error
 
-    outcome = asyncio.run(scenario())
-    assert outcome.kind is OutcomeKind.RETRY and outcome.error is not None and "timeout" in outcome.error
-    past = asyncio.run(post_once("http://127.0.0.1:1/", deadline_in=-1))
-    assert past.kind is OutcomeKind.RETRY and past.error is not None and "deadline" in past.error
 
-
-def test_a_large_response_body_is_cut_at_max_response_bytes() -> None:
+async def test_a_large_response_body_is_cut_at_max_response_bytes() -> None:
     big = b"a" * (10 * 1024 * 1024)
 
     async def handler(request: web.Request) -> web.Response:
         return web.Response(body=big)
 
-    async def scenario() -> Outcome:
-        async with serve(handler) as url:
-            return await post_once(url, max_response_bytes=1000)
-
-    outcome = asyncio.run(scenario())
+    async with serve(handler) as url:
+        outcome = await post_once(url, max_response_bytes=1000)
     assert outcome.kind is OutcomeKind.SUCCESS
     assert outcome.result == b"a" * 1000
 
 
-def test_an_endless_streamed_body_is_cut_too() -> None:
+async def test_an_endless_streamed_body_is_cut_too() -> None:
     async def handler(request: web.Request) -> web.StreamResponse:
         response = web.StreamResponse()
         await response.prepare(request)
@@ -284,12 +285,10 @@ def test_an_endless_streamed_body_is_cut_too() -> None:
                 await response.write(b"z" * 65536)
         return response
 
-    async def scenario() -> Outcome:
-        async with serve(handler) as url:
-            return await post_once(url, max_response_bytes=100_000)
-
-    outcome = asyncio.run(scenario())
-    assert outcome.kind is OutcomeKind.SUCCESS and outcome.result == b"z" * 100_000
+    async with serve(handler) as url:
+        outcome = await post_once(url, max_response_bytes=100_000)
+    assert outcome.kind is OutcomeKind.SUCCESS
+    assert outcome.result == b"z" * 100_000
 
 
 @contextlib.asynccontextmanager
@@ -315,55 +314,52 @@ async def raw_server(respond: Callable[[asyncio.StreamWriter], Awaitable[None]])
         await server.wait_closed()
 
 
-def test_a_connection_reset_mid_body_is_retried() -> None:
+async def test_a_connection_reset_mid_body_is_retried() -> None:
     async def respond(writer: asyncio.StreamWriter) -> None:
         writer.write(b"HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nContent-Length: 100000\r\n\r\n" + b"x" * 1000)
         await writer.drain()
         writer.transport.abort()
 
-    async def scenario() -> Outcome:
-        async with raw_server(respond) as url:
-            return await post_once(url)
+    async with raw_server(respond) as url:
+        outcome = await post_once(url)
+    assert outcome.kind is OutcomeKind.RETRY
+    assert outcome.spend_attempt
+    assert outcome.error is not None
+    assert outcome.error.startswith("connection reset"), outcome.error
 
-    outcome = asyncio.run(scenario())
-    assert outcome.kind is OutcomeKind.RETRY and outcome.spend_attempt
-    assert outcome.error is not None and outcome.error.startswith("connection reset"), outcome.error
 
-
-def test_a_connection_closed_before_any_answer_is_retried() -> None:
+async def test_a_connection_closed_before_any_answer_is_retried() -> None:
     async def respond(writer: asyncio.StreamWriter) -> None:
         writer.close()
 
-    async def scenario() -> Outcome:
-        async with raw_server(respond) as url:
-            return await post_once(url)
-
-    outcome = asyncio.run(scenario())
+    async with raw_server(respond) as url:
+        outcome = await post_once(url)
     assert outcome.kind is OutcomeKind.RETRY
-    assert outcome.error is not None and outcome.error.startswith("connection reset"), outcome.error
+    assert outcome.error is not None
+    assert outcome.error.startswith("connection reset"), outcome.error
 
 
-def test_a_refused_connection_is_retried() -> None:
-    outcome = asyncio.run(post_once(f"http://127.0.0.1:{free_port()}/"))
+async def test_a_refused_connection_is_retried() -> None:
+    outcome = await post_once(f"http://127.0.0.1:{free_port()}/")
     assert outcome.kind is OutcomeKind.RETRY
-    assert outcome.error is not None and outcome.error.startswith("connection failed"), outcome.error
+    assert outcome.error is not None
+    assert outcome.error.startswith("connection failed"), outcome.error
 
 
-def test_signed_requests_verify_with_verify_signature() -> None:
+async def test_signed_requests_verify_with_verify_signature() -> None:
     seen = Seen()
 
     async def handler(request: web.Request) -> web.Response:
         seen.requests.append((dict(request.headers), await request.read()))
         return web.Response()
 
-    async def scenario() -> Outcome:
-        async with serve(handler) as url:
-            return await post_once(url, make_job(BINARY_PAYLOAD), signing_secret="s3cret")
-
-    assert asyncio.run(scenario()).kind is OutcomeKind.SUCCESS
+    async with serve(handler) as url:
+        outcome = await post_once(url, make_job(BINARY_PAYLOAD), signing_secret="s3cret")
+    assert outcome.kind is OutcomeKind.SUCCESS
     [(headers, body)] = seen.requests
     timestamp, signature = headers["Jobcar-Timestamp"], headers["Jobcar-Signature"]
-    assert signature.startswith("v1=") and abs(int(timestamp) - time.time()) < 60
+    assert signature.startswith("v1=")
+    assert abs(int(timestamp) - time.time()) < 60
     assert verify_signature("s3cret", timestamp, body, signature)
     assert verify_signature("s3cret", timestamp, body, f"v1=00ff, {signature}"), "any of several signatures"
     assert not verify_signature("other secret", timestamp, body, signature)
@@ -373,7 +369,7 @@ def test_signed_requests_verify_with_verify_signature() -> None:
     assert not verify_signature("s3cret", "not-a-number", body, signature)
 
 
-def test_cancelling_the_run_aborts_the_request() -> None:
+async def test_cancelling_the_run_aborts_the_request() -> None:
     seen = Seen()
 
     async def handler(request: web.Request) -> web.Response:
@@ -385,34 +381,29 @@ def test_cancelling_the_run_aborts_the_request() -> None:
             raise
         return web.Response()
 
-    async def scenario() -> None:
-        async with serve(handler) as url, http_client() as client:
-            executor = HttpExecutor(make_handler(url), client)
-            task = asyncio.create_task(executor.run(make_job(), deadline=time.time() + 30, max_attempts=5))
-            async with asyncio.timeout(5):
-                await seen.started.wait()
-            task.cancel()
-            with pytest.raises(asyncio.CancelledError):
-                await task
-            async with asyncio.timeout(5):
-                await seen.disconnected.wait()
-
-    asyncio.run(scenario())
+    async with serve(handler) as url, http_client() as client:
+        executor = HttpExecutor(make_handler(url), client)
+        task = asyncio.create_task(executor.run(make_job(), deadline=time.time() + 30, max_attempts=5))
+        async with asyncio.timeout(5):
+            await seen.started.wait()
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        async with asyncio.timeout(5):
+            await seen.disconnected.wait()
 
 
-def test_keep_alive_connections_are_reused_across_jobs() -> None:
+async def test_keep_alive_connections_are_reused_across_jobs() -> None:
     peers: set[object] = set()
 
     async def handler(request: web.Request) -> web.Response:
         peers.add(request.transport and request.transport.get_extra_info("peername"))
         return web.Response(text="ok")
 
-    async def scenario() -> list[Outcome]:
-        async with serve(handler) as url, http_client() as client:
-            executor = HttpExecutor(make_handler(url), client)
-            return [await executor.run(make_job(), deadline=time.time() + 30, max_attempts=5) for _ in range(5)]
-
-    assert all(o.kind is OutcomeKind.SUCCESS for o in asyncio.run(scenario()))
+    async with serve(handler) as url, http_client() as client:
+        executor = HttpExecutor(make_handler(url), client)
+        outcomes = [await executor.run(make_job(), deadline=time.time() + 30, max_attempts=5) for _ in range(5)]
+    assert all(o.kind is OutcomeKind.SUCCESS for o in outcomes)
     assert len(peers) == 1, "one shared client: jobs reuse one keep-alive connection"
 
 
@@ -430,16 +421,14 @@ def test_parse_retry_after_http_dates() -> None:
     assert parse_retry_after("Tue, 14 Nov 2023 22:13:00 GMT", now=now) == 0.0, "a date in the past means now"
 
 
-def test_configured_headers_never_duplicate_jobcar_metadata_whatever_their_case() -> None:
+async def test_configured_headers_never_duplicate_jobcar_metadata_whatever_their_case() -> None:
     received: list[web.Request] = []
     handler = recording(received)
 
-    async def scenario() -> Outcome:
-        async with serve(handler) as url:
-            headers = {"content-type": "text/evil", "jobcar-attempt": "99", "CONTENT-LENGTH": "1", "X-Tenant": "acme"}
-            return await post_once(url, make_job(b"{}", attempt=2), headers=headers)
-
-    assert asyncio.run(scenario()).kind is OutcomeKind.SUCCESS
+    async with serve(handler) as url:
+        headers = {"content-type": "text/evil", "jobcar-attempt": "99", "CONTENT-LENGTH": "1", "X-Tenant": "acme"}
+        outcome = await post_once(url, make_job(b"{}", attempt=2), headers=headers)
+    assert outcome.kind is OutcomeKind.SUCCESS
     [request] = received
     assert request.headers.getall("Content-Type") == ["application/json"]
     assert request.headers.getall("Jobcar-Attempt") == ["2"]
@@ -447,39 +436,37 @@ def test_configured_headers_never_duplicate_jobcar_metadata_whatever_their_case(
     assert request.headers["x-tenant"] == "acme"
 
 
-def test_configured_host_user_agent_and_authorization_replace_the_defaults() -> None:
+async def test_configured_host_user_agent_and_authorization_replace_the_defaults() -> None:
     received: list[web.Request] = []
     handler = recording(received)
 
-    async def scenario() -> list[Outcome]:
-        async with serve(handler) as url:
-            with_credentials = url.replace("http://", "http://svc:s%40cret@")
-            return [
-                await post_once(with_credentials),
-                await post_once(url, headers={"host": "app.internal", "User-Agent": "billing-jobs/2"}),
-                await post_once(with_credentials, headers={"AUTHORIZATION": "Bearer t0k"}),
-            ]
-
-    assert all(o.kind is OutcomeKind.SUCCESS for o in asyncio.run(scenario()))
+    async with serve(handler) as url:
+        with_credentials = url.replace("http://", "http://svc:s%40cret@")
+        outcomes = [
+            await post_once(with_credentials),
+            await post_once(url, headers={"host": "app.internal", "User-Agent": "billing-jobs/2"}),
+            await post_once(with_credentials, headers={"AUTHORIZATION": "Bearer t0k"}),
+        ]
+    assert all(o.kind is OutcomeKind.SUCCESS for o in outcomes)
     defaults, configured, bearer = (r.headers for r in received)
     assert defaults.getall("Authorization") == ["Basic " + base64.b64encode(b"svc:s@cret").decode()]
-    assert defaults["User-Agent"].startswith("jobcar/") and defaults["Host"].startswith("127.0.0.1:")
+    assert defaults["User-Agent"].startswith("jobcar/")
+    assert defaults["Host"].startswith("127.0.0.1:")
     assert configured.getall("Host") == ["app.internal"]
     assert configured.getall("User-Agent") == ["billing-jobs/2"]
     assert bearer.getall("Authorization") == ["Bearer t0k"]
 
 
-def test_a_line_break_in_a_job_field_fails_the_job_instead_of_forging_headers() -> None:
+async def test_a_line_break_in_a_job_field_fails_the_job_instead_of_forging_headers() -> None:
     received: list[web.Request] = []
     handler = recording(received)
 
-    async def scenario() -> list[Outcome]:
-        async with serve(handler) as url:
-            return [
-                await post_once(url, make_job(content_type="text/plain\r\nX-Forged: 1")),
-                await post_once(url, make_job(traceparent="00-abc\nX-Forged: 1")),
-            ]
-
-    for outcome in asyncio.run(scenario()):
-        assert outcome.kind is OutcomeKind.FAIL and "line break" in (outcome.error or ""), outcome
+    async with serve(handler) as url:
+        outcomes = [
+            await post_once(url, make_job(content_type="text/plain\r\nX-Forged: 1")),
+            await post_once(url, make_job(traceparent="00-abc\nX-Forged: 1")),
+        ]
+    for outcome in outcomes:
+        assert outcome.kind is OutcomeKind.FAIL, outcome
+        assert "line break" in (outcome.error or ""), outcome
     assert received == [], "nothing was sent"

@@ -150,9 +150,11 @@ def test_operator_commands_against_a_running_daemon(redis_server: RedisServer, n
             stats = json.loads(jobcar(config, "stats", "--json").stdout)
             assert [(s["queue"], s["active"]) for s in stats] == [("default", 1)]
             shown = json.loads(jobcar(config, "jobs", "show", "--json", "--", job_id).stdout)
-            assert shown["state"] == "active" and shown["attempt"] == 1
+            assert shown["state"] == "active"
+            assert shown["attempt"] == 1
             canceled = jobcar(config, "cancel", "--", job_id)
-            assert canceled.returncode == 0 and "cancel" in canceled.stdout
+            assert canceled.returncode == 0
+            assert "cancel" in canceled.stdout
             wait_for(lambda: (j := q.job(job_id)) is not None and j.state is State.CANCELED, timeout=15,
                      what="the daemon to stop the canceled job")  # fmt: skip
         assert "0" in jobcar(config, "stats").stdout

@@ -74,7 +74,9 @@ def test_ack_versus_two_reapers_at_the_lease_boundary(redis_server: RedisServer,
                 else:
                     assert all_reaped.get(job_id) == "pending", f"{job_id}: ack lost but not reaped"
                     recovered = acker.job(job_id)
-                    assert recovered is not None and recovered.attempt == 1 and recovered.token is None
+                    assert recovered is not None
+                    assert recovered.attempt == 1
+                    assert recovered.token is None
                     assert acker.where(job_id) is State.PENDING
                     outcomes["reaped"] += 1
             # Drain the reaped jobs so the next round starts from an empty queue.
@@ -89,7 +91,8 @@ def test_ack_versus_two_reapers_at_the_lease_boundary(redis_server: RedisServer,
             c.close()
     assert outcomes["acked"] + outcomes["reaped"] == ROUNDS * JOBS_PER_ROUND
     # Both sides of the race must really have happened, or the test proved nothing.
-    assert outcomes["acked"] > ROUNDS and outcomes["reaped"] > ROUNDS, outcomes
+    assert outcomes["acked"] > ROUNDS, outcomes
+    assert outcomes["reaped"] > ROUNDS, outcomes
 
 
 def test_fifty_concurrent_enqueues_with_one_unique_key_make_one_job(

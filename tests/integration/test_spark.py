@@ -16,7 +16,6 @@ loaded from and which of the refused modules are loaded, and stores that in each
 
 from __future__ import annotations
 
-import asyncio
 import json
 import os
 import stat
@@ -159,7 +158,8 @@ def test_executors_enqueue_with_jobcar_only_from_the_shipped_zip(
     payloads = _payloads(r, namespace, ids)
     for p in payloads:
         shipped = os.path.join(p["root"], "jobcar.zip") + os.sep
-        assert p["jobcar"].startswith(shipped) and p["client"].startswith(shipped), p
+        assert p["jobcar"].startswith(shipped), p
+        assert p["client"].startswith(shipped), p
         assert p["loaded"] == [], p
         assert p["pid"] != os.getpid()  # enqueued by a Python worker, not by the driver
     with Client.from_url(redis_server.url, namespace=namespace) as client:
@@ -205,7 +205,8 @@ def test_a_task_retried_after_a_partial_enqueue_duplicates_no_job(
         status = client.batch_status(batch)
         job = client.get("row-7")
     assert (status.total, status.done, status.dead, status.canceled) == (rows, 0, 0, 0)
-    assert job is not None and job.max_attempts == 5
+    assert job is not None
+    assert job.max_attempts == 5
 
 
 REJECTED_ROW = 137
@@ -239,7 +240,8 @@ def test_a_daemon_processes_the_batch_and_wait_batch_sees_it_end(
         finally:
             daemon.stop()
     assert (status.total, status.done, status.dead, status.canceled) == (rows, rows - 1, 1, 0), status
-    assert status.pending == 0 and status.finished
+    assert status.pending == 0
+    assert status.finished
     assert len(handlers.requests_to("/rows")) == rows
     assert elapsed < 60
 
@@ -257,7 +259,7 @@ def test_enqueue_dataframe_checks_its_arguments_on_the_driver(spark: SparkSessio
         enqueue_dataframe(df, job_id="id", batch_size=0, **common)
 
 
-def test_wait_batch_times_out_naming_the_last_counters(redis_server: RedisServer, namespace: str) -> None:
+async def test_wait_batch_times_out_naming_the_last_counters(redis_server: RedisServer, namespace: str) -> None:
     with Client.from_url(redis_server.url, namespace=namespace) as client:
         client.enqueue_many([("t", n, {"batch": "b1", "job_id": f"j{n}"}) for n in range(3)])
         client.enqueue("t", 0, batch="b1", job_id="j0")  # EXISTS: counted once
@@ -266,10 +268,8 @@ def test_wait_batch_times_out_naming_the_last_counters(redis_server: RedisServer
             client.wait_batch("b1", timeout=0.1, poll=0.02)
         assert client.wait_batch("never-used", timeout=0).finished  # an unknown batch reads as zeros
 
-    async def same_on_async_client() -> None:
-        async with AsyncClient.from_url(redis_server.url, namespace=namespace) as client:
-            assert (await client.batch_status("b1")).pending == 3
-            with pytest.raises(TimeoutError, match="pending=3"):
-                await client.wait_batch("b1", timeout=0.05, poll=0.01)
-
-    asyncio.run(same_on_async_client())
+    # The same on the async client.
+    async with AsyncClient.from_url(redis_server.url, namespace=namespace) as async_client:
+        assert (await async_client.batch_status("b1")).pending == 3
+        with pytest.raises(TimeoutError, match="pending=3"):
+            await async_client.wait_batch("b1", timeout=0.05, poll=0.01)

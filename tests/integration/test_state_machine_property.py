@@ -74,7 +74,8 @@ class StoreMachine(RuleBasedStateMachine):
         job_id = f"j{len(self.jobs) + len(self.gone):04d}"
         info = self.q.enqueue("prop", max_attempts=max_attempts, job_id=job_id, **options)
         expected = State.SCHEDULED if delayed else State.PENDING
-        assert info.created and info.state is expected
+        assert info.created
+        assert info.state is expected
         self.jobs[info.id] = ModelJob(info.id, max_attempts, expected, due_in_ms=DELAY_MS if delayed else 0)
 
     @rule(count=st.integers(1, 4))

@@ -12,7 +12,6 @@ executables under DIR, but then the unit and every unit it depends on would have
 
 from __future__ import annotations
 
-import asyncio
 import json
 import os
 import re
@@ -129,7 +128,8 @@ def seconds(value: str) -> float:
     """A systemd time span ("45", "45s", "1min 30s", "2min") in seconds."""
     units = {"": 1.0, "s": 1.0, "sec": 1.0, "m": 60.0, "min": 60.0, "h": 3600.0, "ms": 0.001}
     parts = re.findall(r"(\d+(?:\.\d+)?)\s*([a-z]*)", value)
-    assert parts and "".join(n + u for n, u in parts) == value.replace(" ", ""), f"cannot read {value!r}"
+    assert parts, f"cannot read {value!r}"
+    assert "".join(n + u for n, u in parts) == value.replace(" ", ""), f"cannot read {value!r}"
     return sum(float(number) * units[unit] for number, unit in parts)
 
 
@@ -255,7 +255,9 @@ def test_no_hardening_that_breaks_jit_handlers(service: dict[str, list[str]]) ->
 # -- systemd's environment stays with the daemon ----------------------------------------------------
 
 
-def test_a_command_handler_sees_none_of_systemds_variables(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+async def test_a_command_handler_sees_none_of_systemds_variables(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """Under systemd the daemon's environment holds NOTIFY_SOCKET, WATCHDOG_USEC and the rest; the
     notifier leaves them there (the watchdog needs them), and the command executor's allow-list keeps
     them from a real handler process."""
@@ -267,11 +269,8 @@ def test_a_command_handler_sees_none_of_systemds_variables(tmp_path: Path, monke
     dump = f"#!{sys.executable}\nimport json, os\nprint(json.dumps(dict(os.environ)))\n"
     handler = make_handler(script(tmp_path, dump))
 
-    async def run() -> bytes | None:
-        outcome = await CommandExecutor(handler, None).run(make_job(), deadline=time.time() + 60, max_attempts=5)
-        return outcome.result
-
-    result = asyncio.run(run())
+    outcome = await CommandExecutor(handler, None).run(make_job(), deadline=time.time() + 60, max_attempts=5)
+    result = outcome.result
     assert result is not None
     env = json.loads(result)
     assert env["JOBCAR_JOB_ID"] == "job-7", "the handler ran and reported its environment"

@@ -26,11 +26,15 @@ def cancel(q: QueueDriver, job_id: str) -> tuple[CancelResult, State | None]:
 
 def test_enqueue_stores_a_pending_job_with_its_fields(q: QueueDriver) -> None:
     info = q.enqueue("email.welcome", {"user": 42}, max_attempts=4, timeout=10, meta={"tenant": "a"})
-    assert info.status is EnqueueStatus.CREATED and info.state is State.PENDING and info.queue == "default"
+    assert info.status is EnqueueStatus.CREATED
+    assert info.state is State.PENDING
+    assert info.queue == "default"
     job = q.job(info.id)
     assert job is not None
     assert (job.type, job.payload, job.max_attempts, job.timeout_ms) == ("email.welcome", b'{"user":42}', 4, 10_000)
-    assert job.meta == {"tenant": "a"} and job.attempt == 0 and job.content_type == "application/json"
+    assert job.meta == {"tenant": "a"}
+    assert job.attempt == 0
+    assert job.content_type == "application/json"
     assert q.where(info.id) is State.PENDING
     assert q.redis.exists(q.keys.wake) == 1, "an enqueue must wake blocked daemons"
     assert q.redis.smembers(queues_key(q.keys.namespace)) == {b"default"}
@@ -56,31 +60,42 @@ def test_a_lease_given_an_alive_key_takes_jobs_only_while_the_key_exists(q: Queu
     call = transitions.lease_call(q.keys, 10, 30_000, 3, alive_key=alive)
     before = {key: q.redis.dump(key) for key in (q.keys.pending, q.keys.wake, q.keys.job(info.id))}
     declined = transitions.parse_lease(q.keys, q.run(call))
-    assert declined.declined and declined.jobs == [] and not declined.paused
-    assert declined.next_due_ms is not None and 59_000 < declined.next_due_ms <= 60_000
+    assert declined.declined
+    assert declined.jobs == []
+    assert not declined.paused
+    assert declined.next_due_ms is not None
+    assert 59_000 < declined.next_due_ms <= 60_000
     assert {key: q.redis.dump(key) for key in before} == before, "a declined lease changes nothing"
     q.redis.set(alive, "1", px=10_000)
     leased = transitions.parse_lease(q.keys, q.run(call))
-    assert not leased.declined and [j.job.id for j in leased.jobs] == [info.id]
+    assert not leased.declined
+    assert [j.job.id for j in leased.jobs] == [info.id]
 
 
 def test_raw_bytes_payload_keeps_its_bytes_and_content_type(q: QueueDriver) -> None:
     raw = b"\x00\xff\xfe; $(rm -rf /) `id`\n"
     info = q.enqueue("blob", raw, content_type="application/x-thing")
     job = q.lease_one().job
-    assert job.id == info.id and job.payload == raw and job.content_type == "application/x-thing"
+    assert job.id == info.id
+    assert job.payload == raw
+    assert job.content_type == "application/x-thing"
 
 
 def test_delayed_job_waits_in_scheduled_then_is_promoted_when_due(q: QueueDriver) -> None:
     info = q.enqueue("later", delay=0.3)
-    assert info.state is State.SCHEDULED and q.where(info.id) is State.SCHEDULED
+    assert info.state is State.SCHEDULED
+    assert q.where(info.id) is State.SCHEDULED
     early = q.lease()
-    assert early.jobs == [] and early.next_due_ms is not None and 0 < early.next_due_ms <= 300
+    assert early.jobs == []
+    assert early.next_due_ms is not None
+    assert 0 < early.next_due_ms <= 300
     assert q.redis.exists(q.keys.wake) == 0, "a lease that finds nothing clears wake so the daemon can block"
     leased: list[transitions.LeasedJob] = []
     wait_for(lambda: leased.extend(q.lease().jobs) or leased, what="the delayed job to become due")
-    assert leased[0].job.id == info.id and leased[0].job.run_at_ms is not None
-    assert leased[0].job.started_ms is not None and leased[0].job.started_ms >= leased[0].job.run_at_ms
+    assert leased[0].job.id == info.id
+    assert leased[0].job.run_at_ms is not None
+    assert leased[0].job.started_ms is not None
+    assert leased[0].job.started_ms >= leased[0].job.run_at_ms
 
 
 def test_run_at_in_the_past_is_runnable_now(q: QueueDriver) -> None:
@@ -93,7 +108,8 @@ def test_caller_chosen_id_is_add_if_absent(q: QueueDriver) -> None:
     assert first.status is EnqueueStatus.CREATED
     assert (again.status, again.id, again.state) == (EnqueueStatus.EXISTS, "order-17", State.PENDING)
     job = q.job("order-17")
-    assert job is not None and job.payload == b'{"v":1}'
+    assert job is not None
+    assert job.payload == b'{"v":1}'
     assert q.redis.llen(q.keys.pending) == 1
 
 
@@ -120,14 +136,18 @@ def test_lease_takes_fifo_up_to_n_with_fresh_tokens_and_counts_the_attempt(q: Qu
     ids = [q.enqueue("t", n).id for n in range(5)]
     result = q.lease(count=2, lease_ms=10_000, max_attempts=7)
     assert [j.job.id for j in result.jobs] == ids[:2]
-    assert result.next_due_ms is None and not result.paused and result.missing == []
+    assert result.next_due_ms is None
+    assert not result.paused
+    assert result.missing == []
     assert len({j.token for j in result.jobs}) == 2
     for leased in result.jobs:
-        assert leased.job.attempt == 1 and leased.job.state is State.ACTIVE
+        assert leased.job.attempt == 1
+        assert leased.job.state is State.ACTIVE
         assert leased.job.max_attempts == 7, "the daemon's default is stored when the job has none"
         assert leased.job.token == leased.token
         deadline = q.redis.zscore(q.keys.active, leased.job.id)
-        assert deadline is not None and deadline - result.now_ms == 10_000
+        assert deadline is not None
+        assert deadline - result.now_ms == 10_000
     assert q.redis.llen(q.keys.pending) == 3
 
 
@@ -135,7 +155,8 @@ def test_lease_uses_per_type_max_attempts_but_never_overrides_the_job(q: QueueDr
     typed = q.enqueue("typed").id
     own = q.enqueue("typed", max_attempts=2).id
     jobs = {j.job.id: j.job for j in q.lease(by_type=json.dumps({"typed": 5})).jobs}
-    assert jobs[typed].max_attempts == 5 and jobs[own].max_attempts == 2
+    assert jobs[typed].max_attempts == 5
+    assert jobs[own].max_attempts == 2
 
 
 def test_lease_reply_is_the_hash_as_written_and_a_hand_written_attempt_cannot_strand_the_batch(
@@ -158,7 +179,8 @@ def test_lease_on_an_empty_queue_reports_the_next_due_job(q: QueueDriver) -> Non
     assert q.lease().next_due_ms is None
     q.enqueue("t", delay=60)
     due = q.lease().next_due_ms
-    assert due is not None and 59_000 < due <= 60_000
+    assert due is not None
+    assert 59_000 < due <= 60_000
 
 
 def test_extend_renews_only_the_callers_lease_and_reports_cancel(q: QueueDriver) -> None:
@@ -171,7 +193,9 @@ def test_extend_renews_only_the_callers_lease_and_reports_cancel(q: QueueDriver)
         ExtendStatus.LOST,
     ]
     after = q.redis.zscore(q.keys.active, a.job.id)
-    assert before is not None and after is not None and after > before + 50_000
+    assert before is not None
+    assert after is not None
+    assert after > before + 50_000
     q.run(transitions.cancel_call(q.keys, b.job.id))
     assert q.extend([(b.job.id, b.token)]) == [ExtendStatus.CANCEL_REQUESTED]
 
@@ -181,10 +205,14 @@ def test_ack_deletes_the_job_or_keeps_its_result(q: QueueDriver) -> None:
     q.enqueue(job_id="kept")
     leased = {j.job.id: j for j in q.lease().jobs}
     assert q.ack("plain", leased["plain"].token) == 1
-    assert q.where("plain") is None and q.redis.exists(q.keys.job("plain")) == 0
+    assert q.where("plain") is None
+    assert q.redis.exists(q.keys.job("plain")) == 0
     assert q.ack("kept", leased["kept"].token, result=b"42", retention_ms=60_000) == 1
     job = q.job("kept")
-    assert job is not None and job.state is State.DONE and job.result == b"42" and job.token is None
+    assert job is not None
+    assert job.state is State.DONE
+    assert job.result == b"42"
+    assert job.token is None
     assert 59_000 < q.redis.pttl(q.keys.job("kept")) <= 60_000
     assert q.redis.zcard(q.keys.active) == 0
 
@@ -194,7 +222,8 @@ def test_ack_as_canceled(q: QueueDriver) -> None:
     leased = q.lease_one()
     assert q.ack(info.id, leased.token, final=State.CANCELED, retention_ms=1000) == 1
     job = q.job(info.id)
-    assert job is not None and job.state is State.CANCELED
+    assert job is not None
+    assert job.state is State.CANCELED
     assert q.redis.hgetall(q.keys.batch("b1")) == {b"total": b"1", b"canceled": b"1"}
 
 
@@ -210,13 +239,17 @@ def test_one_ack_call_finishes_many_jobs_each_by_its_own_lease(q: QueueDriver) -
     ]
     # coalesce merges them into one script call; split_reply hands each caller its own answer.
     [(merged, positions)] = transitions.coalesce(calls)
-    assert positions == [0, 1, 2, 3] and len(merged.keys) == 5
+    assert positions == [0, 1, 2, 3]
+    assert len(merged.keys) == 5
     [reply] = transport.execute(q.redis, [merged])
     assert transitions.split_reply(merged, reply, 4) == [1, 0, 1, 1]
-    assert q.where("a") is None and q.where("b") is State.ACTIVE, "a lost lease changes nothing for that job"
+    assert q.where("a") is None
+    assert q.where("b") is State.ACTIVE, "a lost lease changes nothing for that job"
     kept, canceled = q.job("c"), q.job("d")
-    assert kept is not None and (kept.state, kept.result) == (State.DONE, b"r")
-    assert canceled is not None and canceled.state is State.CANCELED
+    assert kept is not None
+    assert (kept.state, kept.result) == (State.DONE, b"r")
+    assert canceled is not None
+    assert canceled.state is State.CANCELED
     assert q.redis.hgetall(q.keys.batch("b1")) == {b"total": b"4", b"done": b"2", b"canceled": b"1"}
 
 
@@ -239,10 +272,14 @@ def test_retry_schedules_the_next_attempt_and_records_the_error(q: QueueDriver) 
     leased = q.lease_one()
     assert q.retry(info.id, leased.token, delay_ms=30_000, error="HTTP 500: oops") == RetryResult.RETRIED
     job = q.job(info.id)
-    assert job is not None and q.where(info.id) is State.SCHEDULED
-    assert job.last_error == "HTTP 500: oops" and job.errors[0].attempt == 1 and job.token is None
+    assert job is not None
+    assert q.where(info.id) is State.SCHEDULED
+    assert job.last_error == "HTTP 500: oops"
+    assert job.errors[0].attempt == 1
+    assert job.token is None
     score = q.redis.zscore(q.keys.scheduled, info.id)
-    assert score is not None and job.run_at_ms == int(score)
+    assert score is not None
+    assert job.run_at_ms == int(score)
 
 
 def test_retry_without_delay_goes_straight_to_pending(q: QueueDriver) -> None:
@@ -257,7 +294,9 @@ def test_retry_without_spending_gives_the_attempt_back(q: QueueDriver) -> None:
     for _ in range(3):  # a handler may say "later" (429 + Retry-After) without exhausting the job
         assert q.retry(info.id, q.lease_one().token, spend=False) == RetryResult.RETRIED
     job = q.job(info.id)
-    assert job is not None and job.attempt == 0 and q.where(info.id) is State.PENDING
+    assert job is not None
+    assert job.attempt == 0
+    assert q.where(info.id) is State.PENDING
 
 
 def test_giving_attempts_back_is_bounded(q: QueueDriver) -> None:
@@ -266,7 +305,8 @@ def test_giving_attempts_back_is_bounded(q: QueueDriver) -> None:
         assert q.retry(info.id, q.lease_one().token, spend=False, max_free=2) == RetryResult.RETRIED
     assert q.retry(info.id, q.lease_one().token, spend=False, max_free=2) == RetryResult.DEAD
     job = q.job(info.id)
-    assert job is not None and "attempts exhausted: 1 of 1" in (job.last_error or "")
+    assert job is not None
+    assert "attempts exhausted: 1 of 1" in (job.last_error or "")
 
 
 def test_retry_with_attempts_spent_moves_to_dead(q: QueueDriver) -> None:
@@ -274,7 +314,8 @@ def test_retry_with_attempts_spent_moves_to_dead(q: QueueDriver) -> None:
     assert q.retry(info.id, q.lease_one().token, error="first") == RetryResult.RETRIED
     assert q.retry(info.id, q.lease_one().token, error="second") == RetryResult.DEAD
     job = q.job(info.id)
-    assert job is not None and q.where(info.id) is State.DEAD
+    assert job is not None
+    assert q.where(info.id) is State.DEAD
     assert [e.error for e in job.errors] == ["first", "second (attempts exhausted: 2 of 2)"]
     assert [e.attempt for e in job.errors] == [1, 2]
     assert q.redis.exists(q.keys.unique(job.unique_key or "")) == 0, "death releases the unique lock"
@@ -284,8 +325,10 @@ def test_kill_moves_to_dead_with_the_reason(q: QueueDriver) -> None:
     info = q.enqueue("nobody.handles.this")
     assert q.kill(info.id, q.lease_one().token, reason="no handler for type nobody.handles.this") == 1
     job = q.job(info.id)
-    assert job is not None and q.where(info.id) is State.DEAD
-    assert job.last_error == "no handler for type nobody.handles.this" and job.finished_ms is not None
+    assert job is not None
+    assert q.where(info.id) is State.DEAD
+    assert job.last_error == "no handler for type nobody.handles.this"
+    assert job.finished_ms is not None
 
 
 def test_stale_tokens_are_rejected_with_no_state_change(q: QueueDriver) -> None:
@@ -312,9 +355,13 @@ def test_reap_returns_expired_leases_to_pending_and_spent_ones_to_dead(q: QueueD
     reaped: dict[str, str] = {}
     wait_for(lambda: reaped.update(q.reap()) or len(reaped) == 2, what="both short leases to be reaped")
     assert reaped == {again: "pending", spent: "dead"}
-    assert q.where(again) is State.PENDING and q.where(spent) is State.DEAD and q.where(live) is State.ACTIVE
+    assert q.where(again) is State.PENDING
+    assert q.where(spent) is State.DEAD
+    assert q.where(live) is State.ACTIVE
     job = q.job(again)
-    assert job is not None and job.token is None and "lease expired" in (job.last_error or "")
+    assert job is not None
+    assert job.token is None
+    assert "lease expired" in (job.last_error or "")
     assert q.ack(again, leased[again].token) == 0, "the reaped lease is fenced off"
     assert q.lease_one().job.attempt == 2
 
@@ -330,7 +377,9 @@ def test_requeue_from_dead_resets_attempts(q: QueueDriver) -> None:
     assert q.run(transitions.requeue_call(q.keys, limit=1)) == 0
     for i in ids:
         job = q.job(i)
-        assert job is not None and job.attempt == 0 and q.where(i) is State.PENDING
+        assert job is not None
+        assert job.attempt == 0
+        assert q.where(i) is State.PENDING
 
 
 def test_purge_deletes_dead_jobs(q: QueueDriver) -> None:
@@ -339,7 +388,8 @@ def test_purge_deletes_dead_jobs(q: QueueDriver) -> None:
         q.kill(leased.job.id, leased.token)
     assert q.run(transitions.purge_call(q.keys, [ids[0]])) == 1
     assert q.run(transitions.purge_call(q.keys)) == 2
-    assert all(q.job(i) is None for i in ids) and q.redis.zcard(q.keys.dead) == 0
+    assert all(q.job(i) is None for i in ids)
+    assert q.redis.zcard(q.keys.dead) == 0
 
 
 def test_dead_set_is_trimmed_by_size_and_age(q: QueueDriver) -> None:
@@ -351,7 +401,8 @@ def test_dead_set_is_trimmed_by_size_and_age(q: QueueDriver) -> None:
         wait_for(lambda started=started: _redis_ms(q) > started, what="the next Redis millisecond")
         q.kill(leased.job.id, leased.token)
     assert q.redis.zrange(q.keys.dead, 0, -1) == [i.encode() for i in ids[2:]]
-    assert q.job(ids[0]) is None and q.job(ids[1]) is None, "trimmed jobs' hashes go too"
+    assert q.job(ids[0]) is None, "trimmed jobs' hashes go too"
+    assert q.job(ids[1]) is None, "trimmed jobs' hashes go too"
     q.dead_limits = transitions.DeadLetterLimits(max_jobs=100, max_age_ms=1)
     last = q.enqueue().id
     died_at = int(q.redis.zscore(q.keys.dead, ids[3]) or 0)
@@ -369,7 +420,8 @@ def test_cancel_deletes_waiting_jobs_and_flags_running_ones(q: QueueDriver) -> N
     pending = q.enqueue(unique_for=60).id
     scheduled = q.enqueue(delay=60, batch="b").id
     assert cancel(q, pending) == (CancelResult.CANCELED, State.PENDING)
-    assert q.job(pending) is None and q.redis.llen(q.keys.pending) == 0
+    assert q.job(pending) is None
+    assert q.redis.llen(q.keys.pending) == 0
     assert q.redis.keys(q.keys.prefix + "unique:*") == []
     assert cancel(q, scheduled) == (CancelResult.CANCELED, State.SCHEDULED)
     assert q.redis.hget(q.keys.batch("b"), "canceled") == b"1"
@@ -378,7 +430,9 @@ def test_cancel_deletes_waiting_jobs_and_flags_running_ones(q: QueueDriver) -> N
     result = cancel(q, running)
     assert result == (CancelResult.CANCEL_REQUESTED, State.ACTIVE)
     job = q.job(running)
-    assert job is not None and job.cancel_requested and q.where(running) is State.ACTIVE
+    assert job is not None
+    assert job.cancel_requested
+    assert q.where(running) is State.ACTIVE
     q.kill(running, leased.token)
     assert cancel(q, running) == (CancelResult.NOT_CANCELABLE, State.DEAD)
     assert cancel(q, "nope") == (CancelResult.MISSING, None)
@@ -389,7 +443,9 @@ def test_pause_stops_leasing_and_resume_wakes(q: QueueDriver) -> None:
     assert q.run(transitions.pause_call(q.keys, True)) == 1
     assert q.run(transitions.pause_call(q.keys, True)) == 0
     paused = q.lease()
-    assert paused.paused and paused.jobs == [] and q.redis.exists(q.keys.wake) == 0
+    assert paused.paused
+    assert paused.jobs == []
+    assert q.redis.exists(q.keys.wake) == 0
     q.enqueue()
     assert q.run(transitions.pause_call(q.keys, False)) == 1
     assert q.redis.exists(q.keys.wake) == 1
@@ -409,7 +465,8 @@ def test_stats_counts_every_state_and_the_oldest_wait(q: QueueDriver) -> None:
     assert first in leased
     assert (stats.pending, stats.scheduled, stats.active, stats.dead, stats.paused) == (3, 1, 1, 0, False)
     oldest = q.job(q.redis.lindex(q.keys.pending, -1).decode())  # type: ignore[union-attr]
-    assert oldest is not None and stats.oldest_ready_ms == oldest.created_ms
+    assert oldest is not None
+    assert stats.oldest_ready_ms == oldest.created_ms
     assert dead
 
 

@@ -21,7 +21,8 @@ def test_pending_and_finished_follow_the_counters() -> None:
     assert (status.pending, status.finished) == (2, False)
     assert BatchStatus("b", "default", total=3, done=2, dead=1).finished
     assert BatchStatus("b", "default").finished  # an unknown batch reads as zeros
-    assert "pending=2" in str(status) and "'b'" in str(status)
+    assert "pending=2" in str(status)
+    assert "'b'" in str(status)
 
 
 def test_batch_calls_check_their_arguments_before_reaching_redis() -> None:

@@ -21,7 +21,8 @@ MIB = 1024 * 1024
 def test_json_payload_is_compact_utf8_and_default_content_type_is_not_stored() -> None:
     record = build_record("email.welcome", {"name": "Zoë", "n": [1, 2]}, MIB)
     assert record.payload == '{"name":"Zoë","n":[1,2]}'.encode()
-    assert record.content_type is None and record.queue == "default"
+    assert record.content_type is None
+    assert record.queue == "default"
 
 
 JSON_VALUES = st.recursive(

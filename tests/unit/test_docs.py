@@ -87,7 +87,8 @@ def test_the_walk_finds_top_level_nested_and_handler_keys(schema_paths: dict[str
     for path in ("lease", "redis.url", "defaults.backoff.base", "dead_letter.max_age", "handlers.<type>",
                  "handlers.<type>.url", "handlers.<type>.command", "handlers.<type>.backoff.strategy"):  # fmt: skip
         assert path in schema_paths
-    assert schema_paths["lease"] == "30s" and schema_paths["handlers.<type>.kill_grace"] == "5s"
+    assert schema_paths["lease"] == "30s"
+    assert schema_paths["handlers.<type>.kill_grace"] == "5s"
 
 
 def test_every_schema_key_is_documented(schema_paths: dict[str, Any]) -> None:

@@ -28,9 +28,12 @@ def test_json_lines_carry_the_standard_fields_and_nothing_else(logger: logging.L
     logger.debug("not at info")
     [line] = stream.getvalue().splitlines()
     record = json.loads(line)
-    assert record["msg"] == "job retry" and record["level"] == "info" and record["ts"].endswith("Z")
+    assert record["msg"] == "job retry"
+    assert record["level"] == "info"
+    assert record["ts"].endswith("Z")
     assert (record["queue"], record["job_id"], record["attempt"]) == ("q", "j", 2)
-    assert "payload" not in record and "secret" not in line
+    assert "payload" not in record
+    assert "secret" not in line
 
 
 def test_console_format_for_terminals(logger: logging.Logger) -> None:
@@ -38,5 +41,7 @@ def test_console_format_for_terminals(logger: logging.Logger) -> None:
     setup_logging("debug", "console", stream)
     logger.warning("lease lost", extra={"queue": "q", "job_id": "j"})
     line = stream.getvalue().strip()
-    assert "WARNING" in line and "lease lost" in line and "queue=q job_id=j" in line
+    assert "WARNING" in line
+    assert "lease lost" in line
+    assert "queue=q job_id=j" in line
     assert not line.startswith("{")

@@ -109,7 +109,7 @@ def test_abstract_namespace_socket(short_tmp: Path) -> None:
     assert not list(short_tmp.iterdir()), "an abstract socket has no file"
 
 
-def test_disabled_without_notify_socket() -> None:
+async def test_disabled_without_notify_socket() -> None:
     notifier = Notifier.from_environ({"WATCHDOG_USEC": "30000000"})
     assert not notifier.enabled
     assert notifier.watchdog_interval() is None
@@ -119,11 +119,8 @@ def test_disabled_without_notify_socket() -> None:
     notifier.reloading()
     notifier.reloaded("x")
 
-    async def scenario() -> None:
-        async with asyncio.timeout(5):
-            await notifier.watchdog()  # returns at once
-
-    asyncio.run(scenario())
+    async with asyncio.timeout(5):
+        await notifier.watchdog()  # returns at once
 
 
 @pytest.mark.parametrize("address", ["", "run/notify", "vsock:2:1234", "@"])
@@ -183,39 +180,33 @@ def stall_the_event_loop(seconds: float) -> None:
     time.sleep(seconds)
 
 
-def test_watchdog_pings_from_the_event_loop_until_cancelled(systemd: FakeSystemd) -> None:
+async def test_watchdog_pings_from_the_event_loop_until_cancelled(systemd: FakeSystemd) -> None:
     notifier = systemd.notifier(WATCHDOG_USEC="100000", WATCHDOG_PID=str(os.getpid()))
     assert notifier.watchdog_interval() == 0.05
     systemd.sock.setblocking(False)
 
-    async def scenario() -> None:
-        loop = asyncio.get_running_loop()
-        task = asyncio.create_task(notifier.watchdog())
-        async with asyncio.timeout(10):
-            pings = [await loop.sock_recv(systemd.sock, 4096) for _ in range(2)]
-        assert pings == [b"WATCHDOG=1", b"WATCHDOG=1"]
-        # A stalled loop must starve the pings: that is what lets systemd notice it. Blocked for ten
-        # intervals, the watchdog sends nothing (a thread would have sent about ten); only a ping or
-        # two sent before the stall began can be waiting.
-        stall_the_event_loop(0.5)
-        assert len(systemd.pending()) <= 2
-        async with asyncio.timeout(10):
-            assert await loop.sock_recv(systemd.sock, 4096) == b"WATCHDOG=1", "pings resume with the loop"
-        task.cancel()
-        with pytest.raises(asyncio.CancelledError):
-            await task
-
-    asyncio.run(scenario())
+    loop = asyncio.get_running_loop()
+    task = asyncio.create_task(notifier.watchdog())
+    async with asyncio.timeout(10):
+        pings = [await loop.sock_recv(systemd.sock, 4096) for _ in range(2)]
+    assert pings == [b"WATCHDOG=1", b"WATCHDOG=1"]
+    # A stalled loop must starve the pings: that is what lets systemd notice it. Blocked for ten
+    # intervals, the watchdog sends nothing (a thread would have sent about ten); only a ping or
+    # two sent before the stall began can be waiting.
+    stall_the_event_loop(0.5)
+    assert len(systemd.pending()) <= 2
+    async with asyncio.timeout(10):
+        assert await loop.sock_recv(systemd.sock, 4096) == b"WATCHDOG=1", "pings resume with the loop"
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
 
 
-def test_watchdog_returns_at_once_when_the_watchdog_is_for_another_process(systemd: FakeSystemd) -> None:
+async def test_watchdog_returns_at_once_when_the_watchdog_is_for_another_process(systemd: FakeSystemd) -> None:
     notifier = systemd.notifier(WATCHDOG_USEC="100000", WATCHDOG_PID=str(os.getppid()))
 
-    async def scenario() -> None:
-        async with asyncio.timeout(5):
-            await notifier.watchdog()
-
-    asyncio.run(scenario())
+    async with asyncio.timeout(5):
+        await notifier.watchdog()
     assert systemd.pending() == []
 
 
@@ -230,7 +221,8 @@ def test_a_missing_socket_never_raises_and_warns_once(short_tmp: Path, caplog: p
         notifier.stopping("x")
     warnings = [record for record in caplog.records if record.levelno >= logging.WARNING]
     assert len(warnings) == 1, caplog.text
-    assert "gone" in warnings[0].getMessage() and "READY=1" in warnings[0].getMessage()
+    assert "gone" in warnings[0].getMessage()
+    assert "READY=1" in warnings[0].getMessage()
     assert len(caplog.records) == 5, "later failures are still logged, at debug"
 
 
@@ -251,7 +243,8 @@ def test_a_full_receive_queue_drops_messages_instead_of_blocking(
         assert sent.wait(10), "sending blocked on a full socket queue"
     assert len(caplog.records) == 1, caplog.text
     received = systemd.pending()
-    assert received and len(received) < 200
+    assert received
+    assert len(received) < 200
     assert received[0] == b"STATUS=0"
 
 
