@@ -37,7 +37,7 @@ class Recorded(StrEnum):
     LEASE_LOST = "lease_lost"
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)  # not frozen: one is made per finished job, and frozen fields cost a setattr each
 class OutcomeCall:
     """The transition that records one outcome, and what its success makes of the job."""
 
