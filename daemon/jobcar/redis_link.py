@@ -163,11 +163,12 @@ class CallBatcher:
     fails every call of its batch; callers retry as they would alone.
     """
 
-    def __init__(self, client: AsyncRedis, guard: Callable[[], contextlib.AbstractAsyncContextManager[None]]) -> None:
+    def __init__(self, client: AsyncRedis, reachability: Reachability) -> None:
         self.client = client
-        # Entered around each round trip: Reachability.guard, which abandons a batch sent into an outage
-        # once Redis answers again, so the calls queued behind it need not wait for its timeout.
-        self.guard = guard
+        # Its guard is entered around each round trip: it abandons a batch sent into an outage once Redis
+        # answers again, so the calls queued behind it need not wait for their timeout. Each answered round
+        # trip is reported to it once, for every call it carried.
+        self.reachability = reachability
         self._waiting: list[tuple[ScriptCall, asyncio.Future[Reply]]] = []
         self._sender: asyncio.Task[None] | None = None
 
@@ -185,9 +186,11 @@ class CallBatcher:
         while self._waiting:
             batch, self._waiting = self._waiting, []
             sent = coalesce([c for c, _ in batch])
+            sent_at = time.monotonic()
             try:
-                async with self.guard():
+                async with self.reachability.guard():
                     replies = await execute_async(self.client, [c for c, _ in sent], raise_on_error=False)
+                self.reachability.ok(sent_at)
             except Exception as exc:
                 replies = [exc] * len(sent)
             except asyncio.CancelledError:
@@ -218,7 +221,7 @@ class RedisLink:
         self.client = client
         self.blocking_client = blocking_client
         self.reachability = Reachability(on_failure=on_failure)
-        self.batcher = CallBatcher(client, guard=self.reachability.guard)
+        self.batcher = CallBatcher(client, self.reachability)
 
     async def call(
         self,
