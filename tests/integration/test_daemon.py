@@ -24,6 +24,7 @@ from tests.integration.daemon_harness import (
     write_config,
 )
 from tests.integration.driver import QueueDriver
+from tests.integration.lease_probe import LeaseMonitor, queued_behind_waits, wait_for_a_queued_lease
 from tests.servers import RedisServer, wait_for
 
 
@@ -40,12 +41,6 @@ def ok(req: Received) -> tuple[int, dict[str, str], bytes]:
 def blocked_clients(client: redis.Redis) -> int:
     """Connections waiting in BLMOVE: the daemon's idle queues."""
     return sum(1 for c in client.client_list() if c.get("cmd") == "blmove")
-
-
-def queued_behind_waits(client: redis.Redis) -> list[int]:
-    """For each connection waiting in BLMOVE, the bytes of commands it sent behind the wait (Redis keeps
-    them in the connection's query buffer until the wait ends): a lease, on a one-queue daemon."""
-    return [int(c["qbuf"]) for c in client.client_list() if c.get("cmd") == "blmove"]
 
 
 def test_http_success_gets_the_exact_bytes_and_metadata(
@@ -207,21 +202,24 @@ def test_idle_daemon_blocks_instead_of_polling(
 
 
 def test_a_one_queue_daemon_leases_behind_its_idle_wait(
-    handlers: HandlerServer, start_daemon: StartDaemon, q: QueueDriver
+    handlers: HandlerServer, start_daemon: StartDaemon, q: QueueDriver, redis_server: RedisServer
 ) -> None:
     daemon = start_daemon({"t": {"url": handlers.url("/jobs/ok", ok)}})
-    for n in range(3):
-        wait_for(lambda: any(queued_behind_waits(q.redis)), what="a lease queued behind the idle wait")
-        job = q.enqueue("t", n).id
-        wait_gone(q, job, daemon)
+    with LeaseMonitor(redis_server) as monitor:
+        for n in range(3):
+            wait_for_a_queued_lease(q.redis, monitor)
+            job = q.enqueue("t", n).id
+            wait_gone(q, job, daemon)
+            assert monitor.taken_by_a_queued_lease(job) is True
     assert len(handlers.requests_to("/jobs/ok")) == 3
 
 
 def test_a_lease_queued_behind_the_wait_is_loaded_again_when_the_server_forgot_its_script(
-    handlers: HandlerServer, start_daemon: StartDaemon, q: QueueDriver
+    handlers: HandlerServer, start_daemon: StartDaemon, q: QueueDriver, redis_server: RedisServer
 ) -> None:
     daemon = start_daemon({"t": {"url": handlers.url("/jobs/ok", ok)}})
-    wait_for(lambda: any(queued_behind_waits(q.redis)), what="a lease queued behind the idle wait")
+    with LeaseMonitor(redis_server) as monitor:
+        wait_for_a_queued_lease(q.redis, monitor)
     q.redis.script_flush()  # as after a failover to a replica that never ran jobcar's scripts
     job = q.enqueue("t", 1).id
     wait_gone(q, job, daemon)
@@ -240,11 +238,13 @@ def test_a_one_queue_daemon_on_a_unix_socket_leases_behind_its_idle_wait(
         path = write_config(tmp_path, f"unix://{socket}?db=0", namespace, {"t": {"url": handlers.url("/jobs/ok", ok)}})
         daemon = DaemonProcess(path).start()
         try:
-            with server.client() as probe:
+            with server.client() as probe, LeaseMonitor(server) as monitor:
                 driver = QueueDriver(probe, namespace)
                 for n in range(2):
-                    wait_for(lambda: any(queued_behind_waits(probe)), what="a lease queued behind the idle wait")
-                    wait_gone(driver, driver.enqueue("t", n).id, daemon)
+                    wait_for_a_queued_lease(probe, monitor)
+                    job = driver.enqueue("t", n).id
+                    wait_gone(driver, job, daemon)
+                    assert monitor.taken_by_a_queued_lease(job) is True
             assert not [line for line in daemon.lines() if line["level"] == "error"], daemon.log_tail()
         finally:
             daemon.stop()
@@ -267,7 +267,7 @@ def test_app_health_gates_leasing(handlers: HandlerServer, start_daemon: StartDa
 
 
 def test_a_job_leased_after_the_app_turned_unhealthy_goes_back_unrun(
-    handlers: HandlerServer, start_daemon: StartDaemon, q: QueueDriver
+    handlers: HandlerServer, start_daemon: StartDaemon, q: QueueDriver, redis_server: RedisServer
 ) -> None:
     """The lease queued behind the idle wait (ADR 0005) was sent while the app was healthy and takes the
     next job whenever it comes; no handler may start against an app now known to be unhealthy."""
@@ -276,14 +276,21 @@ def test_a_job_leased_after_the_app_turned_unhealthy_goes_back_unrun(
     daemon = start_daemon({"t": {"url": handlers.url("/jobs/ok", ok)}}, health_url=handlers.base_url + "/health")
     daemon.wait_for_log("app healthy")
 
-    def just_queued() -> bool:  # a lease behind a wait that began under a second ago: 4 s before it ends
-        return any(c.get("cmd") == "blmove" and int(c["qbuf"]) > 0 and int(c["idle"]) == 0
-                   for c in q.redis.client_list())  # fmt: skip
+    with LeaseMonitor(redis_server) as monitor:
+        # Where the server hides the queued bytes (Valkey), a wait re-armed right after a queued lease ran
+        # has one behind it too: the app is healthy and the alive key fresh.
+        wait_for_a_queued_lease(q.redis, monitor)
 
-    wait_for(just_queued, what="a lease freshly queued behind the idle wait")
-    healthy["now"] = False
-    daemon.wait_for_log("app unhealthy")
-    info = q.enqueue("t", {})
+        def just_queued() -> bool:  # a lease behind a wait that began under a second ago: 4 s before it ends
+            return any(c.get("cmd") == "blmove" and int(c["idle"]) == 0 and (int(c["qbuf"]) > 0 or monitor.leases())
+                       for c in q.redis.client_list())  # fmt: skip
+
+        wait_for(just_queued, what="a lease freshly queued behind the idle wait")
+        healthy["now"] = False
+        daemon.wait_for_log("app unhealthy")
+        info = q.enqueue("t", {})
+        wait_for(lambda: monitor.taken_by_a_queued_lease(info.id) is not None, what="the lease that took the job")
+        assert monitor.taken_by_a_queued_lease(info.id) is True
     daemon.wait_for_log("returned to pending: the app is unhealthy")
     wait_for(lambda: q.where(info.id) is State.PENDING, what="the job back in pending")
     job = q.job(info.id)

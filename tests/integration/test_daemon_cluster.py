@@ -17,7 +17,8 @@ import redis
 from jobcar import Client, State
 from tests.integration.daemon_harness import DaemonProcess, HandlerServer, handler_server, wait_gone, write_config
 from tests.integration.driver import QueueDriver
-from tests.servers import RedisServer, wait_for
+from tests.integration.lease_probe import LeaseMonitor, wait_for_a_queued_lease
+from tests.servers import RedisServer
 
 pytestmark = pytest.mark.cluster
 
@@ -48,15 +49,14 @@ def test_a_one_queue_daemon_on_cluster_runs_jobs_as_they_come_and_when_due(
     daemon = start(tmp_path, redis_cluster, namespace, url)
     try:
         q = QueueDriver(cluster, namespace)
-        node = cluster.get_redis_connection(cluster.get_node_from_key(q.keys.wake))
-
-        def lease_behind_wait() -> bool:  # a blocked connection with a command in its query buffer
-            return any(c.get("cmd") == "blmove" and int(c["qbuf"]) > 0 for c in node.client_list())
-
-        for n in range(5):  # one at a time, each arriving at an idle daemon
-            wait_for(lease_behind_wait, what="a lease queued behind the idle wait on the queue's node")
-            job = q.enqueue("t", n).id
-            wait_gone(q, job, daemon)
+        node = cluster.get_node_from_key(q.keys.wake)
+        [server] = [s for s in redis_cluster if s.port == node.port]
+        with LeaseMonitor(server) as monitor:
+            for n in range(5):  # one at a time, each arriving at an idle daemon
+                wait_for_a_queued_lease(cluster.get_redis_connection(node), monitor)
+                job = q.enqueue("t", n).id
+                wait_gone(q, job, daemon)
+                assert monitor.taken_by_a_queued_lease(job) is True
         later = q.enqueue("t", "later", delay=0.3).id
         wait_gone(q, later, daemon)
         assert len(handlers.requests_to("/jobs/t")) == 6
