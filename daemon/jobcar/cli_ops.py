@@ -258,13 +258,7 @@ def cmd_dead_requeue(args: argparse.Namespace) -> int:
         return await admin.requeue_dead(queues, args.job_ids)
 
     moved, problems = with_admin(load(args), requeue)
-    if args.json:
-        print_json({"requeued": moved, "problems": problems})
-    else:
-        print(f"requeued {count(sum(moved.values()), 'job')}{_per_queue(moved)}")
-    for problem in problems:
-        print(f"jobcar: {problem}", file=sys.stderr)
-    return EX_FAILURE if problems else EX_OK
+    return _bulk_done(args, "requeued", moved, problems, count(sum(moved.values()), "job"))
 
 
 def dead_purge_arguments(parser: argparse.ArgumentParser) -> None:
@@ -286,10 +280,15 @@ def cmd_dead_purge(args: argparse.Namespace) -> int:
         return {queue: await admin.purge_all_dead(queue) for queue in queues}, []
 
     deleted, problems = with_admin(load(args), purge)
+    return _bulk_done(args, "deleted", deleted, problems, count(sum(deleted.values()), "dead job"))
+
+
+def _bulk_done(args: argparse.Namespace, verb: str, per_queue: dict[str, int], problems: list[str], what: str) -> int:
+    """Say what a bulk action on dead jobs did (`{verb: per_queue, "problems": ...}` with --json)."""
     if args.json:
-        print_json({"deleted": deleted, "problems": problems})
+        print_json({verb: per_queue, "problems": problems})
     else:
-        print(f"deleted {count(sum(deleted.values()), 'dead job')}{_per_queue(deleted)}")
+        print(f"{verb} {what}{_per_queue(per_queue)}")
     for problem in problems:
         print(f"jobcar: {problem}", file=sys.stderr)
     return EX_FAILURE if problems else EX_OK
