@@ -73,9 +73,14 @@ class Attempts:
     """
 
     def __init__(
-        self, link: RedisLink, metrics: Metrics, history: History, app_health: HealthGate, slot_freed: asyncio.Event,
+        self,
+        link: RedisLink,
+        metrics: Metrics,
+        history: History,
+        app_health: HealthGate,
+        slot_freed: asyncio.Event,
         draining: asyncio.Event,
-    ) -> None:  # fmt: skip
+    ) -> None:
         self.link = link
         self.metrics = metrics
         self.history = history
