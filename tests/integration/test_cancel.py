@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-import sys
 import threading
 from pathlib import Path
 
 from jobcar import State, transitions
+from tests.factories import python_handler
 from tests.integration.daemon_harness import DaemonProcess, Received, handler_server, write_config
 from tests.integration.driver import QueueDriver
 from tests.integration.test_daemon_lifecycle import pid_alive
@@ -17,14 +17,15 @@ def test_cancel_stops_a_running_command_and_its_process_group(
     redis_server: RedisServer, namespace: str, tmp_path: Path
 ) -> None:
     pids = tmp_path / "pids"
-    script = tmp_path / "forever.py"
-    script.write_text(
-        "import os, subprocess, sys, time\n"
+    forever = python_handler(
+        tmp_path,
+        "forever.py",
+        "import subprocess, time\n"
         "child = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(600)'])\n"
         f"open({str(pids)!r}, 'w').write(f'{{os.getpid()}} {{child.pid}}')\n"
-        "time.sleep(600)\n"
+        "time.sleep(600)\n",
     )
-    handler = {"command": [sys.executable, str(script)], "kill_grace": "1s", "timeout": "10m"}
+    handler = {"command": forever, "kill_grace": "1s", "timeout": "10m"}
     config = write_config(tmp_path, redis_server.url, namespace, {"long": handler}, result_ttl="1h")
     daemon = DaemonProcess(config).start()
     try:

@@ -27,8 +27,9 @@ import pytest
 from jobcar.config_types import Backoff, CommandHandler
 from jobcar.executors.command import CommandExecutor
 from jobcar.executors.guardian import Guardian
-from jobcar.job import Job, State
+from jobcar.job import Job
 from jobcar.outcome import Outcome, OutcomeKind
+from tests import factories
 from tests.servers import wait_for
 
 TRACEPARENT = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
@@ -71,17 +72,7 @@ def make_handler(command: list[str] | str, **overrides: Any) -> CommandHandler:
 
 
 def make_job(payload: bytes = b"", **overrides: Any) -> Job:
-    fields: dict[str, Any] = {
-        "id": "job-7",
-        "queue": "default",
-        "type": "image.resize",
-        "payload": payload,
-        "state": State.ACTIVE,
-        "attempt": 1,
-        "created_ms": 1_700_000_000_123,
-    }
-    fields.update(overrides)
-    return Job(**fields)
+    return factories.make_job(payload, **{"id": "job-7", "type": "image.resize", **overrides})
 
 
 #: Runs a test once on the default asyncio loop and once on uvloop (the daemon uses uvloop when present).
@@ -94,10 +85,7 @@ async def execute(handler: CommandHandler, job: Job | None = None, *, guardian: 
 
 
 def script(tmp_path: Path, text: str, name: str = "handler") -> str:
-    path = tmp_path / name
-    path.write_text(text)
-    path.chmod(0o755)
-    return str(path)
+    return factories.program(tmp_path, name, text)
 
 
 def is_gone(pid: int) -> bool:

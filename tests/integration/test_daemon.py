@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import sys
 import tempfile
 import threading
 import time
@@ -13,6 +12,7 @@ import pytest
 import redis
 
 from jobcar import Client, State, transitions
+from tests.factories import python_handler
 from tests.integration.conftest import StartDaemon
 from tests.integration.daemon_harness import (
     DaemonProcess,
@@ -121,22 +121,16 @@ def test_unknown_type_goes_to_the_dead_letter_queue_never_dropped(
     assert job.payload == b'{"x":1}', "the job is kept whole for a later requeue"
 
 
-def script(tmp_path: Path, name: str, body: str) -> str:
-    path = tmp_path / name
-    path.write_text(f"import os, sys\n{body}\n")
-    return str(path)
-
-
 def test_command_outcomes(tmp_path: Path, start_daemon: StartDaemon, q: QueueDriver) -> None:
-    echo = script(tmp_path, "echo.py", "data = sys.stdin.buffer.read(); sys.stdout.buffer.write(data)")
-    flaky = script(tmp_path, "flaky.py", "sys.stderr.write('attempt ' + os.environ['JOBCAR_ATTEMPT']); "
+    echo = python_handler(tmp_path, "echo.py", "data = sys.stdin.buffer.read(); sys.stdout.buffer.write(data)")
+    flaky = python_handler(tmp_path, "flaky.py", "sys.stderr.write('attempt ' + os.environ['JOBCAR_ATTEMPT']); "
                    "sys.exit(0 if os.environ['JOBCAR_ATTEMPT'] == '2' else 3)")  # fmt: skip
-    bad = script(tmp_path, "bad.py", "sys.stderr.write('cannot parse input'); sys.exit(65)")
+    bad = python_handler(tmp_path, "bad.py", "sys.stderr.write('cannot parse input'); sys.exit(65)")
     daemon = start_daemon(
         {
-            "echo": {"command": [sys.executable, echo]},
-            "flaky": {"command": [sys.executable, flaky]},
-            "bad": {"command": [sys.executable, bad], "permanent_exit_codes": [65]},
+            "echo": {"command": echo},
+            "flaky": {"command": flaky},
+            "bad": {"command": bad, "permanent_exit_codes": [65]},
         },
         result_ttl="1h",
     )

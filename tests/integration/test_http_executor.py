@@ -19,8 +19,9 @@ from aiohttp import web
 from jobcar.config_types import Backoff, HttpHandler
 from jobcar.executors.http import HttpExecutor, parse_retry_after, verify_signature
 from jobcar.executors.http_client import HttpClient
-from jobcar.job import Job, State
+from jobcar.job import Job
 from jobcar.outcome import Outcome, OutcomeKind
+from tests import factories
 from tests.servers import free_port
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
@@ -43,17 +44,7 @@ def make_handler(url: str, **overrides: Any) -> HttpHandler:
 
 
 def make_job(payload: bytes = b'{"user": 42}', **overrides: Any) -> Job:
-    fields: dict[str, Any] = {
-        "id": "job-1",
-        "queue": "critical",
-        "type": "email.welcome",
-        "payload": payload,
-        "state": State.ACTIVE,
-        "attempt": 2,
-        "created_ms": 1_700_000_000_123,
-    }
-    fields.update(overrides)
-    return Job(**fields)
+    return factories.make_job(payload, **{"queue": "critical", "type": "email.welcome", "attempt": 2, **overrides})
 
 
 @dataclass

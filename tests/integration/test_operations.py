@@ -16,6 +16,7 @@ from pathlib import Path
 from prometheus_client.parser import text_string_to_metric_families
 
 from jobcar import State
+from tests.factories import python_handler
 from tests.integration.daemon_harness import DaemonProcess, Received, handler_server, write_config
 from tests.integration.driver import QueueDriver
 from tests.servers import RedisServer, wait_for
@@ -133,9 +134,8 @@ def jobcar(config: Path, *args: str) -> subprocess.CompletedProcess[str]:
 
 
 def test_operator_commands_against_a_running_daemon(redis_server: RedisServer, namespace: str, tmp_path: Path) -> None:
-    script = tmp_path / "slow.py"
-    script.write_text("import time\ntime.sleep(600)\n")
-    handler = {"command": [sys.executable, str(script)], "kill_grace": "1s", "timeout": "10m"}
+    handler = {"command": python_handler(tmp_path, "slow.py", "import time\ntime.sleep(600)"), "kill_grace": "1s",
+               "timeout": "10m"}  # fmt: skip
     config = write_config(tmp_path, redis_server.url, namespace, {"slow": handler}, result_ttl="1h")
     daemon = DaemonProcess(config).start()
     try:

@@ -5,7 +5,6 @@ one included. Real `jobcar run` processes, real command handlers, the session's 
 from __future__ import annotations
 
 import json
-import sys
 import threading
 import urllib.error
 import urllib.request
@@ -15,23 +14,24 @@ import pytest
 
 from jobcar import Client, State
 from jobcar.embedded import EmbeddedServer
+from tests.factories import python_handler
 from tests.integration.conftest import StartDaemon
 from tests.integration.driver import QueueDriver
 from tests.servers import RedisServer, free_port, wait_for
 
 #: A command handler that runs until the file named in its payload exists, then prints "finished".
-GATED = (
-    "import json, os, sys, time\n"
-    + "gate = json.load(sys.stdin)['gate']\n"
-    + ("while not os.path.exists(gate):\n    time.sleep(0.01)\nprint('finished')\n")
-)
+GATED = """\
+import json, time
+gate = json.load(sys.stdin)["gate"]
+while not os.path.exists(gate):
+    time.sleep(0.01)
+print("finished")
+"""
 
 
 @pytest.fixture
 def gated(tmp_path: Path) -> list[str]:
-    script = tmp_path / "gated.py"
-    script.write_text(GATED)
-    return [sys.executable, str(script)]
+    return python_handler(tmp_path, "gated.py", GATED)
 
 
 @pytest.fixture
