@@ -207,8 +207,8 @@ class Attempts:
         elapsed = time.monotonic() - started
         self.metrics.of_job(job.queue, job.type).duration.observe(elapsed)
         recorded = await self._record(running, outcome)
-        if recorded is not None:
-            self._log_finished(running, outcome, *recorded, elapsed)
+        if recorded is not None and log.isEnabledFor(_LOG_LEVELS.get(recorded[0], logging.INFO)):
+            self._log_finished(running, outcome, recorded[0], recorded[1], elapsed)
 
     def _log_finished(
         self, running: RunningJob, outcome: Outcome, recorded: Recorded, recording: OutcomeCall, elapsed: float
@@ -219,8 +219,6 @@ class Attempts:
         a handler's stderr or response body may echo the payload, so it is logged at debug only, and it
         is always in the job's error history (`jobcar jobs show`)."""
         level = _LOG_LEVELS.get(recorded, logging.INFO)
-        if not log.isEnabledFor(level):
-            return
         job = running.job
         fields = {**log_fields(job), "outcome": recorded.value, "duration_s": round(elapsed, 6)}
         why = _reason(outcome.error)
@@ -281,7 +279,7 @@ class Attempts:
                 # if Redis was back a moment after the outcome failed.
                 await self.link.reachability.failed(exc, sent_at=sent, deadline=expires)
         recorded = recording.recorded(reply)
-        self.metrics.of_job(job.queue, job.type).finished[recorded.value].inc()
+        self.metrics.of_job(job.queue, job.type).finished[recorded].inc()  # a StrEnum: its own key
         self.history.add(job.queue, job.type, recorded)
         if recorded is Recorded.LEASE_LOST:
             why = "lease lost before the outcome was recorded; another daemon owns the job"

@@ -37,9 +37,12 @@ class History:
     def add(self, queue: str, job_type: str, recorded: Recorded) -> None:
         outcomes = _COUNTED.get(recorded)
         if outcomes:
-            counts = self._counts.setdefault(queue, Counter())
+            counts = self._counts.get(queue)
+            if counts is None:
+                counts = self._counts[queue] = Counter()
             for outcome in outcomes:
-                counts[(job_type, outcome)] += 1
+                key = (job_type, outcome)
+                counts[key] = counts.get(key, 0) + 1  # Counter's own += calls __missing__ for a new key
 
     async def step(self) -> None:
         """The flush loop's step: wait FLUSH_INTERVAL, then flush."""

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import random
 import time
@@ -252,9 +253,10 @@ class RedisLink:
         self.reachability.ok(sent)
         return result
 
-    async def scripts(self, calls: Sequence[ScriptCall], *, guard: bool = True) -> list[Reply]:
-        """Script calls in one round trip, through `call`."""
-        return await self.call(lambda: execute_async(self.client, calls), guard=guard)
+    def scripts(self, calls: Sequence[ScriptCall], *, guard: bool = True) -> Awaitable[list[Reply]]:
+        """Script calls in one round trip, through `call` (its coroutine, returned as it is: the lease step
+        pays no second coroutine layer)."""
+        return self.call(functools.partial(execute_async, self.client, calls), guard=guard)
 
     async def aclose(self) -> None:
         await self.client.aclose()

@@ -27,7 +27,7 @@ from jobcar.heartbeat import AliveKey, Heartbeat
 from jobcar.history import History
 from jobcar.keys import QueueKeys
 from jobcar.leasing import Leaser, QueueState
-from jobcar.loops import current_task_cancelling, forever, spawn
+from jobcar.loops import forever, spawn
 from jobcar.metrics import Metrics
 from jobcar.reaper import Reaper
 from jobcar.redis_link import RedisLink, RedisUnavailable
@@ -92,8 +92,6 @@ class Runner:
         spawn("history", forever("history", self.history.step, reachability), self._tasks)
         try:
             while not self._draining.is_set():
-                if current_task_cancelling():
-                    raise asyncio.CancelledError
                 try:
                     await self.leaser.step()
                 except RedisUnavailable:
