@@ -4,7 +4,9 @@ through.
 `RedisLink.call` owns what each call needs around it: the guard that lets a recovery abandon a call
 lost in an outage, the report that Redis answered (`Reachability.ok`), and on failure the count, the
 log line and the backoff (`Reachability.failed`), after which it raises RedisUnavailable for the caller
-to decide what comes next. Outcomes of jobs finishing together share one round trip (`CallBatcher`).
+to decide what comes next. Outcomes of jobs finishing together share one round trip (`CallBatcher`),
+which guards each round trip and reports each answer itself: a finished job awaits the batcher's future
+with no `call()` around it, the one measured exception (ADR 0006).
 """
 
 from __future__ import annotations
