@@ -80,6 +80,12 @@ class LeaseMonitor:
                 return keys == 6
         return None
 
+    def queued_lease_took(self, job_id: str) -> bool:
+        """`taken_by_a_queued_lease` once MONITOR's stream has shown the lease that took the job: the monitor
+        reads in a thread of its own, so it may see the job's lease after the job is already done."""
+        wait_for(lambda: self.taken_by_a_queued_lease(job_id) is not None, what=f"the lease that took {job_id}")
+        return self.taken_by_a_queued_lease(job_id) is True
+
     def _read(self) -> None:
         pending = b""
         while not self._stop.is_set():

@@ -204,7 +204,7 @@ def test_a_one_queue_daemon_leases_behind_its_idle_wait(
             wait_for_a_queued_lease(q.redis, monitor)
             job = q.enqueue("t", n).id
             wait_gone(q, job, daemon)
-            assert monitor.taken_by_a_queued_lease(job) is True
+            assert monitor.queued_lease_took(job)
     assert len(handlers.requests_to("/jobs/ok")) == 3
 
 
@@ -238,7 +238,7 @@ def test_a_one_queue_daemon_on_a_unix_socket_leases_behind_its_idle_wait(
                     wait_for_a_queued_lease(probe, monitor)
                     job = driver.enqueue("t", n).id
                     wait_gone(driver, job, daemon)
-                    assert monitor.taken_by_a_queued_lease(job) is True
+                    assert monitor.queued_lease_took(job)
             assert not [line for line in daemon.lines() if line["level"] == "error"], daemon.log_tail()
         finally:
             daemon.stop()
@@ -283,8 +283,7 @@ def test_a_job_leased_after_the_app_turned_unhealthy_goes_back_unrun(
         healthy["now"] = False
         daemon.wait_for_log("app unhealthy")
         info = q.enqueue("t", {})
-        wait_for(lambda: monitor.taken_by_a_queued_lease(info.id) is not None, what="the lease that took the job")
-        assert monitor.taken_by_a_queued_lease(info.id) is True
+        assert monitor.queued_lease_took(info.id)
     daemon.wait_for_log("returned to pending: the app is unhealthy")
     wait_for(lambda: q.where(info.id) is State.PENDING, what="the job back in pending")
     job = q.job(info.id)

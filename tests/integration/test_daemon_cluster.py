@@ -56,7 +56,7 @@ def test_a_one_queue_daemon_on_cluster_runs_jobs_as_they_come_and_when_due(
                 wait_for_a_queued_lease(cluster.get_redis_connection(node), monitor)
                 job = q.enqueue("t", n).id
                 wait_gone(q, job, daemon)
-                assert monitor.taken_by_a_queued_lease(job) is True
+                assert monitor.queued_lease_took(job)
         later = q.enqueue("t", "later", delay=0.3).id
         wait_gone(q, later, daemon)
         assert len(handlers.requests_to("/jobs/t")) == 6
