@@ -1,5 +1,5 @@
-"""Crashes and pauses of real daemons (RELIABILITY #1 and #2): kill -9 mid-flight, and a daemon
-SIGSTOPped past its lease whose late writes must all be rejected."""
+"""Crashes and pauses of real daemons (guarantees #1 and #2 of docs/delivery-semantics.md): kill -9 mid-flight,
+and a daemon SIGSTOPped past its lease whose late writes must all be rejected."""
 
 from __future__ import annotations
 

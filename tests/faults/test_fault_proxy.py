@@ -1,5 +1,5 @@
 """The fault proxy itself, the redis-py cancellation bug class through it (CVE-2023-28858/9), and a real
-daemon whose Redis goes silent for a while (RELIABILITY #7, shortened)."""
+daemon whose Redis goes silent for a while (guarantee #7 of docs/delivery-semantics.md, shortened)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Every HTTP outcome in one run of a real `jobcar run` (RELIABILITY 11), end to end.
+"""Every HTTP outcome in one run of a real `jobcar run` (guarantee 11 of docs/delivery-semantics.md), end to end.
 
 One daemon, one handler server that misbehaves at the byte level (a raw asyncio HTTP/1.1 server with
 keep-alive: a status line, headers and a body written by hand, a reset with SO_LINGER 0, a body dripped one

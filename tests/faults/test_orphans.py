@@ -1,6 +1,6 @@
-"""Orphans (RELIABILITY #9): an active job whose lease entry vanished is recovered, by its own daemon
-while it runs, by the reaper when its token vanished, and by `jobcar fsck --repair` when its daemon is
-gone too."""
+"""Orphans (guarantee #9 of docs/delivery-semantics.md): an active job whose lease entry vanished is recovered,
+by its own daemon while it runs, by the reaper when its token vanished, and by `jobcar fsck --repair` when
+its daemon is gone too."""
 
 from __future__ import annotations
 

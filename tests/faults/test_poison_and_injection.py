@@ -1,4 +1,5 @@
-"""Poison input, injection, leakage and exposure against a real `jobcar run` (RELIABILITY 12, 14, 15), end to end.
+"""Poison input, injection, leakage and exposure against a real `jobcar run` (guarantees 12, 14, 15 of
+docs/delivery-semantics.md), end to end.
 
 Every daemon here runs the way a careful deployment would: Redis behind `requirepass`, the API behind a
 bearer token, both given to the daemon through its environment (with other secrets that must never reach a

@@ -1,5 +1,5 @@
-"""Redis going away under a running `jobcar run` (RELIABILITY #6 and #7), each test with its own
-redis-server (own port, own --dir, AOF with `appendfsync always`):
+"""Redis going away under a running `jobcar run` (guarantees #6 and #7 of docs/delivery-semantics.md), each
+test with its own redis-server (own port, own --dir, AOF with `appendfsync always`):
 
 - #6: the server is SIGKILLed half-way through 1,000 enqueues and restarted on the same port and dir;
 - #7a: a FaultProxy between the daemon and Redis blackholes every byte for 30 s;
@@ -134,7 +134,7 @@ def assert_one_outage_reported(daemon: DaemonProcess) -> None:
     assert changes[1] == "redis reachable again", changes
 
 
-# --- RELIABILITY #6: kill -9 and restart during 1,000 enqueues -----------------------------------
+# --- guarantee #6 of docs/delivery-semantics.md: kill -9 and restart during 1,000 enqueues --------------------------
 
 
 @dataclass
@@ -143,7 +143,7 @@ class Producer:
 
     An enqueue that fails (Redis gone) is sent again with the same id until it is acknowledged: if the
     failed attempt was written after all, the retry answers EXISTS and writes nothing (add-if-absent,
-    CONVENTIONS 7), so the store never holds a job twice. `acked` holds the ids in the order their
+    docs/protocol.md), so the store never holds a job twice. `acked` holds the ids in the order their
     enqueue returned; `failures` counts the attempts that raised.
     """
 
@@ -241,7 +241,7 @@ def test_redis_kill_9_and_restart_during_1000_enqueues_loses_nothing(
             daemon.stop()
 
 
-# --- RELIABILITY #7: Redis unreachable for 30 s ---------------------------------------------------
+# --- guarantee #7 of docs/delivery-semantics.md: Redis unreachable for 30 s -----------------------------------------
 
 
 def enqueue(producer: Client, numbers: range) -> list[str]:

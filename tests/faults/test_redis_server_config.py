@@ -1,6 +1,7 @@
-"""Redis servers set up the way production ones are (RELIABILITY #8, ACL and TLS): out of memory under
-noeviction with a daemon running, a user whose ACL allows only the namespace's keys and no CONFIG, and a
-server that speaks only TLS. Each test starts its own server: these settings would disturb the others."""
+"""Redis servers set up the way production ones are (guarantee #8 of docs/delivery-semantics.md, ACL and TLS):
+out of memory under noeviction with a daemon running, a user whose ACL allows only the namespace's keys and
+no CONFIG, and a server that speaks only TLS. Each test starts its own server: these settings would disturb
+the others."""
 
 from __future__ import annotations
 

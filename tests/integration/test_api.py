@@ -1,5 +1,6 @@
 """The daemon's HTTP listener (jobcar.api) on 127.0.0.1, driven by a real aiohttp client against real Redis:
-every route, the bearer token, bad input, limits, and Redis refusing writes (RELIABILITY 8, 12, 15)."""
+every route, the bearer token, bad input, limits, and Redis refusing writes (guarantees 8, 12, 15 of
+docs/delivery-semantics.md)."""
 
 from __future__ import annotations
 

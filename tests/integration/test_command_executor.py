@@ -1,4 +1,4 @@
-"""The command executor and the guardian with real processes (RELIABILITY 1, 10, 14).
+"""The command executor and the guardian with real processes (guarantees 1, 10, 14 of docs/delivery-semantics.md).
 
 "Gone" means no /proc entry or a zombie: a zombie has ended and only waits to be reaped by its
 parent. Orphans are reparented to PID 1, and in some containers and sandboxes PID 1 never reaps, so

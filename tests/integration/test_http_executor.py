@@ -1,5 +1,5 @@
-"""The HTTP executor against real aiohttp servers on 127.0.0.1 (RELIABILITY 11): statuses, headers,
-Retry-After, timeouts, capped bodies, resets mid-body, signing and cancellation."""
+"""The HTTP executor against real aiohttp servers on 127.0.0.1 (guarantee 11 of docs/delivery-semantics.md):
+statuses, headers, Retry-After, timeouts, capped bodies, resets mid-body, signing and cancellation."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""Races at the lease boundary (RELIABILITY #4) and concurrent unique enqueues (#13), on real Redis."""
+"""Races at the lease boundary (guarantee #4 of docs/delivery-semantics.md) and concurrent unique enqueues
+(#13), on real Redis."""
 
 from __future__ import annotations
 

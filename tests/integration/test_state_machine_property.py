@@ -1,6 +1,6 @@
-"""RELIABILITY #5: a hypothesis RuleBasedStateMachine drives every transition against a real server
-(with AOF, restarted mid-run) and checks the store against a model after every step: each job in
-exactly one state, none lost, lease tokens unique, attempts never above max_attempts.
+"""Guarantee #5 of docs/delivery-semantics.md: a hypothesis RuleBasedStateMachine drives every transition
+against a real server (with AOF, restarted mid-run) and checks the store against a model after every step:
+each job in exactly one state, none lost, lease tokens unique, attempts never above max_attempts.
 
 Time: scripts read Redis TIME, which a test cannot set. "Advancing time" therefore shifts every
 run-at and lease deadline in the scheduled and active sets back by the same amount, which is what

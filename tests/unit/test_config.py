@@ -28,8 +28,8 @@ from jobcar.units import interpolate, parse_duration, parse_size
 
 SCHEMA_PATH = Path(__file__).resolve().parents[2] / "config" / "schema.json"
 
-# DESIGN.md §6, verbatim.
-DESIGN_EXAMPLE = """\
+# A full config as a user writes one: comments, ${VAR} references, every section.
+FULL_EXAMPLE = """\
 redis:
   url: ${REDIS_URL:-redis://127.0.0.1:6379/0}   # or rediss://, or redis+sentinel://; `embedded` starts a bundled server
 namespace: jobcar
@@ -70,7 +70,7 @@ def errors_of(text: str, environ: Mapping[str, str] | None = None) -> list[str]:
 
 
 def test_design_example_parses_to_the_expected_dataclasses() -> None:
-    config = parse(DESIGN_EXAMPLE, {"APP_TOKEN": "s3cret"})
+    config = parse(FULL_EXAMPLE, {"APP_TOKEN": "s3cret"})
 
     defaults = Defaults(timeout=60.0, max_attempts=10, backoff=Backoff(base=1.0, max=3600.0))
     assert config == Config(
@@ -112,7 +112,7 @@ def test_design_example_parses_to_the_expected_dataclasses() -> None:
 
 def test_design_example_takes_redis_url_and_token_from_the_environment() -> None:
     environ = {"APP_TOKEN": "t", "REDIS_URL": "rediss://cache:6380/1", "JOBCAR_API_TOKEN": "api"}
-    config = parse(DESIGN_EXAMPLE, environ)
+    config = parse(FULL_EXAMPLE, environ)
     assert config.redis.url == "rediss://cache:6380/1"
     assert config.api_token == "api"
 
@@ -714,7 +714,7 @@ def test_an_error_inside_merged_settings_is_reported_once() -> None:
 
 def test_load_config_reads_a_file(tmp_path: Path) -> None:
     path = tmp_path / "jobcar.yaml"
-    path.write_text(DESIGN_EXAMPLE, encoding="utf-8")
+    path.write_text(FULL_EXAMPLE, encoding="utf-8")
     config = load_config(path, {"APP_TOKEN": "t"})
     assert config.source == str(path)
     assert set(config.handlers) == {"email.welcome", "image.resize"}

