@@ -112,12 +112,7 @@ class Admin:
 
     async def locate(self, job_id: str, queue: str | None = None) -> tuple[str, State]:
         """(queue, state) of the job with this id, in `queue` or in any queue; JobNotFound or AmbiguousJob."""
-        names = await self.queues(queue)
-        pipe = self.redis.pipeline(transaction=False)
-        for name in names:
-            pipe.hget(self.keys(name).job(job_id), "state")
-        states = await pipe.execute()
-        found = {name: State(as_text(state)) for name, state in zip(names, states, strict=True) if state is not None}
+        found = (await self._states([job_id], await self.queues(queue)))[job_id]
         if not found:
             raise JobNotFound(f"no such job {job_id}" + (f" in queue {queue}" if queue else ""))
         if len(found) > 1:
@@ -198,8 +193,12 @@ class Admin:
         return jobs
 
     async def job(self, job_id: str, queue: str | None = None) -> JobView:
-        """The job with this id (see `locate`); JobNotFound also when its hash cannot be read."""
-        queue, _ = await self.locate(job_id, queue)
+        """The job with this id (found by `locate` when no queue is given); JobNotFound also when its hash
+        cannot be read."""
+        gone = f"no such job {job_id} in queue {queue}"
+        if queue is None:
+            queue, _ = await self.locate(job_id)
+            gone = f"no such job {job_id} (it finished just now)"
         keys = self.keys(queue)
         pipe = self.redis.pipeline(transaction=False)
         pipe.hgetall(keys.job(job_id))
@@ -207,7 +206,7 @@ class Admin:
         pipe.time()
         fields, deadline, (seconds, micros) = await pipe.execute()
         if not fields:
-            raise JobNotFound(f"no such job {job_id} (it finished just now)")
+            raise JobNotFound(gone)
         job = readable(job_id, queue, fields)
         if isinstance(job, str):
             raise JobNotFound(job)
@@ -217,7 +216,7 @@ class Admin:
     async def wait(self, job_id: str, queue: str | None, seconds: float) -> JobView:
         """The job once it has finished (done or dead), or as it is after `seconds`; JobNotFound when
         it is gone meanwhile (it succeeded without a kept result, or it was canceled)."""
-        queue, _ = await self.locate(job_id, queue)
+        queue, _ = await self.locate(job_id, queue)  # once: each look after it reads the job's own keys
         deadline = time.monotonic() + seconds
         pause = WAIT_POLL_MIN
         while True:
@@ -248,8 +247,7 @@ class Admin:
     ) -> tuple[dict[str, int], list[str]]:
         by_queue: dict[str, list[str]] = {}
         problems = []
-        for job_id in dict.fromkeys(job_ids):
-            found = await self._states(job_id, queues)
+        for job_id, found in (await self._states(list(dict.fromkeys(job_ids)), queues)).items():
             dead = [queue for queue, state in found.items() if state is State.DEAD]
             for queue in dead:
                 by_queue.setdefault(queue, []).append(job_id)
@@ -293,12 +291,18 @@ class Admin:
             remaining -= moved
         return done
 
-    async def _states(self, job_id: str, queues: Sequence[str]) -> dict[str, State]:
+    async def _states(self, job_ids: Sequence[str], queues: Sequence[str]) -> dict[str, dict[str, State]]:
+        """job id -> {queue: its state} for each of `queues` holding a job with that id, in one round trip."""
+        names = list(dict.fromkeys(queues))
         pipe = self.redis.pipeline(transaction=False)
-        for queue in queues:
-            pipe.hget(self.keys(queue).job(job_id), "state")
-        replies = await pipe.execute()
-        return {queue: State(as_text(s)) for queue, s in zip(queues, replies, strict=True) if s is not None}
+        for job_id in job_ids:
+            for queue in names:
+                pipe.hget(self.keys(queue).job(job_id), "state")
+        replies = iter(await pipe.execute())
+        return {
+            job_id: {queue: State(as_text(s)) for queue in names if (s := next(replies)) is not None}
+            for job_id in job_ids
+        }
 
     async def _ids(self, keys: QueueKeys, state: State, start: int, count: int) -> list[str]:
         """Ids `start` to `start + count` of a state's set, in the order they leave it."""

@@ -23,7 +23,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
-from typing import Final
+from typing import Any, Final
 
 from jobcar import __version__
 from jobcar.cli_health import cmd_health, health_arguments
@@ -64,7 +64,7 @@ from jobcar.exit_codes import EX_CONFIG, EX_FAILURE, EX_OK, EX_UNAVAILABLE, EX_U
 from jobcar.formats import loads_strict
 from jobcar.job import DEFAULT_CONTENT_TYPE, EnqueueStatus, JobInfo
 from jobcar.keys import DEFAULT_QUEUE
-from jobcar.records import build_record, encode_payload
+from jobcar.records import encode_payload
 
 __all__ = ["COMMANDS", "Command", "CommandFailed", "build_parser", "main"]
 
@@ -301,6 +301,14 @@ def cmd_enqueue(args: argparse.Namespace) -> int:
     # The client's own rule, said here in the flags' names and before `-` reads stdin.
     if args.unique_key is not None and args.unique_for is None:
         raise CommandFailed("--unique-key needs --unique-for (how long the key is held)", EX_USAGE)
+
+    async def enqueue(payload: bytes | None, options: dict[str, Any]) -> JobInfo:
+        async with connected(config) as client:
+            producer = AsyncClient(client, namespace=config.namespace, max_payload_bytes=config.max_payload_bytes)
+            # The client checks the job before it sends anything (its connection opens at the first
+            # command), so bad input is reported as such even while Redis is away.
+            return await producer.enqueue(args.type, payload, **options)
+
     try:
         payload, content_type = _read_payload(args.payload, args.content_type, config.max_payload_bytes)
         options = {
@@ -308,25 +316,17 @@ def cmd_enqueue(args: argparse.Namespace) -> int:
             "max_attempts": args.max_attempts, "unique_for": args.unique_for, "unique_key": args.unique_key,
             "job_id": args.job_id, "timeout": args.timeout, "content_type": content_type,
         }  # fmt: skip
-        # Checked before connecting: bad input is reported as such even while Redis is away.
-        record = build_record(args.type, payload, config.max_payload_bytes, **options)
+        info = asyncio.run(enqueue(payload, options))
     except PayloadTooLarge as exc:
         raise CommandFailed(str(exc), EX_FAILURE) from None
     except InvalidJob as exc:
         raise CommandFailed(str(exc), EX_USAGE) from None
-
-    async def enqueue() -> JobInfo:
-        async with connected(config) as client:
-            producer = AsyncClient(client, namespace=config.namespace, max_payload_bytes=config.max_payload_bytes)
-            return await producer.enqueue(args.type, payload, **options)
-
-    info = asyncio.run(enqueue())
     _report(info, args.json)
     # Said after the id, so a script reading stdout still gets it; these jobs would sit or die unrun.
     if args.type not in config.handlers:
         print(f"jobcar: note: {config.source} has no handler for type {args.type!r}", file=sys.stderr)
-    if record.queue not in config.queues:
-        print(f"jobcar: note: queue {record.queue!r} is not in the queues of {config.source}", file=sys.stderr)
+    if info.queue not in config.queues:
+        print(f"jobcar: note: queue {info.queue!r} is not in the queues of {config.source}", file=sys.stderr)
     return EX_OK
 
 

@@ -247,8 +247,9 @@ class Client(_Shell[SyncRedis]):
         while True:
             job = self.get(job_id, queue=queue)
             unfinished = _waited(job_id, job)
-            if unfinished is None:
+            if unfinished is None or job is None:
                 return job
+            queue = job.queue  # found: later looks read that queue only
             time.sleep(deadline.next_sleep(unfinished))
 
     def batch_status(self, batch_id: str, *, queue: str = DEFAULT_QUEUE) -> BatchStatus:
@@ -333,8 +334,9 @@ class AsyncClient(_Shell[AsyncRedis]):
         while True:
             job = await self.get(job_id, queue=queue)
             unfinished = _waited(job_id, job)
-            if unfinished is None:
+            if unfinished is None or job is None:
                 return job
+            queue = job.queue  # found: later looks read that queue only
             await asyncio.sleep(deadline.next_sleep(unfinished))
 
     async def batch_status(self, batch_id: str, *, queue: str = DEFAULT_QUEUE) -> BatchStatus:
