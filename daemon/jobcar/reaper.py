@@ -1,9 +1,13 @@
 """Crash recovery: jobs whose lease expired (their daemon died, froze or lost Redis) go back to pending, or
-to the dead-letter queue when their attempts are spent. Any daemon reaps every queue it serves."""
+to the dead-letter queue when their attempts are spent. Any daemon reaps every queue it serves.
+
+A pass runs at start-up and then when the earliest lease held in Redis expires, as the reap script reports
+it in Redis time: a `kill -9`ed daemon's jobs are back within their lease, not a polling interval later."""
 
 from __future__ import annotations
 
 import logging
+from typing import Final
 
 from jobcar.config_types import Config
 from jobcar.keys import QueueKeys
@@ -15,7 +19,9 @@ from jobcar.transitions import parse_reap, reap_call
 log = logging.getLogger("jobcar.reaper")
 
 #: The longest pause between two passes, whatever the lease.
-MAX_INTERVAL = 15.0
+MAX_INTERVAL: Final = 15.0
+#: Slept past a reported expiry: the script reaps deadlines strictly before Redis's now.
+EXPIRY_MARGIN: Final = 0.002
 
 
 class Reaper:
@@ -24,13 +30,12 @@ class Reaper:
         self.link = link
         self.metrics = metrics
         self.config = config
-        self._failed = False
+        self._next_pass_in = 0.0  # the first pass at start-up: leases may have expired while no daemon ran
 
     async def step(self) -> None:
-        """A pass every half lease (at most MAX_INTERVAL), and at once when Redis answers again after an
-        outage: leases that expired during it are due now."""
-        if not self._failed:
-            await self.link.reachability.pause(max(0.2, min(self.config.lease / 2, MAX_INTERVAL)))
+        """The next pass when the earliest lease expires, at once when Redis answers again after an outage
+        (leases that expired during it are due now), and at most MAX_INTERVAL after the last one."""
+        await self.link.reachability.pause(self._next_pass_in)
         await self.reap()
 
     async def reap(self) -> dict[str, dict[str, str]]:
@@ -44,15 +49,22 @@ class Reaper:
         try:
             replies = await self.link.scripts(calls)
         except RedisUnavailable:
-            self._failed = True  # the next pass comes after the backoff, not a whole interval later
+            self._next_pass_in = 0.0  # after the link's backoff, not a whole interval later
             raise
-        self._failed = False
         reaped = {}
+        # A lease taken after this pass expires a lease from now at the earliest: waking by then sees it in
+        # time, though no lease is held now. (A daemon of the fleet configured with a shorter lease than this
+        # one's could be late by the difference; the fleet's other daemons with that lease are not.)
+        next_pass_in = min(self.config.lease, MAX_INTERVAL)
         for keys, reply in zip(self.queues, replies, strict=True):
-            reaped[keys.queue] = parse_reap(reply)
-            for job_id, where in reaped[keys.queue].items():
+            result = parse_reap(reply)
+            if result.next_expiry_in is not None:
+                next_pass_in = min(next_pass_in, result.next_expiry_in + EXPIRY_MARGIN)
+            reaped[keys.queue] = result.moved
+            for job_id, where in result.moved.items():
                 if where in ("pending", "dead"):
                     self.metrics.leases_reaped.labels(self.metrics.queue(keys.queue), where).inc()
                 log.warning("recovered an expired lease: job %s", where, extra={"queue": keys.queue,
                             "job_id": job_id})  # fmt: skip
+        self._next_pass_in = next_pass_in
         return reaped

@@ -314,10 +314,20 @@ def reap_call(
     )
 
 
-def parse_reap(reply: Reply) -> dict[str, str]:
-    """job id -> where it went: "pending", "dead" or "missing"."""
-    flat = [as_text(x) for x in as_list(reply)]
-    return dict(zip(flat[::2], flat[1::2], strict=True))
+@dataclass(frozen=True)
+class Reaped:
+    """What one reap call did: job id -> where it went ("pending", "dead" or "missing"), and the seconds
+    until the earliest lease still held expires (None when no job is active; 0 when more are due now)."""
+
+    moved: dict[str, str]
+    next_expiry_in: float | None
+
+
+def parse_reap(reply: Reply) -> Reaped:
+    next_expiry_in, moved = as_list(reply)
+    flat = [as_text(x) for x in as_list(moved)]
+    milliseconds = as_int(next_expiry_in)
+    return Reaped(dict(zip(flat[::2], flat[1::2], strict=True)), None if milliseconds < 0 else milliseconds / 1000)
 
 
 def requeue_call(keys: QueueKeys, job_ids: Sequence[str] = (), limit: int = BULK_LIMIT) -> ScriptCall:

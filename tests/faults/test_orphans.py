@@ -24,7 +24,7 @@ from tests.integration.test_cli import cli
 from tests.servers import RedisServer, wait_for
 
 LEASE = 3.0
-REAP_INTERVAL = LEASE / 2  # the runner reaps every half lease
+REAP_INTERVAL = LEASE / 2  # slack for a heartbeat or a reaper's pass to come round, and a handler to start
 
 
 @dataclass

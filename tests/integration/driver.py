@@ -70,7 +70,7 @@ class QueueDriver:
 
     def reap(self, default_max_attempts: int = 3) -> dict[str, str]:
         call = transitions.reap_call(self.keys, default_max_attempts=default_max_attempts, dead=self.dead_limits)
-        return transitions.parse_reap(self.run(call))
+        return transitions.parse_reap(self.run(call)).moved
 
     def job(self, job_id: str) -> Job | None:
         fields = self.redis.hgetall(self.keys.job(job_id))

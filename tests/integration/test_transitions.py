@@ -516,3 +516,28 @@ def test_requeue_moves_an_id_named_twice_only_once(q: QueueDriver) -> None:
     assert q.run(transitions.requeue_call(q.keys, [info.id, info.id])) == 1
     assert q.where(info.id) is State.PENDING
     assert q.run(transitions.purge_call(q.keys, [info.id, info.id])) == 0
+
+
+def test_reap_reports_when_the_earliest_lease_left_expires(q: QueueDriver) -> None:
+    """The reaper sleeps until then (docs/protocol.md, reap)."""
+    assert transitions.parse_reap(q.run(transitions.reap_call(q.keys))).next_expiry_in is None
+    q.enqueue()
+    q.lease_one(lease_ms=60_000)
+    q.enqueue()
+    q.lease_one(lease_ms=30_000)
+    reaped = transitions.parse_reap(q.run(transitions.reap_call(q.keys)))
+    assert reaped.moved == {}
+    assert reaped.next_expiry_in is not None
+    assert 29 < reaped.next_expiry_in <= 30
+    over_limit = [q.enqueue().id for _ in range(3)]
+    q.lease(count=3, lease_ms=1)
+
+    def expired() -> int:
+        seconds, microseconds = q.redis.time()
+        return int(q.redis.zcount(q.keys.active, "-inf", f"({seconds * 1000 + microseconds // 1000}"))
+
+    wait_for(lambda: expired() == 3, what="3 leases to expire")
+    first = transitions.parse_reap(q.run(transitions.reap_call(q.keys, limit=2)))
+    assert len(first.moved) == 2
+    assert first.next_expiry_in == 0, "one more is due now: the next pass comes at once"
+    assert set(q.reap()) | set(first.moved) == set(over_limit)

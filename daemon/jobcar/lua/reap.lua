@@ -10,8 +10,10 @@
 -- ARGV[2] the most jobs to reap in this call
 -- ARGV[3] dead set max jobs, ARGV[4] dead set max age ms
 -- ARGV[5] default max_attempts for a job that has none stored
--- Returns a flat array of id, result pairs; result is "pending", "dead" or "missing" (an id in the
--- active set without a job hash: removed from the set and reported).
+-- Returns {next_expiry_in_ms, {id, result, id, result...}}: the time until the earliest lease left in the
+-- active set expires (-1: none; 0: more expired than this call's limit), so the caller can sleep until
+-- exactly then; result is "pending", "dead" or "missing" (an id in the active set without a job hash:
+-- removed from the set and reported).
 -- State and deadline are read inside this script, at Redis time, so a job acked or renewed a moment
 -- ago is never reaped, and two reapers running at once cannot recover the same lease twice.
 
@@ -54,4 +56,7 @@ for _, id in ipairs(expired) do
   reply[#reply + 1] = result
 end
 if requeued then wake(KEYS[4]) end
-return reply
+local earliest = redis.call('ZRANGE', KEYS[1], 0, 0, 'WITHSCORES')
+local next_expiry_in = -1
+if #earliest > 0 then next_expiry_in = math.max(0, tonumber(earliest[2]) - now) end
+return {next_expiry_in, reply}
