@@ -357,6 +357,8 @@ def job_document(job: Job, lease_deadline_ms: int | None = None) -> dict[str, An
         document["payload"] = loads_strict(job.payload)
     except (ValueError, RecursionError):  # also UnicodeDecodeError: bytes that are not even text
         document["payload_base64"] = base64.b64encode(job.payload).decode("ascii")
+    if job.result_dropped is not None:
+        document["result_dropped"] = job.result_dropped
     if job.result is None:
         document["result"] = None
     else:

@@ -214,6 +214,8 @@ class Daemon:
             return False, "draining"
         if not self.link.reachability.reachable:
             return False, "redis unreachable"
+        if self.link.reachability.out_of_memory:
+            return False, "redis is out of memory"
         if not self.app_health.healthy(self.config.health_url):
             return False, "app unhealthy"
         return True, "ready"

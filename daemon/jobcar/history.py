@@ -29,9 +29,10 @@ _COUNTED: Final = {
 
 
 class History:
-    def __init__(self, namespace: str, link: RedisLink) -> None:
+    def __init__(self, namespace: str, link: RedisLink, queues: list[str]) -> None:
         self.namespace = namespace
         self.link = link
+        self.queues = queues  # the daemon's: one of them carries the flush sent with nothing to count
         self._counts: dict[str, Counter[tuple[str, str]]] = {}
 
     def add(self, queue: str, job_type: str, recorded: Recorded) -> None:
@@ -50,14 +51,22 @@ class History:
         await self.flush()
 
     async def flush(self) -> None:
-        """Add the counts so far to Redis; on failure they stay for the next flush (RedisUnavailable)."""
-        if not self._counts:
+        """Add the counts so far to Redis; on failure they stay for the next flush (RedisUnavailable).
+
+        The count script is refused while Redis is out of memory, so a flush is how the daemon learns that
+        Redis has memory again: while the link says it is out of memory, a flush is sent even with nothing
+        to count (it writes nothing then)."""
+        reachability = self.link.reachability
+        if not self._counts and not (reachability.out_of_memory and self.queues):
             return
         taken, self._counts = self._counts, {}
         calls = [count_call(QueueKeys.of(self.namespace, queue), counts) for queue, counts in taken.items()]
+        if not calls:
+            calls = [count_call(QueueKeys.of(self.namespace, self.queues[0]), {})]
         try:
             await self.link.scripts(calls)
         except BaseException:
             for queue, counts in taken.items():  # counted again at the next flush, never lost here
                 self._counts.setdefault(queue, Counter()).update(counts)
             raise
+        reachability.writes_accepted()

@@ -107,6 +107,8 @@ class Job:
     meta: dict[str, str] = field(default_factory=dict)
     batch: str | None = None
     result: bytes | None = None
+    #: Why a finished job's result was not kept (Redis was out of memory when it finished), or None.
+    result_dropped: str | None = None
     cancel_requested: bool = False
 
     @property
@@ -153,6 +155,7 @@ class Job:
             meta=json.loads(meta_raw) if meta_raw else {},
             batch=_opt_str(get(b"batch")),
             result=get(b"result"),
+            result_dropped=_opt_str(get(b"result_dropped")),
             cancel_requested=get(b"cancel") == b"1",
         )
 

@@ -29,7 +29,7 @@ from jobcar.heartbeat import AliveKey
 from jobcar.keys import QueueKeys
 from jobcar.metrics import Metrics
 from jobcar.recording import dead_letter_limits
-from jobcar.redis_link import RedisLink
+from jobcar.redis_link import RedisLink, RedisRefused
 from jobcar.scripts import Reply, ScriptCall
 from jobcar.transitions import kill_call, lease_call, parse_lease
 from jobcar.transport import AsyncRedis, closed_transport_is_connection_error, lease_on_wake
@@ -45,6 +45,9 @@ IDLE_WAIT_MAX: Final = 5.0
 #: A watcher leaves a scheduled job due within its wait (plus this margin) to the daemon's timer: Redis
 #: ends a BLMOVE on timeout only at its next cron tick (100 ms apart at the default hz 10).
 DUE_MARGIN: Final = 1.0
+#: How long a queue whose lease Redis refused (a key of the queue holding the wrong type, say) is left
+#: aside before the next try (seconds): the other queues lease meanwhile.
+REFUSED_QUEUE_PAUSE: Final = 10.0
 #: At a drain, how long the daemon waits for the replies of leases still queued behind watchers' waits.
 DRAIN_WAKE_MAX: Final = 2.0
 
@@ -132,7 +135,11 @@ class Leaser:
             return
         queue = pick(candidates, self.config.strict_priority)
         count = min(free, LEASE_BATCH_MAX)
-        (reply,) = await self.link.scripts([self._lease(queue, count)])
+        try:
+            (reply,) = await self.link.scripts([self._lease(queue, count)])
+        except RedisRefused:  # counted and logged by the link; not an outage, and not the other queues' fault
+            queue.idle(int(REFUSED_QUEUE_PAUSE * 1000))
+            return
         await self._take(queue, count, reply)
 
     def _lease(self, queue: QueueState, count: int, alive_key: str | None = None) -> ScriptCall:

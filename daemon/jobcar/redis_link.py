@@ -36,8 +36,22 @@ log = logging.getLogger("jobcar.redis")
 T = TypeVar("T")
 
 #: Errors that mean "Redis did not do it": unreachable, or refusing (OOM, READONLY after a failover,
-#: CLUSTERDOWN...). The daemon backs off and tries again; it never exits because of them.
+#: CLUSTERDOWN, a script stopped by a key of the wrong type...). The daemon backs off and tries again; it
+#: never exits because of them.
 REDIS_ERRORS: Final = (redis.exceptions.RedisError, OSError)
+#: Refusals that pass like an outage: a failover or a cluster reconfiguring (READONLY, CLUSTERDOWN,
+#: MASTERDOWN, TRYAGAIN), a server loading its data or busy with a script. Any other error reply is Redis
+#: answering "no" to this call (out of memory, a key of the wrong type, an ACL): not an outage.
+_TRANSIENT_REPLIES: Final = (
+    redis.exceptions.ReadOnlyError,
+    redis.exceptions.ClusterDownError,
+    redis.exceptions.TryAgainError,
+    redis.exceptions.BusyLoadingError,
+)
+_TRANSIENT_CODES: Final = ("BUSY ", "MASTERDOWN ", "LOADING ", "NOREPLICAS ")
+#: The pause after a refusal before the same call is tried again (seconds): Redis answered, so a quicker
+#: reconnect would change nothing.
+REFUSED_PAUSE: Final = 1.0
 #: Redis errors are retried with jittered backoff between these bounds (seconds).
 RECONNECT_MIN, RECONNECT_MAX = 0.05, 5.0
 #: After an outage, a call sent before Redis answered again and still unanswered this long is abandoned.
@@ -46,6 +60,18 @@ STALE_CALL_GRACE: Final = 1.0
 
 class RedisUnavailable(Exception):
     """Redis failed a call made through `RedisLink.call`; the failure was counted, logged and backed off."""
+
+
+class RedisRefused(RedisUnavailable):
+    """Redis answered a call made through `RedisLink.call` with an error that is not an outage: counted,
+    logged once and paced, with Redis still reachable."""
+
+
+def is_refusal(exc: BaseException) -> bool:
+    """True when `exc` is Redis answering "no" (see _TRANSIENT_REPLIES), not Redis being away."""
+    if not isinstance(exc, redis.exceptions.ResponseError) or isinstance(exc, _TRANSIENT_REPLIES):
+        return False
+    return not str(exc).startswith(_TRANSIENT_CODES)
 
 
 def connect(url: str, *, cluster: bool, blocking_wait: float = 0.0) -> AsyncRedis:
@@ -89,10 +115,14 @@ class Reachability:
     """
 
     reachable: bool = True
+    #: Redis refuses what would grow it (maxmemory reached under noeviction). Set by a refusal, cleared by
+    #: `writes_accepted` (the history's flush is refused while it lasts: its success says it ended).
+    out_of_memory: bool = False
     failures: int = 0
     on_failure: Callable[[], None] | None = None
     on_recovery: Callable[[], None] | None = None
     last_ok: float = 0.0
+    _last_refusal: str = ""  # a refusal is logged when it differs from the one before
     _recovered: asyncio.Event = field(default_factory=asyncio.Event)
     _in_flight: dict[asyncio.Timeout, float] = field(default_factory=dict)  # guarded calls -> send time
 
@@ -106,6 +136,29 @@ class Reachability:
             if self.on_recovery is not None:
                 self.on_recovery()
         self.reachable, self.failures, self.last_ok = True, 0, time.monotonic()
+
+    async def refused(self, exc: BaseException, sent_at: float | None = None, deadline: float | None = None) -> None:
+        """A refusal (`is_refusal`), through `failed`: counted, logged when new, and paced. Redis answered,
+        so it is reachable: no "unreachable" line, and no reconnect backoff."""
+        self.ok(sent_at)
+        if self.on_failure is not None:
+            self.on_failure()
+        if isinstance(exc, redis.exceptions.OutOfMemoryError):
+            if not self.out_of_memory:
+                log.error("redis is out of memory (maxmemory): new jobs are refused; the jobs stored run on, "
+                          "without keeping their results, until memory is freed or maxmemory raised")  # fmt: skip
+            self.out_of_memory = True
+        elif str(exc) != self._last_refusal:
+            log.error("redis refused a call: %s", exc)
+            self._last_refusal = str(exc)
+        delay = REFUSED_PAUSE if deadline is None else min(REFUSED_PAUSE, max(0.0, (deadline - time.monotonic()) / 2))
+        await asyncio.sleep(delay)
+
+    def writes_accepted(self) -> None:
+        """A write that Redis refuses when it is out of memory was accepted."""
+        if self.out_of_memory:
+            log.warning("redis accepts new writes again: it is no longer out of memory")
+        self.out_of_memory = False
 
     async def pause(self, seconds: float) -> None:
         """Sleep `seconds`, or less if Redis is seen to answer again after an outage meanwhile."""
@@ -139,6 +192,9 @@ class Reachability:
     async def failed(self, exc: BaseException, sent_at: float | None = None, deadline: float | None = None) -> None:
         """Count a failed call and back off. `deadline` (monotonic): the caller must try again before then,
         however long the backoff has grown (it races a lease); it sleeps at most half the time left."""
+        if is_refusal(exc):
+            await self.refused(exc, sent_at, deadline)
+            return
         if self.on_failure is not None:
             self.on_failure()
         if sent_at is not None and sent_at < self.last_ok:
@@ -251,6 +307,8 @@ class RedisLink:
                 result = await send()
         except REDIS_ERRORS as exc:  # asyncio's TimeoutError is an OSError too
             await self.reachability.failed(exc, sent_at=sent, deadline=deadline)
+            if is_refusal(exc):
+                raise RedisRefused(str(exc)) from exc
             raise RedisUnavailable(str(exc) or type(exc).__name__) from exc
         self.reachability.ok(sent)
         return result

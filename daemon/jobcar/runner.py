@@ -55,7 +55,7 @@ class Runner:
         queues = [QueueState(QueueKeys.of(config.namespace, q), w) for q, w in config.queues.items()]
         # ADR 0005: a one-queue daemon queues a lease behind its idle wait, guarded by its alive key.
         alive = AliveKey(queues[0].keys.alive(secrets.token_hex(8))) if len(queues) == 1 else None
-        self.history = History(config.namespace, link)
+        self.history = History(config.namespace, link, list(config.queues))
         self.attempts = Attempts(link, self.metrics, self.history, app_health, self._changed, self._draining)
         self.leaser = Leaser(queues, link, self.attempts, self.metrics, app_health, self._changed,
                              self._draining, alive)  # fmt: skip

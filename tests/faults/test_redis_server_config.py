@@ -59,6 +59,16 @@ def get_status(url: str) -> int:
         return exc.code
 
 
+def readiness(base: str) -> tuple[int, str]:
+    """/readyz: (status, the reason it gives, or "ready")."""
+    try:
+        with urllib.request.urlopen(f"{base}/readyz", timeout=10) as response:
+            return int(response.status), str(json.loads(response.read())["status"])
+    except urllib.error.HTTPError as exc:
+        with exc:
+            return exc.code, str(json.loads(exc.read()).get("reason"))
+
+
 def terminate(daemon: DaemonProcess, timeout: float = 30) -> int:
     """SIGTERM, and wait: the exit code, or a failure that shows the daemon's log. Sent at any moment on
     purpose: a SIGTERM landing while a watcher sends its BLMOVE once hung the daemon (a cancel swallowed
@@ -174,15 +184,19 @@ def test_out_of_memory_refuses_every_enqueue_whole_and_the_daemon_rides_it_out(
             assert admin.smembers(f"{namespace}:queues") == {b"default"}
             assert fsck(config) == []
 
-            # Running jobs still finish (ack is allowed under OOM); nothing new is leased; the daemon stays up.
+            # The jobs stored all run while the server stays full (lease and ack run under OOM, ADR 0008); the
+            # daemon stays up and says Redis is out of memory, never that it is unreachable.
             gate.set()
-            wait_for(lambda: len(job_keys(admin, namespace)) == WAITING, what="the jobs in flight to be acked")
-            daemon.wait_for_log("used memory > 'maxmemory'")  # its lease was refused, and said so
+            wait_for(lambda: not job_keys(admin, namespace), timeout=30, what="every stored job to complete")
+            assert len(handlers.requests_to("/hold")) == IN_FLIGHT + WAITING
+            assert {r.headers["jobcar-job-id"] for r in handlers.requests_to("/hold")} == ids
+            daemon.wait_for_log("redis is out of memory")  # its history flush was refused, and said so
             assert daemon.process is not None
             assert daemon.process.poll() is None
             assert get_status(f"{base}/healthz") == 200
-            assert len(handlers.requests_to("/hold")) == IN_FLIGHT
-            assert admin.llen(q.keys.pending) == WAITING
+            wait_for(lambda: readiness(base) == (503, "redis is out of memory"), what="/readyz to say why")
+            assert not [line for line in daemon.lines() if "unreachable" in line.get("msg", "")]
+            assert admin.llen(q.keys.pending) == 0
             assert memory(admin)[0] > maxmemory, "the server is still out of memory"
             assert fsck(config) == []
 
@@ -197,11 +211,76 @@ def test_out_of_memory_refuses_every_enqueue_whole_and_the_daemon_rides_it_out(
             assert len(handlers.requests_to("/hold")) == IN_FLIGHT + WAITING + 3
             done = {r.headers["jobcar-job-id"] for r in handlers.requests_to("/hold")}
             assert done == ids | {"oom-http", "oom-cli", "oom-client"}
-            assert daemon.wait_for_log("redis reachable again")
+            assert daemon.wait_for_log("redis accepts new writes again")
+            wait_for(lambda: readiness(base) == (200, "ready"), what="/readyz to be ready again")
             assert fsck(config) == []
             assert terminate(daemon) == 0
         finally:
             gate.set()
+            daemon.stop()
+            server.stop()
+
+
+JOBS_STORED = 30
+
+
+@pytest.mark.parametrize("case", ["results kept", "queue paused", "app unhealthy"])
+def test_a_full_redis_runs_the_jobs_it_holds_without_an_operator(
+    server_binary: str, namespace: str, tmp_path: Path, case: str
+) -> None:
+    """Three ways a server filled up with nothing left to free memory: jobs that keep their results (acks
+    free nothing), a paused queue, and the app's health gate closed while Redis filled. Each stalled for good
+    before (0 to 43 of ~1,450 jobs ran in 30 s) until an operator deleted keys. Now the stored jobs all run
+    while the server stays full; a kept result that would grow it is dropped, and the job says so."""
+    server = RedisServer(server_binary, tmp_path / "redis").start()  # maxmemory-policy noeviction
+    app_up = threading.Event()
+
+    def health(req: Received) -> tuple[int, dict[str, str], bytes]:
+        return OK if app_up.is_set() else (503, {}, b"starting")
+
+    def work(req: Received) -> tuple[int, dict[str, str], bytes]:
+        return 200, {}, b'{"ok": true}'
+
+    with handler_server() as handlers, server.client() as admin:
+        extra: dict[str, Any] = {"result_ttl": "1h"} if case == "results kept" else {}
+        if case == "app unhealthy":
+            extra["health_url"] = handlers.url("/health", health)
+        else:
+            app_up.set()
+        handler = {"url": handlers.url("/work", work)}
+        config = write_config(tmp_path, server.url, namespace, {"work": handler}, **extra)
+        q = QueueDriver(admin, namespace)
+        if case == "queue paused":
+            assert cli("queue", "pause", "default", "-c", str(config)).returncode == 0
+        daemon = DaemonProcess(config).start()
+        try:
+            daemon.wait_for_log("jobcar running")
+            ids = {q.enqueue("work", n).id for n in range(JOBS_STORED)}
+            if case == "results kept":  # the first jobs finish before the server fills, their results kept
+                wait_for(lambda: len(handlers.requests_to("/work")) >= 1, what="a first job to finish")
+            fill_to_maxmemory(admin)
+            if case == "queue paused":
+                resumed = cli("queue", "resume", "default", "-c", str(config))
+                assert resumed.returncode == 0, resumed.stderr
+            app_up.set()
+            wait_for(lambda: {r.headers["jobcar-job-id"] for r in handlers.requests_to("/work")} == ids, timeout=60,
+                     what="every stored job to run on the full server")  # fmt: skip
+            used, maxmemory = memory(admin)
+            assert used > maxmemory, "the server stayed full throughout"
+            if case == "results kept":
+                wait_for(lambda: all((j := q.job(i)) is not None and j.state is State.DONE for i in ids),
+                         what="every job done")  # fmt: skip
+                jobs = [q.job(i) for i in ids]
+                dropped = [j for j in jobs if j is not None and j.result_dropped == "redis was out of memory"]
+                kept = [j for j in jobs if j is not None and j.result == b'{"ok": true}']
+                assert dropped, "results that would grow a full server are dropped"
+                assert len(dropped) + len(kept) == JOBS_STORED
+                assert all(j.result is None for j in dropped)
+            else:
+                wait_for(lambda: not job_keys(admin, namespace), what="every job acked")
+            assert fsck(config) == []
+        finally:
+            app_up.set()
             daemon.stop()
             server.stop()
 
@@ -220,7 +299,9 @@ JOBCAR_COMMANDS = (
     "sadd", "smembers", "exists", "get", "hget", "hmget", "hgetall", "lrange", "zrange", "zscore", "zcard", "pttl",
     # inside the scripts
     "set", "del", "hset", "hsetnx", "hdel", "hincrby", "pexpire", "lpush", "rpush", "rpop", "llen", "lindex",
-    "lpos", "lrem", "zadd", "zrem", "zrangebyscore",
+    "lpos", "lrem", "zadd", "zrem", "zrangebyscore", "pexpireat",
+    # ack reads INFO's memory section before it keeps a result: a full server keeps none (ADR 0008)
+    "info",
 )  # fmt: skip
 
 
@@ -272,7 +353,7 @@ def test_a_user_allowed_only_the_namespace_and_no_config_runs_everything(
                 return (500, {}, b"once more") if attempts[job_id] == 1 else OK
 
             handlers_config = {
-                "ok": {"url": handlers.url("/ok", lambda req: OK)},
+                "ok": {"url": handlers.url("/ok", lambda req: (200, {}, b"kept"))},  # a result to keep
                 "flaky": {"url": handlers.url("/flaky", flaky)},
                 "broken": {"url": handlers.url("/broken", lambda req: (422, {}, b"no"))},
             }
@@ -339,7 +420,8 @@ def test_a_user_allowed_only_the_namespace_and_no_config_runs_everything(
                 refusals = {(entry["reason"], entry["object"]) for entry in admin.acl_log()}
                 assert ("command", "config|get") in refusals, admin.acl_log()
                 assert refusals <= {("command", "config|get"), ("command", "client|setinfo")}, admin.acl_log()
-                assert terminate(daemon) == 0
+                assert terminate(daemon) == 0  # its last history flush (PEXPIREAT) is sent at the drain
+                assert {(e["reason"], e["object"]) for e in admin.acl_log()} == refusals, admin.acl_log()
                 assert password not in daemon.log_path.read_text(), "the password reached the daemon's log"
             finally:
                 daemon.stop()

@@ -31,7 +31,7 @@ async def link(redis_server: RedisServer) -> AsyncIterator[RedisLink]:
 
 @pytest.mark.asyncio
 async def test_counts_are_added_per_queue_type_and_outcome(link: RedisLink, namespace: str) -> None:
-    history = History(namespace, link)
+    history = History(namespace, link, ["default"])
     for recorded in (Recorded.DONE, Recorded.DONE, Recorded.RETRIED, Recorded.DEAD, Recorded.RETURNED):
         history.add("default", "email", recorded)
     history.add("low", "report", Recorded.DONE)
@@ -49,7 +49,7 @@ async def test_counts_are_added_per_queue_type_and_outcome(link: RedisLink, name
 async def test_counts_a_flush_could_not_write_are_kept_for_the_next(link: RedisLink, namespace: str) -> None:
     away_client = connect(f"redis://127.0.0.1:{free_port()}/0", cluster=False)
     away = RedisLink(away_client, away_client)
-    history = History(namespace, away)
+    history = History(namespace, away, ["default"])
     history.add("default", "email", Recorded.DONE)
     with pytest.raises(RedisUnavailable):
         await history.flush()

@@ -8,7 +8,9 @@
 -- then five per job, the n-th job's at ARGV[5n-3 .. 5n+1]:
 --   id, lease token, final state ("done" or "canceled"),
 --   retention in ms (0 deletes the job; otherwise the job hash (state, finished, result) stays readable
---   that long), result bytes to keep with the job (already bounded by the caller; "" for none)
+--   that long), result bytes to keep with the job (already bounded by the caller; "" for none). While
+--   the server is out of memory the result is not kept: the job is done, and its `result_dropped` field
+--   says why (this script runs under OOM so that jobs still finish; a result would grow a full server).
 -- Touches <prefix>unique:<key> (released), <prefix>batch:<batch> (done or canceled += 1).
 -- Returns one integer per job, in order: 1 finished, 0 lease lost (nothing changed for that job).
 
@@ -17,6 +19,7 @@
 --- @include "release_lock"
 --- @include "add_to_batch"
 --- @include "call_in_chunks"
+--- @include "out_of_memory"
 
 local prefix = ARGV[1]
 local finished, ended = {}, {}
@@ -31,7 +34,13 @@ for n = 1, #KEYS - 1 do
     if retention > 0 then
       redis.call('HSET', job_key, 'state', final, 'finished', now_ms())
       redis.call('HDEL', job_key, 'token', 'cancel')
-      if ARGV[at + 4] ~= '' then redis.call('HSET', job_key, 'result', ARGV[at + 4]) end
+      if ARGV[at + 4] ~= '' then
+        if out_of_memory() then
+          redis.call('HSET', job_key, 'result_dropped', 'redis was out of memory')
+        else
+          redis.call('HSET', job_key, 'result', ARGV[at + 4])
+        end
+      end
       redis.call('PEXPIRE', job_key, retention)
     else
       redis.call('DEL', job_key)

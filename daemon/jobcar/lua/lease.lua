@@ -1,5 +1,8 @@
-#!lua
+#!lua flags=allow-oom
 -- lease: promote due scheduled jobs, then take up to N pending jobs and lease them to the caller.
+-- Allowed under OOM: the jobs it leases are stored already; it adds a few fields and a deadline to each,
+-- bounded by the caller's free slots and freed when the job ends. Without it a full server would run
+-- nothing until an operator deleted keys (ADR 0008).
 --
 -- KEYS[1] pending    LIST
 -- KEYS[2] scheduled  ZSET  id -> run-at ms
