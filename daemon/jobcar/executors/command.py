@@ -1,9 +1,12 @@
 """The command executor: run the handler's program with the payload on stdin.
 
-Each job gets its own process group (`start_new_session`, so pgid == pid). On timeout, cancel or drain
-the whole group gets SIGTERM, then SIGKILL after `kill_grace`; after the leader exits, the group gets
-SIGKILL anyway, so nothing a handler forked outlives its job. stdout and stderr are read continuously
-into bounded buffers: a handler writing gigabytes neither blocks on a full pipe nor grows the daemon.
+Each job gets its own process group (`start_new_session`, so pgid == pid), and its whole process tree is
+held by a `containment.ProcessTree` (a cgroup, else the handler as subreaper), which also holds the
+descendants that left the group with `setsid()`. On timeout, cancel or drain the group and the rest of
+the tree get SIGTERM, then SIGKILL after `kill_grace`; after the leader exits, what is left gets SIGKILL
+anyway, and the attempt ends only once the tree is empty, so nothing a handler forked outlives its job
+(within the limits `containment.py` states). stdout and stderr are read continuously into bounded
+buffers: a handler writing gigabytes neither blocks on a full pipe nor grows the daemon.
 
 Outcomes: exit 0 → success with stdout as the result; an exit code in `permanent_exit_codes` → fail;
 any other exit, death by a signal or a timeout → retry. The tail of stderr becomes the error text.
@@ -13,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import os
 import signal
 import subprocess
@@ -21,20 +25,26 @@ from collections.abc import Coroutine
 from typing import Any, Final, TypeVar, cast
 
 from jobcar.config_types import DEFAULT_ENV_ALLOW, CommandHandler
-from jobcar.executors.guardian import Guardian, pdeathsig_preexec
+from jobcar.executors.containment import ProcessTree
+from jobcar.executors.guardian import Guardian
 from jobcar.job import Job
 from jobcar.outcome import MAX_ERROR_CHARS, Outcome
 from jobcar.timestamps import rfc3339
 
 __all__ = ["CommandExecutor"]
 
+log = logging.getLogger(__name__)
+
 _T = TypeVar("_T")
 
 #: How often the remaining members of a group are checked for after its leader exited on SIGTERM.
 _GROUP_POLL: Final = 0.02
-#: Time the output pipes get to reach EOF once the group is dead. Only a process that left the group
-#: (setsid) can hold them open longer, and it is not worth waiting for.
+#: Time the output pipes get to reach EOF once the tree is dead. Only a process that escaped the tree
+#: can hold them open longer, and it is not worth waiting for.
 _PIPE_GRACE: Final = 1.0
+#: Time a SIGKILLed tree gets to exit. SIGKILL cannot be ignored, but a process in an uninterruptible
+#: sleep (a hung NFS mount) exits only when it wakes; the job must end all the same.
+_KILL_WAIT: Final = 10.0
 
 #: Cleanup tasks that outlive a cancelled job task; kept here so they are never garbage-collected early.
 _CLEANUPS: set[asyncio.Task[Any]] = set()
@@ -73,11 +83,13 @@ class _Capture:
 
 class CommandExecutor:
     """Runs jobs of one command handler. `guardian` (shared by the daemon) may be None: then only
-    `PR_SET_PDEATHSIG` protects against handler processes outliving a killed daemon."""
+    `PR_SET_PDEATHSIG` protects against handler processes outliving a killed daemon. `use_cgroups=False`
+    holds process trees as where no cgroup can be created (the handler as subreaper)."""
 
-    def __init__(self, handler: CommandHandler, guardian: Guardian | None) -> None:
+    def __init__(self, handler: CommandHandler, guardian: Guardian | None, *, use_cgroups: bool = True) -> None:
         self.handler = handler
         self._guardian = guardian
+        self._use_cgroups = use_cgroups
         names = (*DEFAULT_ENV_ALLOW, *handler.env_allow)
         # Read once: an allow-list, so the daemon's secrets, NOTIFY_SOCKET and WATCHDOG_* never reach a
         # handler unless named.
@@ -111,17 +123,24 @@ class CommandExecutor:
         stdout = _Capture(handler.max_output_bytes, keep_tail=False)
         stderr = _Capture(handler.max_output_bytes, keep_tail=True)
         protocol = _HandlerProtocol(stdout, stderr)
+        tree = ProcessTree.create(use_cgroups=self._use_cgroups)
+        if self._guardian is not None and tree.cgroup is not None:
+            # Guarded before the spawn: the handler may fork the moment it runs.
+            self._guardian.guard_cgroup(str(tree.cgroup))
         # Spawning runs in its own task: cancelled halfway, asyncio would SIGKILL only the leader and
         # then wait for pipes that whatever it already forked keeps open. Let it finish instead, then
-        # stop the whole group like any other cancellation.
-        start = _background(self._spawn(protocol, env))
+        # stop the whole tree like any other cancellation.
+        start = _background(self._spawn(protocol, env, tree))
         try:
             transport = await _run_to_end(start)
         except asyncio.CancelledError:
             if not start.cancelled() and start.exception() is None:
-                await _run_to_end(_background(self._stop(start.result(), protocol, terminate=True)))
+                await _run_to_end(_background(self._stop(start.result(), protocol, tree, terminate=True)))
+            else:
+                await _run_to_end(_background(self._dispose(tree)))
             raise
         except (OSError, ValueError, subprocess.SubprocessError) as exc:
+            await _run_to_end(_background(self._dispose(tree)))
             return Outcome.fail(f"cannot start command: {exc}")
         _feed(transport, job.payload)
         timed_out = False
@@ -132,9 +151,9 @@ class CommandExecutor:
             except TimeoutError:
                 timed_out = True
         except asyncio.CancelledError:
-            await _run_to_end(_background(self._stop(transport, protocol, terminate=True)))
+            await _run_to_end(_background(self._stop(transport, protocol, tree, terminate=True)))
             raise
-        forced = await _run_to_end(_background(self._stop(transport, protocol, terminate=timed_out)))
+        forced = await _run_to_end(_background(self._stop(transport, protocol, tree, terminate=timed_out)))
 
         code = transport.get_returncode()
         if timed_out:
@@ -153,7 +172,9 @@ class CommandExecutor:
             return Outcome.fail(_error_text(f"exit code {code}", stdout, stderr))
         return Outcome.retry(_error_text(f"exit code {code}", stdout, stderr))
 
-    async def _spawn(self, protocol: _HandlerProtocol, env: dict[str, str]) -> asyncio.SubprocessTransport:
+    async def _spawn(
+        self, protocol: _HandlerProtocol, env: dict[str, str], tree: ProcessTree
+    ) -> asyncio.SubprocessTransport:
         program, *args = self.handler.command
         transport, _ = await asyncio.get_running_loop().subprocess_exec(
             lambda: protocol,
@@ -165,41 +186,74 @@ class CommandExecutor:
             env=env,
             cwd=self.handler.cwd,
             start_new_session=True,
-            preexec_fn=pdeathsig_preexec(),
+            preexec_fn=tree.preexec(),
         )
         # No await between the spawn and guarding it: nothing can come in between.
+        tree.started(transport.get_pid())
         if self._guardian is not None:
             self._guardian.guard(transport.get_pid())
         return transport
 
     async def _stop(
-        self, transport: asyncio.SubprocessTransport, protocol: _HandlerProtocol, *, terminate: bool
+        self,
+        transport: asyncio.SubprocessTransport,
+        protocol: _HandlerProtocol,
+        tree: ProcessTree,
+        *,
+        terminate: bool,
     ) -> bool:
-        """Kill the job's group, wait for its leader to be reaped and its output to end. True if SIGKILL
-        was needed to end a group that had been sent SIGTERM."""
+        """Kill the job's group and the rest of its tree, wait for its leader to be reaped, the tree to
+        be empty and its output to end. True if SIGKILL was needed to end a tree that had been sent
+        SIGTERM."""
         pgid = transport.get_pid()
         forced = False
         try:
             if terminate:
                 _signal_group(pgid, signal.SIGTERM)
-                forced = not await _wait_group_exit(pgid, protocol, self.handler.kill_grace)
+                tree.signal(signal.SIGTERM, besides_group=pgid)
+                forced = not await _wait_tree_exit(pgid, tree, protocol, self.handler.kill_grace)
             # Stragglers: whatever the leader forked must not outlive the job, even after a clean exit.
+            await tree.kill()
             _signal_group(pgid, signal.SIGKILL)
             await protocol.exited.wait()
+            await self._wait_killed(tree)
             try:
                 async with asyncio.timeout(_PIPE_GRACE):
                     await protocol.closed.wait()
             except TimeoutError:
-                pass  # a process that left the group (setsid) holds the pipes; stop reading instead
+                pass  # a process that escaped the tree holds the pipes; stop reading instead
         except BaseException:
             # Torn down mid-cleanup (event loop shutdown): at least leave nothing running.
+            tree.kill_now()
             _signal_group(pgid, signal.SIGKILL)
             raise
         finally:
             transport.close()
             if self._guardian is not None:
                 self._guardian.release(pgid)
+            self._close(tree)
         return forced
+
+    async def _dispose(self, tree: ProcessTree) -> None:
+        """End a tree whose spawn failed or was cancelled: its child may have joined it and forked."""
+        try:
+            tree.kill_now()
+            await self._wait_killed(tree)
+        finally:
+            self._close(tree)
+
+    async def _wait_killed(self, tree: ProcessTree) -> None:
+        try:
+            async with asyncio.timeout(_KILL_WAIT):
+                await tree.wait_empty()
+        except TimeoutError:
+            log.warning("a handler process survived SIGKILL for %gs; the job ends all the same", _KILL_WAIT)
+
+    def _close(self, tree: ProcessTree) -> None:
+        # A cgroup that cannot be removed (still populated) stays guarded: if the daemon dies, the
+        # watchdog kills and removes it.
+        if tree.close() and self._guardian is not None and tree.cgroup is not None:
+            self._guardian.release_cgroup(str(tree.cgroup))
 
 
 class _HandlerProtocol(asyncio.SubprocessProtocol):
@@ -253,8 +307,8 @@ async def _run_to_end(task: asyncio.Task[_T]) -> _T:
     return task.result()
 
 
-async def _wait_group_exit(pgid: int, protocol: _HandlerProtocol, grace: float) -> bool:
-    """Wait up to `grace` seconds for the whole group to exit; True if it did."""
+async def _wait_tree_exit(pgid: int, tree: ProcessTree, protocol: _HandlerProtocol, grace: float) -> bool:
+    """Wait up to `grace` seconds for the whole group and tree to exit; True if they did."""
     loop = asyncio.get_running_loop()
     until = loop.time() + grace
     try:
@@ -264,10 +318,10 @@ async def _wait_group_exit(pgid: int, protocol: _HandlerProtocol, grace: float) 
         return False
     # The leader is gone; the others got the same SIGTERM and may still be cleaning up (a shell
     # wrapper dies at once, the program it runs may not). Without a handle on them, checking the
-    # group is the only way to give them the rest of the grace. An exited member still counts until
-    # its new parent reaps it: under an init that reaps late or never (jobcar as PID 1 without tini),
-    # this waits out the grace, never longer.
-    while _group_exists(pgid):
+    # group and the tree is the only way to give them the rest of the grace. An exited group member
+    # still counts until its new parent reaps it: under an init that reaps late or never (jobcar as
+    # PID 1 without tini), this waits out the grace, never longer.
+    while _group_exists(pgid) or tree.holds_processes():
         if loop.time() >= until:
             return False
         await asyncio.sleep(_GROUP_POLL)

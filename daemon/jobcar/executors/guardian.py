@@ -7,9 +7,12 @@ Two layers, because neither is enough alone:
   armed per *thread*: it fires when the thread that forked exits (asyncio spawns from the loop thread).
 - The guardian: one small watchdog process per daemon, started with `python -m
   jobcar.executors.guardian`, whose stdin is a pipe from the daemon. The daemon writes `+<pgid>` when a
-  handler's process group starts and `-<pgid>` once that group is gone. Whatever way the daemon dies,
-  the kernel closes its end of the pipe; the watchdog reads EOF, SIGKILLs every group still listed and
-  exits. On a clean shutdown no group is left, so closing the pipe just ends the watchdog.
+  handler's process group starts and `-<pgid>` once that group is gone; likewise `+<path>` and
+  `-<path>` for the cgroup holding an attempt's whole process tree (`containment.py`), which reaches
+  the descendants that left the group with `setsid()`. Whatever way the daemon dies, the kernel closes
+  its end of the pipe; the watchdog reads EOF, kills every cgroup (`cgroup.kill`, then removes it) and
+  SIGKILLs every group still listed, and exits. On a clean shutdown nothing is left, so closing the
+  pipe just ends the watchdog.
 
 Both are best effort in the daemon: if the watchdog cannot start or dies, jobs still run (and the
 daemon says so in its log); `PR_SET_PDEATHSIG` still covers the direct children.
@@ -25,11 +28,12 @@ import logging
 import os
 import signal
 import sys
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import BinaryIO, Final
 
-__all__ = ["Guardian", "pdeathsig_preexec"]
+__all__ = ["PRCTL", "Guardian", "pdeathsig_preexec"]
 
 log = logging.getLogger(__name__)
 
@@ -37,6 +41,8 @@ _PR_SET_PDEATHSIG: Final = 1
 _MAX_PID: Final = 2**31 - 1
 #: Time the watchdog gets to exit after its pipe is closed before the daemon stops waiting for it.
 _CLOSE_TIMEOUT: Final = 5.0
+#: Time the watchdog waits for a killed cgroup to empty before it removes it (rmdir fails until then).
+_CGROUP_EMPTY_TIMEOUT: Final = 5.0
 #: Time the watchdog gets to start (an interpreter and this package's imports) and say it is ready.
 _READY_TIMEOUT: Final = 30.0
 _READY: Final = b"ready\n"
@@ -56,9 +62,9 @@ def _load_prctl() -> Callable[[int, int, int, int, int], int] | None:
     return prctl
 
 
-# Resolved once in the parent: the child between fork and exec should do as little as possible (no
-# dlopen, no allocation-heavy work).
-_PRCTL: Final = _load_prctl()
+#: libc's prctl, or None off Linux. Resolved once in the parent: the child between fork and exec should
+#: do as little as possible (no dlopen, no allocation-heavy work).
+PRCTL: Final = _load_prctl()
 
 
 def pdeathsig_preexec() -> Callable[[], None] | None:
@@ -67,7 +73,7 @@ def pdeathsig_preexec() -> Callable[[], None] | None:
     None where `prctl` is unavailable (not Linux): pass it as is to `create_subprocess_exec`. Works with
     both the default asyncio loop and uvloop (which runs `preexec_fn` in the child after `fork`).
     """
-    prctl = _PRCTL
+    prctl = PRCTL
     if prctl is None:
         return None
     parent = os.getpid()
@@ -88,6 +94,7 @@ class Guardian:
     def __init__(self) -> None:
         self._process: asyncio.subprocess.Process | None = None
         self._groups: set[int] = set()
+        self._cgroups: set[str] = set()
         self._warned = False
 
     @property
@@ -154,6 +161,17 @@ class Guardian:
         self._groups.discard(pgid)
         self._send(f"-{pgid}\n")
 
+    def guard_cgroup(self, path: str) -> None:
+        """Kill every process of the cgroup at `path` (absolute) and remove it if the daemon dies before
+        `release_cgroup(path)`."""
+        self._cgroups.add(path)
+        self._send(f"+{path}\n")
+
+    def release_cgroup(self, path: str) -> None:
+        """The cgroup at `path` has been emptied and removed: the watchdog must forget it."""
+        self._cgroups.discard(path)
+        self._send(f"-{path}\n")
+
     async def close(self) -> None:
         """Close the pipe: the watchdog kills any group still guarded, then exits. Waited for, bounded."""
         process, self._process = self._process, None
@@ -171,8 +189,12 @@ class Guardian:
             with contextlib.suppress(ProcessLookupError):
                 process.kill()
             await process.wait()
-        if self._groups:
-            log.warning("handler guardian closed while %d process groups were still running", len(self._groups))
+        if self._groups or self._cgroups:
+            log.warning(
+                "handler guardian closed while %d process groups and %d cgroups were still running",
+                len(self._groups),
+                len(self._cgroups),
+            )
 
     def _writable(self) -> bool:
         process = self._process
@@ -210,22 +232,58 @@ class Guardian:
 
 
 def watch(stream: BinaryIO) -> None:
-    """The watchdog's main loop: track groups from `stream`; on EOF, SIGKILL what is left and return."""
+    """The watchdog's main loop: track groups and cgroups from `stream`; on EOF, kill what is left."""
     groups: set[int] = set()
+    cgroups: set[str] = set()
     for raw in stream:
         line = raw.strip()
-        if len(line) < 2 or line[:1] not in (b"+", b"-") or not line[1:].isdigit():
+        if len(line) < 2 or line[:1] not in (b"+", b"-"):
+            continue
+        adding = line[:1] == b"+"
+        if line[1:2] == b"/":
+            path = os.fsdecode(line[1:])
+            # Only ever a directory the daemon made for an attempt: never a write into any other file.
+            if os.path.normpath(path) != path or not os.path.basename(path).startswith("jobcar-"):
+                continue
+            if adding:
+                cgroups.add(path)
+            else:
+                cgroups.discard(path)
+            continue
+        if not line[1:].isdigit():
             continue
         pgid = int(line[1:])
         if not 1 < pgid <= _MAX_PID:
             continue  # never killpg(0) (our own group) or init's, nor what no pid_t can hold
-        if line[:1] == b"+":
+        if adding:
             groups.add(pgid)
         else:
             groups.discard(pgid)
+    # cgroups first: one write kills a whole tree, the members of its process group included.
+    for path in cgroups:
+        with contextlib.suppress(OSError):
+            Path(path, "cgroup.kill").write_text("1")
     for pgid in groups:
         with contextlib.suppress(OSError):
             os.killpg(pgid, signal.SIGKILL)
+    _remove_cgroups(cgroups)
+
+
+def _remove_cgroups(paths: set[str]) -> None:
+    """Remove killed cgroups once empty (a cgroup holding a process cannot be removed), bounded."""
+    deadline = time.monotonic() + _CGROUP_EMPTY_TIMEOUT
+    left = set(paths)
+    while left and time.monotonic() < deadline:
+        for path in list(left):
+            try:
+                os.rmdir(path)
+            except FileNotFoundError:
+                pass
+            except OSError:
+                continue  # still populated: the kill is being delivered
+            left.discard(path)
+        if left:
+            time.sleep(0.01)
 
 
 def main() -> None:
