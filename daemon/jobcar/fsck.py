@@ -19,6 +19,8 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Final
 
+from redis.exceptions import ResponseError
+
 from jobcar.job import STORED_IN_SETS, State
 from jobcar.keys import QueueKeys
 from jobcar.replies import as_int, as_text
@@ -49,6 +51,7 @@ class Kind:
     STALE_UNIQUE: Final = "stale_unique"  # a unique lock pointing at a missing or finished job
     UNIQUE_NO_TTL: Final = "unique_no_ttl"  # a unique lock that never expires
     DEAD_OVER_LIMIT: Final = "dead_over_limit"  # the dead set beyond max_jobs or max_age
+    WRONG_TYPE: Final = "wrong_type"  # a key holding another Redis type than jobcar writes there
 
 
 @dataclass(frozen=True, slots=True)
@@ -102,31 +105,66 @@ class _Hash:
     pttl: int
 
 
-async def _read_hashes(client: AsyncRedis, keys: QueueKeys, ids: Sequence[str]) -> dict[str, _Hash]:
+async def _types(client: AsyncRedis, key_names: Sequence[str]) -> list[str]:
+    pipe = client.pipeline(transaction=False)
+    for key in key_names:
+        pipe.type(key)
+    return [as_text(t) for t in await pipe.execute()]
+
+
+async def _read_hashes(
+    client: AsyncRedis, keys: QueueKeys, ids: Sequence[str]
+) -> tuple[dict[str, _Hash], dict[str, str]]:
+    """The job hashes, and the ids whose key holds another type than a hash (id -> that type)."""
     hashes: dict[str, _Hash] = {}
+    wrong: list[str] = []
     for chunk in _chunks(ids):
         pipe = client.pipeline(transaction=False)
         for job_id in chunk:
             pipe.hmget(keys.job(job_id), ["state", "token"])
             pipe.pttl(keys.job(job_id))
-        replies = await pipe.execute()
+        replies = await pipe.execute(raise_on_error=False)
         for i, job_id in enumerate(chunk):
-            (state, token), pttl = replies[2 * i], replies[2 * i + 1]
+            fields, pttl = replies[2 * i], replies[2 * i + 1]
+            if isinstance(fields, ResponseError):
+                wrong.append(job_id)
+                continue
             if int(pttl) == -2:
                 continue  # gone since the scan
+            state, token = fields
             hashes[job_id] = _Hash(None if state is None else as_text(state), token is not None, int(pttl))
-    return hashes
+    types = await _types(client, [keys.job(job_id) for job_id in wrong])
+    return hashes, {job_id: kind for job_id, kind in zip(wrong, types, strict=True) if kind not in ("none", "hash")}
 
 
-async def _read_sets(client: AsyncRedis, keys: QueueKeys) -> tuple[list[str], dict[str, list[tuple[str, float]]]]:
+#: The queue's keys that fsck reads, and the type jobcar writes in each.
+def _set_types(keys: QueueKeys) -> dict[str, tuple[str, str]]:
+    return {
+        State.PENDING.value: (keys.pending, "list"),
+        State.SCHEDULED.value: (keys.scheduled, "zset"),
+        State.ACTIVE.value: (keys.active, "zset"),
+        State.DEAD.value: (keys.dead, "zset"),
+        "wake": (keys.wake, "list"),
+    }
+
+
+async def _read_sets(
+    client: AsyncRedis, keys: QueueKeys, usable: set[str]
+) -> tuple[list[str], dict[str, list[tuple[str, float]]]]:
+    """The pending list and the sorted sets; a key in none of `usable` (it holds another type) reads as empty."""
+    expected = _set_types(keys)
     pipe = client.pipeline(transaction=False)
-    pipe.lrange(keys.pending, 0, -1)
-    for key in (keys.scheduled, keys.active, keys.dead):
-        pipe.zrange(key, 0, -1, withscores=True)
-    pending, *zsets = await pipe.execute()
     names = (State.SCHEDULED.value, State.ACTIVE.value, State.DEAD.value)
+    if State.PENDING.value in usable:
+        pipe.lrange(keys.pending, 0, -1)
+    for name in names:
+        if name in usable:
+            pipe.zrange(expected[name][0], 0, -1, withscores=True)
+    replies = list(await pipe.execute())
+    pending = replies.pop(0) if State.PENDING.value in usable else []
+    zsets = {name: (replies.pop(0) if name in usable else []) for name in names}
     return [as_text(m) for m in pending], {
-        name: [(as_text(m), float(s)) for m, s in members] for name, members in zip(names, zsets, strict=True)
+        name: [(as_text(m), float(s)) for m, s in members] for name, members in zsets.items()
     }
 
 
@@ -155,10 +193,23 @@ async def check_queue(
                 return  # the condition no longer holds: a transition changed the job meanwhile
         findings.append(Finding(keys.queue, kind, job_id, detail, repaired))
 
+    # Keys that hold another type than jobcar writes there: reported (and deleted with --repair) first, and
+    # read as empty, so that one such key never stops the check.
+    set_types = _set_types(keys)
+    held = dict(zip(set_types, await _types(client, [key for key, _ in set_types.values()]), strict=True))
+    usable = set()
+    for name, (key, expected) in set_types.items():
+        if held[name] in ("none", expected):
+            usable.add(name)
+        else:
+            await found(Kind.WRONG_TYPE, key, f"holds a {held[name]}, not a {expected}", "", held[name], expected)
     job_prefix = keys.job("")
     ids = [key[len(job_prefix) :] for key in await _scan(client, keys.all_jobs())]
-    hashes = await _read_hashes(client, keys, ids)
-    pending, zsets = await _read_sets(client, keys)
+    hashes, wrong = await _read_hashes(client, keys, ids)
+    for job_id, kind in sorted(wrong.items()):
+        await found(Kind.WRONG_TYPE, keys.job(job_id), f"job {job_id}'s key holds a {kind}, not a hash", job_id,
+                    kind, "hash")  # fmt: skip
+    pending, zsets = await _read_sets(client, keys, usable)
 
     sets: dict[str, list[str]] = {}
     pending_count: dict[str, int] = {}
@@ -174,6 +225,8 @@ async def check_queue(
     for job_id in sorted(sets):
         where = sets[job_id]
         job = hashes.get(job_id)
+        if job_id in wrong:
+            continue  # reported above; the repair took the id out of every set
         if job is None:
             for name in where:
                 await found(Kind.MISSING_HASH, job_id, f"in {name} without a job hash", name)
@@ -223,7 +276,12 @@ async def check_queue(
         for lock in chunk:
             pipe.get(lock)
             pipe.pttl(lock)
-        replies = await pipe.execute()
+        replies = await pipe.execute(raise_on_error=False)
+        for i, lock in enumerate(chunk):
+            if isinstance(replies[2 * i], ResponseError):
+                (kind,) = await _types(client, [lock])
+                await found(Kind.WRONG_TYPE, lock, f"unique lock holds a {kind}, not a string", "", kind, "string")
+                replies[2 * i] = None
         holders = [None if replies[2 * i] is None else as_text(replies[2 * i]) for i in range(len(chunk))]
         live = {h for h in holders if h is not None}
         states = {h: j.state for h, j in hashes.items() if h in live}

@@ -163,8 +163,9 @@ class Leaser:
         elif len(result.jobs) < count:
             # Empty (or emptied) for now: wait for a wake, or for the earliest scheduled job.
             queue.idle(result.next_due_ms)
-        for job_id in result.missing:
-            log.error("job id in pending list has no job hash; dropped from the list", extra={"job_id": job_id})
+        for job_id, why in result.dropped:
+            log.error("job id dropped from the pending list: %s", why, extra={"queue": queue.keys.queue,
+                      "job_id": job_id})  # fmt: skip
         if result.malformed:
             dead = dead_letter_limits(self.config)
             kills = [kill_call(queue.keys, job_id, token, f"malformed job: {problem}", dead)

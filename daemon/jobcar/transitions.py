@@ -131,8 +131,9 @@ class LeaseResult:
     paused: bool
     #: The lease was given the caller's alive key and found it gone: it took nothing, changed nothing.
     declined: bool
-    #: Ids that were in the pending list without a job hash (corruption; reported, not runnable).
-    missing: list[str]
+    #: (id, why) for ids that were in the pending list and are not runnable: no job hash, or a key that
+    #: holds another type (corruption). Dropped from the list; a key left behind is fsck's to report.
+    dropped: list[tuple[str, str]]
     #: Leased jobs whose hash cannot be read (a producer wrote bad fields): (id, token, problem).
     #: The caller should kill them; they are leased, so nothing else will run them meanwhile.
     malformed: list[tuple[str, str, str]]
@@ -158,7 +159,7 @@ def lease_call(
 
 
 def parse_lease(keys: QueueKeys, reply: Reply) -> LeaseResult:
-    now, next_due, stopped, missing, *jobs = as_list(reply)
+    now, next_due, stopped, dropped, *jobs = as_list(reply)
     leased = []
     malformed = []
     for raw in jobs:
@@ -173,6 +174,8 @@ def parse_lease(keys: QueueKeys, reply: Reply) -> LeaseResult:
                 fields = dict(zip(cast(Iterator[bytes], pairs), cast(Iterator[bytes], pairs), strict=True))
             else:
                 fields = {as_bytes(name): as_bytes(value) for name, value in zip(pairs, pairs, strict=True)}
+            if not fields.get(b"type"):
+                raise ValueError("the job has no type")
             leased.append(LeasedJob(Job.from_hash(as_text(job_id), keys.queue, fields), as_text(token)))
         except (ValueError, KeyError, TypeError) as exc:
             malformed.append((as_text(job_id), as_text(token), str(exc)))
@@ -183,7 +186,7 @@ def parse_lease(keys: QueueKeys, reply: Reply) -> LeaseResult:
         next_due_ms=None if due < 0 else due,
         paused=as_int(stopped) == 1,
         declined=as_int(stopped) == 2,
-        missing=[as_text(m) for m in as_list(missing)],
+        dropped=[(as_text(i), as_text(why)) for i, why in (as_list(d) for d in as_list(dropped))],
         malformed=malformed,
     )
 

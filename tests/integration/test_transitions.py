@@ -138,7 +138,7 @@ def test_lease_takes_fifo_up_to_n_with_fresh_tokens_and_counts_the_attempt(q: Qu
     assert [j.job.id for j in result.jobs] == ids[:2]
     assert result.next_due_ms is None
     assert not result.paused
-    assert result.missing == []
+    assert result.dropped == []
     assert len({j.token for j in result.jobs}) == 2
     for leased in result.jobs:
         assert leased.job.attempt == 1

@@ -20,6 +20,10 @@
 --- @include "add_to_batch"
 --- @include "call_in_chunks"
 --- @include "out_of_memory"
+--- @include "wrong_type"
+
+local refused = wrong_type({KEYS[1], 'zset'})
+if refused then return refused end
 
 local prefix = ARGV[1]
 local finished, ended = {}, {}

@@ -22,6 +22,7 @@
 --- @include "wake"
 --- @include "add_to_batch"
 --- @include "call_in_chunks"
+--- @include "wrong_type"
 
 local OPTIONAL = {content_type = true, max_attempts = true, timeout = true, traceparent = true, meta = true,
   batch = true}
@@ -58,6 +59,24 @@ while i <= #ARGV do
 end
 
 local prefix = ARGV[1]
+local expected = {KEYS[1], 'list', KEYS[2], 'zset', KEYS[3], 'list'}
+for _, r in ipairs(records) do
+  expected[#expected + 1] = prefix .. 'job:' .. ARGV[r]
+  expected[#expected + 1] = 'hash'
+  if ARGV[r + 5] ~= '' then
+    expected[#expected + 1] = prefix .. 'unique:' .. ARGV[r + 5]
+    expected[#expected + 1] = 'string'
+  end
+  for f = r + 8, r + 7 + 2 * tonumber(ARGV[r + 7]), 2 do
+    if ARGV[f] == 'batch' then
+      expected[#expected + 1] = prefix .. 'batch:' .. ARGV[f + 1]
+      expected[#expected + 1] = 'hash'
+    end
+  end
+end
+local refused = wrong_type(expected)
+if refused then return refused end
+
 local now = now_ms()
 local replies = {}
 local woken = false

@@ -13,6 +13,10 @@
 
 --- @include "now_ms"
 --- @include "holds_lease"
+--- @include "wrong_type"
+
+local refused = wrong_type({KEYS[1], 'zset'})
+if refused then return refused end
 
 local prefix = ARGV[1]
 local now = now_ms()

@@ -15,6 +15,10 @@
 --- @include "now_ms"
 --- @include "holds_lease"
 --- @include "move_to_dead"
+--- @include "wrong_type"
+
+local refused = wrong_type({KEYS[1], 'zset', KEYS[2], 'zset'})
+if refused then return refused end
 
 local prefix, id, token = ARGV[1], ARGV[2], ARGV[3]
 if not holds_lease(KEYS[3], token) then return 0 end

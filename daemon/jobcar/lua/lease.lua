@@ -18,14 +18,20 @@
 -- ARGV[5] default max_attempts, stored on a job that has none of its own
 -- ARGV[6] JSON object type -> max_attempts overriding ARGV[5] for those types ("{}" for none)
 -- Touches <prefix>job:<id> HASH: state=active, attempt+1, token, started, max_attempts (if absent).
--- Returns {now_ms, next_due_in_ms (-1: nothing scheduled), stopped, missing, job...}
+-- Returns {now_ms, next_due_in_ms (-1: nothing scheduled), stopped, dropped, job...}
 --   stopped: 0 leased as asked, 1 the queue is paused, 2 KEYS[6] is absent (nothing was changed)
---   missing: array of ids that were popped but had no job hash (reported, not runnable)
+--   dropped: array of {id, why} for ids popped that are not runnable and were dropped from the list:
+--            no job hash, or a key that holds another type than a hash (left for fsck). A hash without
+--            a type is leased like any job: the daemon moves it to the dead-letter queue as malformed.
 --   job: {id, token, field1, value1, ...} with every field of the job hash
 -- Attempts count here, at lease time: a job that kills its daemon every time still reaches the DLQ.
 
 --- @include "now_ms"
 --- @include "call_in_chunks"
+--- @include "wrong_type"
+
+local refused = wrong_type({KEYS[1], 'list', KEYS[2], 'zset', KEYS[3], 'zset', KEYS[4], 'list'})
+if refused then return refused end
 
 local prefix = ARGV[1]
 local count = tonumber(ARGV[2])
@@ -55,8 +61,9 @@ end
 local due = redis.call('ZRANGEBYSCORE', KEYS[2], '-inf', now, 'LIMIT', 0, 1000)
 if #due > 0 then
   for _, id in ipairs(due) do
-    -- An id without a hash is dropped, not given a stray hash; the lease reports nothing for it.
-    if redis.call('EXISTS', prefix .. 'job:' .. id) == 1 then
+    -- An id without a hash (or whose key holds something else) is dropped, not given a stray hash; the
+    -- lease reports nothing for it.
+    if redis.call('TYPE', prefix .. 'job:' .. id).ok == 'hash' then
       redis.call('HSET', prefix .. 'job:' .. id, 'state', 'pending')
       redis.call('LPUSH', KEYS[1], id)
     end
@@ -76,7 +83,7 @@ end
 
 local reply = {now, 0, 0, {}}
 local started = tostring(now)
-local missing = reply[4]
+local dropped = reply[4]
 local deadline = now + lease_ms
 local leased = 0
 local deadlines = {}  -- score, id, score, id...: one ZADD for the batch (chunks of 1,000 keep pairs whole)
@@ -87,12 +94,14 @@ if count > 0 then
       local job_key = prefix .. 'job:' .. id
       -- One read and one write per job: the hash as stored, then the lease's fields. The reply is that
       -- read with the written values put in place (or appended, for fields the hash did not have).
-      local job = redis.call('HGETALL', job_key)
-      local at = {}  -- field name -> index of its value in job
-      for i = 1, #job, 2 do at[job[i]] = i + 1 end
-      if not at.type then
-        missing[#missing + 1] = id
+      local job = redis.pcall('HGETALL', job_key)
+      if job.err then
+        dropped[#dropped + 1] = {id, 'its key holds a ' .. redis.call('TYPE', job_key).ok .. ', not a job hash'}
+      elseif #job == 0 then
+        dropped[#dropped + 1] = {id, 'no job hash'}
       else
+        local at = {}  -- field name -> index of its value in job
+        for i = 1, #job, 2 do at[job[i]] = i + 1 end
         leased = leased + 1
         local token = token_base .. '.' .. leased
         -- An attempt count that is not a number (a hash written by hand) counts as none.

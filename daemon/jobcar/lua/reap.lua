@@ -22,6 +22,10 @@
 --- @include "wake"
 --- @include "move_to_pending"
 --- @include "move_to_dead"
+--- @include "wrong_type"
+
+local refused = wrong_type({KEYS[1], 'zset', KEYS[2], 'list', KEYS[3], 'zset', KEYS[4], 'list'})
+if refused then return refused end
 
 local prefix = ARGV[1]
 local now = now_ms()
@@ -31,9 +35,11 @@ local requeued = false
 for _, id in ipairs(expired) do
   local job_key = prefix .. 'job:' .. id
   redis.call('ZREM', KEYS[1], id)
-  local fields = redis.call('HMGET', job_key, 'type', 'attempt', 'max_attempts')
+  local fields = redis.pcall('HMGET', job_key, 'type', 'attempt', 'max_attempts')
   local result
-  if not fields[1] then
+  if fields.err then
+    result = 'missing'  -- its key holds something else than a job: the id leaves the set, fsck reports the key
+  elseif not fields[1] then
     result = 'missing'
   else
     local attempt = tonumber(fields[2] or '0') or 0

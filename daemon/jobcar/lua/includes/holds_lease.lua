@@ -5,7 +5,10 @@
 -- (an operator's ZREM, a bug): extend then restores the entry instead of losing the job.
 -- Callers that need more of the hash name those fields: their values come back second (after state
 -- and token), read by the same HMGET.
+-- A key that is not a hash (written by something else than jobcar) holds no lease: the caller changes
+-- nothing for that job, and the reaper or fsck deals with the id.
 local function holds_lease(job_key, token, ...)
-  local fields = redis.call('HMGET', job_key, 'state', 'token', ...)
+  local fields = redis.pcall('HMGET', job_key, 'state', 'token', ...)
+  if fields.err then return false, {} end
   return fields[1] == 'active' and fields[2] == token, fields
 end

@@ -1,0 +1,142 @@
+"""One bad key never stops a queue (guarantee #9 of docs/delivery-semantics.md): a job id whose key holds
+another Redis type, a job hash without a type, a queue key of the wrong type. Real daemons on a real server;
+the keys are written by hand, as a bug or another program would."""
+
+from __future__ import annotations
+
+import json
+import signal
+from pathlib import Path
+from typing import Any
+
+import pytest
+import redis
+
+from jobcar import State
+from tests.integration.daemon_harness import DaemonProcess, handler_server, write_config
+from tests.integration.driver import QueueDriver
+from tests.integration.test_cli import cli
+from tests.servers import RedisServer, wait_for
+
+OK: tuple[int, dict[str, str], bytes] = (200, {}, b"")
+
+
+def fsck(config: Path, *extra: str) -> list[dict[str, Any]]:
+    done = cli("fsck", "--json", *extra, "-c", str(config))
+    findings: list[dict[str, Any]] = json.loads(done.stdout) if done.stdout.strip() else []
+    assert "Traceback" not in done.stderr, done.stderr
+    assert done.returncode == (1 if findings and not extra else 0), (done.returncode, done.stdout, done.stderr)
+    return findings
+
+
+def logged(daemon: DaemonProcess, fragment: str) -> list[dict[str, Any]]:
+    return [line for line in daemon.lines() if fragment in line.get("msg", "")]
+
+
+def ran(handlers: Any, path: str) -> set[str]:
+    return {r.headers["jobcar-job-id"] for r in handlers.requests_to(path)}
+
+
+def test_a_pending_id_whose_key_holds_a_string_is_dropped_and_the_good_jobs_run(
+    redis_server: RedisServer, namespace: str, tmp_path: Path
+) -> None:
+    """Before: the lease script failed with WRONGTYPE after popping the batch; the daemon retried it as an
+    outage forever, and the good jobs popped with the bad id were left nowhere."""
+    with handler_server() as handlers, redis_server.client() as client:
+        config = write_config(tmp_path, redis_server.url, namespace, {"t": {"url": handlers.url("/t", lambda r: OK)}})
+        q = QueueDriver(client, namespace)
+        client.set(q.keys.paused, "1")  # the bad id goes in among good ones before any lease
+        good = [q.enqueue("t", n).id for n in range(5)]
+        client.set(q.keys.job("poison"), "not a hash")
+        client.lpush(q.keys.pending, "poison")
+        good += [q.enqueue("t", n).id for n in range(5, 10)]
+        due_poison = q.keys.job("due-poison")
+        client.rpush(due_poison, "a list")
+        client.zadd(q.keys.scheduled, {"due-poison": 1})  # due long ago: the lease promotes what is due
+        daemon = DaemonProcess(config).start()
+        try:
+            assert cli("queue", "resume", "default", "-c", str(config)).returncode == 0
+            wait_for(lambda: ran(handlers, "/t") == set(good), what="every good job to run")
+            wait_for(lambda: all(q.job(i) is None for i in good), what="every good job to be acked")
+            dropped = daemon.wait_for_log("job id dropped from the pending list")
+            assert dropped["job_id"] == "poison"
+            assert "its key holds a string, not a job hash" in dropped["msg"]
+            assert not logged(daemon, "unreachable")
+            assert client.llen(q.keys.pending) == 0
+            assert client.zcard(q.keys.active) == 0
+            assert client.zcard(q.keys.scheduled) == 0
+            assert client.get(q.keys.job("poison")) == b"not a hash", "what the key held is fsck's to remove"
+
+            found = fsck(config)
+            assert sorted((f["kind"], f["id"]) for f in found) == [
+                ("wrong_type", due_poison),
+                ("wrong_type", q.keys.job("poison")),
+            ]
+            repaired = fsck(config, "--repair")
+            assert all(f["repaired"] for f in repaired), repaired
+            assert not client.exists(q.keys.job("poison"), due_poison)
+            assert fsck(config) == []
+        finally:
+            daemon.stop()
+
+
+def test_a_job_hash_without_a_type_goes_to_the_dead_letter_queue(
+    redis_server: RedisServer, namespace: str, tmp_path: Path
+) -> None:
+    """Before: it was dropped from the list as if its hash were missing, and fsck --repair put it back,
+    forever. docs/protocol.md promises the dead-letter queue with a `malformed job:` reason."""
+    with handler_server() as handlers, redis_server.client() as client:
+        config = write_config(tmp_path, redis_server.url, namespace, {"t": {"url": handlers.url("/t", lambda r: OK)}})
+        q = QueueDriver(client, namespace)
+        client.hset(q.keys.job("untyped"), mapping={"payload": "{}", "state": "pending", "created": 1})
+        client.lpush(q.keys.pending, "untyped")
+        good = q.enqueue("t", 1).id
+        daemon = DaemonProcess(config).start()
+        try:
+            wait_for(lambda: q.where("untyped") is State.DEAD, what="the untyped job in the dead-letter queue")
+            job = q.job("untyped")
+            assert job is not None
+            assert job.last_error == "malformed job: the job has no type"
+            wait_for(lambda: q.job(good) is None, what="the good job to be done")
+            assert not logged(daemon, "has no job hash")
+            assert fsck(config) == []
+        finally:
+            daemon.stop()
+
+
+def test_a_queue_key_of_the_wrong_type_stops_only_its_queue_and_nothing_is_half_written(
+    redis_server: RedisServer, namespace: str, tmp_path: Path
+) -> None:
+    """Queue a's scheduled key holds a string. Its scripts refuse before their first write; the daemon says
+    Redis refused (not that it is unreachable) and leases from queue b meanwhile; fsck --repair clears it."""
+    with handler_server() as handlers, redis_server.client() as client:
+        route = {"t": {"url": handlers.url("/t", lambda r: OK)}}
+        config = write_config(tmp_path, redis_server.url, namespace, route, queues={"a": 1, "b": 1})
+        a, b = QueueDriver(client, namespace, "a"), QueueDriver(client, namespace, "b")
+        stuck = a.enqueue("t", 1).id
+        client.set(a.keys.scheduled, "not a sorted set")
+        daemon = DaemonProcess(config).start()
+        try:
+            daemon.wait_for_log("redis refused a call: WRONGTYPE jobcar:")
+            done_in_b = [b.enqueue("t", n).id for n in range(10)]
+            wait_for(lambda: ran(handlers, "/t") == set(done_in_b), what="queue b's jobs to run")
+            assert not logged(daemon, "unreachable")
+            refused = logged(daemon, "redis refused a call")
+            assert len(refused) == 1, "logged once, not at every try"
+            assert f"{a.keys.scheduled} holds a string, not a zset" in refused[0]["msg"]
+            assert client.lrange(a.keys.pending, 0, -1) == [stuck.encode()], "nothing popped, nothing half-done"
+            assert client.hget(a.keys.job(stuck), "state") == b"pending"
+            # An enqueue to the broken queue is refused whole, with the same words.
+            with pytest.raises(redis.ResponseError, match="holds a string, not a zset"):
+                a.enqueue("t", 2, delay=60)
+            assert client.lrange(a.keys.pending, 0, -1) == [stuck.encode()]
+
+            found = fsck(config)
+            assert [(f["queue"], f["kind"], f["id"]) for f in found] == [("a", "wrong_type", a.keys.scheduled)]
+            fsck(config, "--repair")
+            wait_for(lambda: stuck in ran(handlers, "/t"), timeout=30, what="queue a's job to run after the repair")
+            assert daemon.process is not None
+            assert daemon.process.poll() is None
+        finally:
+            daemon.signal(signal.SIGTERM)
+            daemon.stop()
