@@ -72,7 +72,10 @@ class Heartbeat:
 
         async def send() -> None:
             if calls:
-                self._renewed(groups, await execute_async(self.link.client, calls), sent)
+                # Each queue's renewals stand on their own: a refusal (a key of the wrong type) leaves that
+                # queue's leases unrenewed, not every queue's.
+                replies = await execute_async(self.link.client, calls, raise_on_error=False)
+                self._renewed(groups, replies, sent)
             if self.alive is not None:
                 await self._refresh_alive_key(self.alive)
 
@@ -93,6 +96,9 @@ class Heartbeat:
 
     def _renewed(self, groups: list[list[RunningJob]], replies: list[Reply], sent: float) -> None:
         for group, reply in zip(groups, replies, strict=True):
+            if isinstance(reply, Exception):
+                self.link.reachability.note_refusal(reply)
+                continue  # not renewed: `_abandon_stale` stops these attempts if it lasts
             for running, status in zip(group, parse_extend(reply), strict=True):
                 if self.attempts.running.get((running.keys.queue, running.job.id)) is not running:
                     # The attempt ended while the beat was on the wire and its outcome call decides now. A

@@ -47,7 +47,7 @@ class Reaper:
             for keys in self.queues
         ]
         try:
-            replies = await self.link.scripts(calls)
+            replies = await self.link.scripts(calls, each_its_own=True)
         except RedisUnavailable:
             self._next_pass_in = 0.0  # after the link's backoff, not a whole interval later
             raise
@@ -57,6 +57,8 @@ class Reaper:
         # one's could be late by the difference; the fleet's other daemons with that lease are not.)
         next_pass_in = min(self.config.lease, MAX_INTERVAL)
         for keys, reply in zip(self.queues, replies, strict=True):
+            if isinstance(reply, Exception):
+                continue  # a refusal (a key of the wrong type), logged by the link: the other queues are reaped
             result = parse_reap(reply)
             if result.next_expiry_in is not None:
                 next_pass_in = min(next_pass_in, result.next_expiry_in + EXPIRY_MARGIN)

@@ -141,6 +141,12 @@ class Reachability:
         """A refusal (`is_refusal`), through `failed`: counted, logged when new, and paced. Redis answered,
         so it is reachable: no "unreachable" line, and no reconnect backoff."""
         self.ok(sent_at)
+        self.note_refusal(exc)
+        delay = REFUSED_PAUSE if deadline is None else min(REFUSED_PAUSE, max(0.0, (deadline - time.monotonic()) / 2))
+        await asyncio.sleep(delay)
+
+    def note_refusal(self, exc: BaseException) -> None:
+        """Count a refusal and log it when it differs from the last one (out of memory: once until it ends)."""
         if self.on_failure is not None:
             self.on_failure()
         if isinstance(exc, redis.exceptions.OutOfMemoryError):
@@ -151,8 +157,6 @@ class Reachability:
         elif str(exc) != self._last_refusal:
             log.error("redis refused a call: %s", exc)
             self._last_refusal = str(exc)
-        delay = REFUSED_PAUSE if deadline is None else min(REFUSED_PAUSE, max(0.0, (deadline - time.monotonic()) / 2))
-        await asyncio.sleep(delay)
 
     def writes_accepted(self) -> None:
         """A write that Redis refuses when it is out of memory was accepted."""
@@ -313,10 +317,25 @@ class RedisLink:
         self.reachability.ok(sent)
         return result
 
-    def scripts(self, calls: Sequence[ScriptCall], *, guard: bool = True) -> Awaitable[list[Reply]]:
+    def scripts(
+        self, calls: Sequence[ScriptCall], *, guard: bool = True, each_its_own: bool = False
+    ) -> Awaitable[list[Reply]]:
         """Script calls in one round trip, through `call` (its coroutine, returned as it is: the lease step
-        pays no second coroutine layer)."""
-        return self.call(functools.partial(execute_async, self.client, calls), guard=guard)
+        pays no second coroutine layer). `each_its_own`: a call's error reply (a refusal) is its reply, noted
+        with `Reachability.note_refusal`, and the others' replies stand: one queue's bad key does not fail
+        the calls made for the other queues."""
+        if not each_its_own:
+            return self.call(functools.partial(execute_async, self.client, calls), guard=guard)
+        return self._each_its_own(calls, guard)
+
+    async def _each_its_own(self, calls: Sequence[ScriptCall], guard: bool) -> list[Reply]:
+        replies = await self.call(
+            functools.partial(execute_async, self.client, calls, raise_on_error=False), guard=guard
+        )
+        for reply in replies:
+            if isinstance(reply, Exception):
+                self.reachability.note_refusal(reply)
+        return replies
 
     async def aclose(self) -> None:
         await self.client.aclose()

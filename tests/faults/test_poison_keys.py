@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import signal
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -139,4 +140,48 @@ def test_a_queue_key_of_the_wrong_type_stops_only_its_queue_and_nothing_is_half_
             assert daemon.process.poll() is None
         finally:
             daemon.signal(signal.SIGTERM)
+            daemon.stop()
+
+
+def test_a_refusing_queue_leaves_the_other_queues_reaped_and_their_leases_renewed(
+    redis_server: RedisServer, namespace: str, tmp_path: Path
+) -> None:
+    """Queue a's active key turns into a string while a job of each queue runs: a's renewals and reaps are
+    refused, b's go on. Before, one refusal failed the whole heartbeat (every queue's attempts were then
+    abandoned) and the whole reap pass."""
+    gate = threading.Event()
+
+    def hold(req: Any) -> tuple[int, dict[str, str], bytes]:
+        gate.wait(60)
+        return OK
+
+    with handler_server() as handlers, redis_server.client() as client:
+        route = {"t": {"url": handlers.url("/t", hold)}}
+        config = write_config(tmp_path, redis_server.url, namespace, route, queues={"a": 1, "b": 1}, lease="3s")
+        a, b = QueueDriver(client, namespace, "a"), QueueDriver(client, namespace, "b")
+        expired = b.enqueue("t", 0).id
+        b.lease_one(lease_ms=1)  # a lease nobody renews: the daemon's reaper must recover it
+        daemon = DaemonProcess(config).start()
+        try:
+            in_a, in_b = a.enqueue("t", 1).id, b.enqueue("t", 2).id
+            wait_for(lambda: {expired, in_a, in_b} <= ran(handlers, "/t"), what="a job of each queue running")
+            first_deadline = client.zscore(b.keys.active, in_b)
+            assert first_deadline is not None
+            client.delete(a.keys.active)
+            client.set(a.keys.active, "not a sorted set")
+            refused = daemon.wait_for_log(f"{a.keys.active} holds a string, not a zset")
+            assert refused["msg"].startswith("redis refused a call: WRONGTYPE jobcar:")
+            # b's lease is renewed past its first deadline while a's renewals are refused.
+            wait_for(lambda: (client.zscore(b.keys.active, in_b) or 0) > first_deadline + 3000, timeout=20,
+                     what="b's lease renewed beyond a whole lease")  # fmt: skip
+            gate.set()
+            wait_for(lambda: b.job(in_b) is None and b.job(expired) is None, what="b's jobs done")
+            attempts_of_b = [
+                r.headers["jobcar-attempt"] for r in handlers.requests_to("/t") if r.headers["jobcar-job-id"] == in_b
+            ]
+            assert attempts_of_b == ["1"], "b's job ran once: its lease was never lost"
+            assert not logged(daemon, "unreachable")
+            assert not [line for line in logged(daemon, "abandoning the attempt") if line.get("job_id") == in_b]
+        finally:
+            gate.set()
             daemon.stop()

@@ -59,7 +59,7 @@ while i <= #ARGV do
 end
 
 local prefix = ARGV[1]
-local expected = {KEYS[1], 'list', KEYS[2], 'zset', KEYS[3], 'list'}
+local expected = {KEYS[1], 'list', KEYS[2], 'zset'}
 for _, r in ipairs(records) do
   expected[#expected + 1] = prefix .. 'job:' .. ARGV[r]
   expected[#expected + 1] = 'hash'

@@ -30,7 +30,7 @@
 --- @include "call_in_chunks"
 --- @include "wrong_type"
 
-local refused = wrong_type({KEYS[1], 'list', KEYS[2], 'zset', KEYS[3], 'zset', KEYS[4], 'list'})
+local refused = wrong_type({KEYS[1], 'list', KEYS[2], 'zset', KEYS[3], 'zset'})
 if refused then return refused end
 
 local prefix = ARGV[1]

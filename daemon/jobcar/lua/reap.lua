@@ -24,7 +24,7 @@
 --- @include "move_to_dead"
 --- @include "wrong_type"
 
-local refused = wrong_type({KEYS[1], 'zset', KEYS[2], 'list', KEYS[3], 'zset', KEYS[4], 'list'})
+local refused = wrong_type({KEYS[1], 'zset', KEYS[2], 'list', KEYS[3], 'zset'})
 if refused then return refused end
 
 local prefix = ARGV[1]

@@ -29,7 +29,7 @@
 --- @include "move_to_dead"
 --- @include "wrong_type"
 
-local refused = wrong_type({KEYS[1], 'zset', KEYS[2], 'list', KEYS[3], 'zset', KEYS[4], 'zset', KEYS[5], 'list'})
+local refused = wrong_type({KEYS[1], 'zset', KEYS[2], 'list', KEYS[3], 'zset', KEYS[4], 'zset'})
 if refused then return refused end
 
 local prefix, id, token = ARGV[1], ARGV[2], ARGV[3]
