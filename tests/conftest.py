@@ -12,7 +12,7 @@ import redis
 import uvloop
 
 from tests.integration.daemon_harness import DaemonProcess
-from tests.servers import RedisServer, find_server_binary, start_cluster
+from tests.servers import RedisServer, SentinelGroup, find_server_binary, start_cluster
 
 LoopFactory = Callable[[], asyncio.AbstractEventLoop]
 
@@ -53,6 +53,23 @@ def redis_cluster(server_binary: str, tmp_path_factory: pytest.TempPathFactory) 
     yield nodes
     for node in nodes:
         node.stop()
+
+
+@pytest.fixture(scope="session")
+def sentinel_group(server_binary: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[SentinelGroup]:
+    """A primary, its replica and three sentinels, shared by the session. Tests that fail it over take
+    `failover_group`; one that pauses a server of it resumes it before it ends."""
+    group = SentinelGroup.start(server_binary, tmp_path_factory.mktemp("sentinel"))
+    yield group
+    group.stop()
+
+
+@pytest.fixture
+def failover_group(server_binary: str, tmp_path: Path) -> Iterator[SentinelGroup]:
+    """A Sentinel group of the test's own, to fail over."""
+    group = SentinelGroup.start(server_binary, tmp_path / "sentinel")
+    yield group
+    group.stop()
 
 
 @pytest.fixture

@@ -191,3 +191,153 @@ def start_cluster(binary: str, directory: Path, masters: int = 3) -> list[RedisS
         for c in clients:
             c.close()
     return nodes
+
+
+SENTINEL_SERVICE = "jobcar"
+
+
+@dataclass
+class SentinelProcess:
+    """One `<binary> <config> --sentinel` process on 127.0.0.1 with its own directory. Its config is a file:
+    sentinel rewrites it with what it learns (replicas, other sentinels, failovers)."""
+
+    binary: str
+    directory: Path
+    primary_port: int
+    port: int = field(default_factory=free_port)
+    process: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> SentinelProcess:
+        self.directory.mkdir(parents=True, exist_ok=True)
+        config = self.directory / "sentinel.conf"
+        config.write_text(
+            f"port {self.port}\nbind 127.0.0.1\ndir {self.directory}\n"
+            f"sentinel monitor {SENTINEL_SERVICE} 127.0.0.1 {self.primary_port} 2\n"
+            # Short enough for a failover in a few seconds; a failover-timeout under ~2 s can abort one.
+            f"sentinel down-after-milliseconds {SENTINEL_SERVICE} 1000\n"
+            f"sentinel failover-timeout {SENTINEL_SERVICE} 5000\n"
+        )
+        log = open(self.directory / "sentinel.log", "ab")  # noqa: SIM115 (the child keeps it)
+        self.process = subprocess.Popen(
+            [self.binary, str(config), "--sentinel"], stdout=log, stderr=subprocess.STDOUT, cwd=self.directory
+        )
+        log.close()
+        return self
+
+    def client(self) -> redis.Redis:
+        return redis.Redis(host="127.0.0.1", port=self.port, decode_responses=True)
+
+    def primary_address(self) -> tuple[str, int]:
+        with self.client() as c:
+            host, port = c.execute_command("SENTINEL", "GET-MASTER-ADDR-BY-NAME", SENTINEL_SERVICE)
+        return host, int(port)
+
+    def log_tail(self, lines: int = 3) -> str:
+        try:
+            return " | ".join((self.directory / "sentinel.log").read_text(errors="replace").splitlines()[-lines:])
+        except OSError:
+            return ""
+
+    def stop(self) -> None:
+        if self.process is not None:
+            stop_process(self.process)
+
+
+@dataclass
+class SentinelGroup:
+    """A primary, its replica and three sentinels (quorum 2) watching them, each process on its own port
+    and directory: what a `redis+sentinel://` URL names. A failover ends in a few seconds."""
+
+    #: The primary first, as started; after a failover, `current_primary()` says which is which.
+    servers: list[RedisServer]
+    sentinels: list[SentinelProcess]
+
+    #: Diskless sync at once: a replica is in sync as soon as it connects (the default waits 5 s).
+    SYNC_ARGS = ("--repl-diskless-sync", "yes", "--repl-diskless-sync-delay", "0")
+
+    @classmethod
+    def start(cls, binary: str, directory: Path) -> SentinelGroup:
+        primary = RedisServer(binary, directory / "server0", extra_args=cls.SYNC_ARGS).start()
+        replica_of = ("--replicaof", "127.0.0.1", str(primary.port))
+        replica = RedisServer(binary, directory / "server1", extra_args=(*cls.SYNC_ARGS, *replica_of)).start()
+        sentinels = [SentinelProcess(binary, directory / f"sentinel{i}", primary.port).start() for i in range(3)]
+        group = cls([primary, replica], sentinels)
+        try:
+            wait_for(
+                group.ready, timeout=30, what=f"the sentinels to see the replica and each other ({group.log_tail()})"
+            )
+        except BaseException:
+            group.stop()
+            raise
+        return group
+
+    def url(self, **options: object) -> str:
+        hosts = ",".join(f"127.0.0.1:{s.port}" for s in self.sentinels)
+        query = "&".join(f"{name}={value}" for name, value in options.items())
+        return f"redis+sentinel://{hosts}/{SENTINEL_SERVICE}/0" + (f"?{query}" if query else "")
+
+    def current_primary(self) -> RedisServer:
+        """The server every sentinel names as the primary, which says so itself (else ValueError)."""
+        ports = {s.primary_address()[1] for s in self.sentinels}
+        named = [s for s in self.servers if s.port in ports and len(ports) == 1]
+        if not named:
+            raise ValueError(f"the sentinels do not agree on a primary: ports {sorted(ports)}")
+        with named[0].client(decode_responses=True) as c:
+            if c.execute_command("ROLE")[0] != "master":
+                raise ValueError(f"port {named[0].port} is named the primary but is not one yet")
+        return named[0]
+
+    def replicas_in_sync(self) -> int:
+        """How many replicas the current primary streams to (ROLE's list)."""
+        with self.current_primary().client(decode_responses=True) as c:
+            return len(c.execute_command("ROLE")[2])
+
+    def ready(self) -> bool:
+        """Every sentinel knows the primary, the two other sentinels and the replica, up and linked to the
+        primary (so that it would promote it); the replica is in sync."""
+        for sentinel in self.sentinels:
+            with sentinel.client() as c:
+                state = c.sentinel_master(SENTINEL_SERVICE)
+                replicas = c.sentinel_slaves(SENTINEL_SERVICE)
+            if int(state["num-other-sentinels"]) != 2 or len(replicas) != 1:
+                return False
+            [replica] = replicas
+            down = replica["is_sdown"] or replica["is_odown"] or replica["is_disconnected"]
+            if down or replica["master-link-status"] != "ok":
+                return False
+        return self.replicas_in_sync() == 1
+
+    def wait_for_failover(self, old: RedisServer, timeout: float = 30) -> RedisServer:
+        """The new primary, once every sentinel names it (not `old`) and it answers as one."""
+        found: list[RedisServer] = []
+
+        def switched() -> bool:
+            try:
+                primary = self.current_primary()
+            except ValueError:
+                return False
+            found[:] = [primary]
+            return primary is not old
+
+        wait_for(switched, timeout=timeout, what=f"a failover away from port {old.port} ({self.log_tail()})")
+        return found[0]
+
+    def restart_as_replica(self, server: RedisServer, primary: RedisServer) -> RedisServer:
+        """Start a stopped or killed `server` again, on its port and directory, as a replica of `primary`, as
+        its orchestrator would (left to the sentinels, a server that comes back as a primary is turned
+        into a replica only some 10 s later)."""
+        replica_of = ("--replicaof", "127.0.0.1", str(primary.port))
+        again = RedisServer(
+            server.binary, server.directory, port=server.port, extra_args=(*self.SYNC_ARGS, *replica_of)
+        )
+        self.servers[self.servers.index(server)] = again.start()
+        return again
+
+    def log_tail(self) -> str:
+        return " || ".join(s.log_tail() for s in self.sentinels)
+
+    def stop(self) -> None:
+        for sentinel in self.sentinels:
+            sentinel.stop()
+        for server in self.servers:
+            server.stop()

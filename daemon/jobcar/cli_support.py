@@ -23,7 +23,8 @@ from jobcar.config import ConfigError, load_config
 from jobcar.config_types import Config
 from jobcar.embedded import EMBEDDED_URL, EmbeddedServerError, running_server_url
 from jobcar.exit_codes import EX_CONFIG, EX_FAILURE, EX_UNAVAILABLE, EX_USAGE
-from jobcar.formats import redact
+from jobcar.redis_url import is_sentinel_url, shown_url
+from jobcar.sentinel import async_sentinel_client
 from jobcar.transport import COMMAND_TIMEOUT, AsyncRedis
 from jobcar.units import parse_duration
 
@@ -95,10 +96,12 @@ async def connected(config: Config) -> AsyncIterator[AsyncRedis]:
         client: AsyncRedis
         if config.redis.cluster and not embedded:
             client = redis.asyncio.RedisCluster.from_url(url, **options)
+        elif is_sentinel_url(url):
+            client = async_sentinel_client(url, **options)
         else:
             client = redis.asyncio.Redis.from_url(url, **options)
     except ValueError as exc:  # a scheme redis-py does not take
-        raise CommandFailed(f"{config.source}: redis.url: {exc}", EX_CONFIG) from None
+        raise CommandFailed(f"{config.source}: redis.url: {shown_url(str(exc))}", EX_CONFIG) from None
     try:
         yield client
     except (
@@ -109,7 +112,7 @@ async def connected(config: Config) -> AsyncIterator[AsyncRedis]:
     ) as exc:
         if embedded:
             raise _embedded_not_running(config) from None  # a socket left behind by a killed server
-        raise CommandFailed(f"cannot reach Redis at {redact(url)}: {exc}", EX_UNAVAILABLE) from None
+        raise CommandFailed(f"cannot reach Redis at {shown_url(url)}: {exc}", EX_UNAVAILABLE) from None
     except redis.exceptions.RedisError as exc:
         # redis-py strips the code off the replies it has a class for (OOM, READONLY, NOPERM, ...): name the class.
         kind = "" if type(exc) is redis.exceptions.ResponseError else f"{type(exc).__name__}: "

@@ -27,11 +27,12 @@ from jobcar.job import FINISHED, Job, JobInfo
 from jobcar.keys import DEFAULT_NAMESPACE, DEFAULT_QUEUE, QueueKeys, queues_key
 from jobcar.names import ID_PATTERN, check_name
 from jobcar.records import DEFAULT_MAX_PAYLOAD_BYTES, JobSpec, Payload, build_record, build_records
-from jobcar.redis_url import EMBEDDED_URL
+from jobcar.redis_url import EMBEDDED_URL, is_sentinel_url
 from jobcar.replies import BATCH_FIELDS, decode_names, parse_batch, parse_job
 from jobcar.scripts import Reply, ScriptCall
+from jobcar.sentinel import async_sentinel_client, replica_wait_of, sentinel_client
 from jobcar.transitions import EnqueueRecord, enqueue_calls, parse_enqueue
-from jobcar.transport import AsyncRedis, SyncRedis, execute, execute_async
+from jobcar.transport import AsyncRedis, ReplicaWait, SyncRedis, execute, execute_async
 
 
 @dataclass(frozen=True, slots=True)
@@ -103,6 +104,8 @@ class _Producer:
             raise ValueError("jobcar needs a redis client created with decode_responses=False (payloads are bytes)")
         self.namespace = check_name("namespace", namespace)
         self.max_payload_bytes = max_payload_bytes
+        #: On Sentinel, an enqueue is acknowledged once replicas hold it (docs/delivery-semantics.md).
+        self.replica_wait: ReplicaWait | None = replica_wait_of(client)
         self._registered: set[str] = set()
 
     def enqueue_plan(self, records: list[EnqueueRecord]) -> _EnqueuePlan:
@@ -119,6 +122,11 @@ class _Producer:
     def batch_key(self, batch_id: str, queue: str) -> str:
         check_name("batch id", batch_id, ID_PATTERN)
         return QueueKeys.of(self.namespace, check_name("queue name", queue)).batch(batch_id)
+
+
+def _check_not_both(url: str, cluster: bool) -> None:
+    if cluster and is_sentinel_url(url):
+        raise ValueError("a Redis Cluster is not found through Sentinel: give cluster=True a node's redis:// URL")
 
 
 def _first_job(job_id: str, queues: Sequence[str], hashes: Sequence[Any]) -> Job | None:
@@ -179,9 +187,13 @@ class Client(_Shell[SyncRedis]):
         max_payload_bytes: int = DEFAULT_MAX_PAYLOAD_BYTES,
         **redis_options: Any,
     ) -> Client:
-        """`cluster=True` connects to a Redis Cluster (any node's URL); extra options go to redis-py."""
+        """`cluster=True` connects to a Redis Cluster (any node's URL); a `redis+sentinel://` URL to the
+        primary its sentinels name (docs/configuration.md); extra options go to redis-py."""
+        _check_not_both(url, cluster)
         if cluster:
             client: SyncRedis = redis.RedisCluster.from_url(url, **redis_options)
+        elif is_sentinel_url(url):
+            client = sentinel_client(url, **redis_options)
         else:
             client = redis.Redis.from_url(url, **redis_options)
         return cls(client, namespace=namespace, max_payload_bytes=max_payload_bytes)
@@ -228,7 +240,7 @@ class Client(_Shell[SyncRedis]):
         for queue in plan.register:
             self.redis.sadd(queues_key(self.namespace), queue)
             self._core.registered(queue)
-        return parse_enqueue(plan.records, execute(self.redis, plan.calls))
+        return parse_enqueue(plan.records, execute(self.redis, plan.calls, wait=self._core.replica_wait))
 
     def get(self, job_id: str, *, queue: str | None = None) -> Job | None:
         """The job with this id, or None. Without `queue`, every known queue is searched, in name order
@@ -294,8 +306,11 @@ class AsyncClient(_Shell[AsyncRedis]):
         max_payload_bytes: int = DEFAULT_MAX_PAYLOAD_BYTES,
         **redis_options: Any,
     ) -> AsyncClient:
+        _check_not_both(url, cluster)
         if cluster:
             client: AsyncRedis = redis.asyncio.RedisCluster.from_url(url, **redis_options)
+        elif is_sentinel_url(url):
+            client = async_sentinel_client(url, **redis_options)
         else:
             client = redis.asyncio.Redis.from_url(url, **redis_options)
         return cls(client, namespace=namespace, max_payload_bytes=max_payload_bytes)
@@ -313,7 +328,7 @@ class AsyncClient(_Shell[AsyncRedis]):
         for queue in plan.register:
             await self.redis.sadd(queues_key(self.namespace), queue)
             self._core.registered(queue)
-        return parse_enqueue(plan.records, await execute_async(self.redis, plan.calls))
+        return parse_enqueue(plan.records, await execute_async(self.redis, plan.calls, wait=self._core.replica_wait))
 
     async def get(self, job_id: str, *, queue: str | None = None) -> Job | None:
         queues = [queue] if queue else decode_names(await self.redis.smembers(queues_key(self.namespace)))

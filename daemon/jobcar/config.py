@@ -41,7 +41,7 @@ from jobcar.config_values import boolean, choice, duration, integer, optional_st
 from jobcar.errors import JobcarError
 from jobcar.listen import exposure_problem, parse_listen
 from jobcar.names import NAME_PATTERN, NAME_RULE, TYPE_PATTERN, TYPE_RULE
-from jobcar.redis_url import redis_url_problem
+from jobcar.redis_url import is_sentinel_url, redis_url_problem
 from jobcar.yaml_reader import Converter, Invalid, KeyPath, Reader, is_null, line_col, syntax_error
 
 __all__ = ["KNOWN_KEYS", "ConfigError", "load_config", "parse_config"]
@@ -294,6 +294,16 @@ _REDIS_FIELDS: Final[Mapping[str, Converter]] = {
     "strict": boolean,
     "data_dir": string,
 }
+
+
+def _redis(r: Reader, node: yaml.Node, path: KeyPath) -> RedisSettings:
+    settings: RedisSettings = _section(RedisSettings, _REDIS_FIELDS)(r, node, path)
+    if settings.cluster and is_sentinel_url(settings.url):
+        # `jobcar run` could not connect so either: redis-py finds a Cluster's nodes itself, never through Sentinel.
+        raise Invalid("cluster is true but url is a Sentinel URL: a Redis Cluster is reached through a node's URL")
+    return settings
+
+
 _DEAD_LETTER_FIELDS: Final[Mapping[str, Converter]] = {
     "max_jobs": integer(1),
     "max_age": duration(0.0, exclusive=True),
@@ -370,7 +380,7 @@ def _handlers(r: Reader, node: yaml.Node, path: KeyPath, defaults: Defaults) -> 
 
 
 _TOP_FIELDS: Final[Mapping[str, Converter]] = {
-    "redis": _section(RedisSettings, _REDIS_FIELDS),
+    "redis": _redis,
     "namespace": _name,
     "queues": _queues,
     "strict_priority": boolean,

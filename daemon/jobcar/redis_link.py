@@ -27,7 +27,9 @@ from redis.asyncio.retry import Retry
 from redis.backoff import NoBackoff
 
 from jobcar.hiredis_packing import use_hiredis_packing
+from jobcar.redis_url import is_sentinel_url
 from jobcar.scripts import Reply, ScriptCall
+from jobcar.sentinel import async_sentinel_client
 from jobcar.transitions import coalesce, split_reply
 from jobcar.transport import COMMAND_TIMEOUT, AsyncRedis, execute_async
 
@@ -93,6 +95,9 @@ def connect(url: str, *, cluster: bool, blocking_wait: float = 0.0) -> AsyncRedi
     if cluster:
         # Cluster nodes pick their connection class themselves: redis-py's packing there.
         return redis.asyncio.RedisCluster.from_url(url, **options)
+    if is_sentinel_url(url):
+        # Sentinel's connections are redis-py's own class, which finds the primary: redis-py's packing there.
+        return async_sentinel_client(url, **options)
     client = redis.asyncio.Redis.from_url(url, **options)  # type: ignore[arg-type]
     use_hiredis_packing(client)
     return client

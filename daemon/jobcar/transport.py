@@ -4,6 +4,9 @@ the HTTP API), in one round trip per batch of calls.
 A NOSCRIPT reply (a restarted or new server) means that call did not run: the script is loaded and
 just that call is sent again. `_to_resend` decides which, for both shells.
 
+With a `ReplicaWait` (producers on Sentinel), a WAIT follows the calls on the same connection, in the
+same round trip, and fewer replicas confirming than asked raises NotReplicated.
+
 Only the standard library and redis-py are imported: the producer client sends through here.
 """
 
@@ -11,6 +14,7 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
 from typing import Final, TypeAlias
 
 import redis
@@ -27,6 +31,42 @@ AsyncRedis: TypeAlias = "redis.asyncio.Redis | redis.asyncio.RedisCluster"
 COMMAND_TIMEOUT: Final = 10.0
 
 
+@dataclass(frozen=True, slots=True)
+class ReplicaWait:
+    """A write is acknowledged only once `replicas` replicas confirm they hold it (WAIT), waiting at most
+    `timeout_ms`: Redis replicates asynchronously, so a write the primary alone holds is lost when a
+    replica is promoted in its place."""
+
+    replicas: int
+    timeout_ms: int
+
+    def command(self) -> tuple[str, int, int]:
+        return ("WAIT", self.replicas, self.timeout_ms)
+
+
+class NotReplicated(redis.exceptions.RedisError):
+    """The primary ran the write, but fewer replicas than asked confirmed it in time: a failover now could
+    lose it, so it is not acknowledged. Its outcome is unknown, as after a lost connection: send it again,
+    with the same job id (add-if-absent) where the first one may have been stored."""
+
+
+def _unconfirmed(wait: ReplicaWait | None, wait_replies: Sequence[Reply], replies: list[Reply]) -> list[Reply]:
+    """`replies`, each call that succeeded replaced by NotReplicated (or by the WAIT's own error) unless every
+    WAIT reply (one per pipeline sent) counts enough replicas."""
+    if wait is None:
+        return replies
+    problem: Exception | None = None
+    for reply in wait_replies:
+        if isinstance(reply, Exception):
+            problem = reply
+        elif not isinstance(reply, int) or reply < wait.replicas:
+            problem = NotReplicated(
+                f"the primary stored the write but {reply!r} of the {wait.replicas} replicas asked for "
+                f"confirmed it within {wait.timeout_ms} ms; it was not acknowledged: send it again"
+            )
+    return replies if problem is None else [r if isinstance(r, Exception) else problem for r in replies]
+
+
 def _to_resend(calls: Sequence[ScriptCall], replies: Sequence[Reply]) -> tuple[set[Script], list[int]]:
     """(the scripts to load, the positions of the calls to send again) after a pipeline's replies."""
     positions = [i for i, reply in enumerate(replies) if isinstance(reply, NoScriptError)]
@@ -39,10 +79,10 @@ def _raise_first_error(replies: Sequence[Reply]) -> None:
             raise reply
 
 
-def execute(client: SyncRedis, calls: Sequence[ScriptCall]) -> list[Reply]:
+def execute(client: SyncRedis, calls: Sequence[ScriptCall], *, wait: ReplicaWait | None = None) -> list[Reply]:
     """Run script calls in one round trip (a non-transactional pipeline); replies in call order. Any
-    error is raised after the batch completes."""
-    if len(calls) == 1:
+    error is raised after the batch completes; then, with `wait`, NotReplicated."""
+    if len(calls) == 1 and wait is None:
         # Without a pipeline: the same round trip, a third less client-side work (a single `enqueue` is
         # the hot path of many producers).
         try:
@@ -50,20 +90,32 @@ def execute(client: SyncRedis, calls: Sequence[ScriptCall]) -> list[Reply]:
         except NoScriptError:
             client.script_load(calls[0].script.source)
             return [client.execute_command(*calls[0].command())]  # type: ignore[no-untyped-call]
-    pipe = client.pipeline(transaction=False)
-    for c in calls:
-        pipe.execute_command(*c.command())
-    replies: list[Reply] = pipe.execute(raise_on_error=False)
+    waits: list[Reply] = []
+    replies = _pipelined(client, calls, wait, waits)
     scripts, resend = _to_resend(calls, replies)
     if resend:
         for s in scripts:
             client.script_load(s.source)
-        pipe = client.pipeline(transaction=False)
-        for i in resend:
-            pipe.execute_command(*calls[i].command())
-        for i, reply in zip(resend, pipe.execute(raise_on_error=False), strict=True):
+        for i, reply in zip(resend, _pipelined(client, [calls[i] for i in resend], wait, waits), strict=True):
             replies[i] = reply
+    replies = _unconfirmed(wait, waits, replies)
     _raise_first_error(replies)
+    return replies
+
+
+def _pipelined(
+    client: SyncRedis, calls: Sequence[ScriptCall], wait: ReplicaWait | None, waits: list[Reply]
+) -> list[Reply]:
+    """The calls' replies from one pipeline; with `wait`, a WAIT behind them, whose reply goes to `waits`.
+    WAIT counts the replicas holding every write its connection made: a pipeline keeps one connection."""
+    pipe = client.pipeline(transaction=False)
+    for c in calls:
+        pipe.execute_command(*c.command())
+    if wait is not None:
+        pipe.execute_command(*wait.command())
+    replies: list[Reply] = pipe.execute(raise_on_error=False)
+    if wait is not None:
+        waits.append(replies.pop())
     return replies
 
 
@@ -82,27 +134,41 @@ def closed_transport_is_connection_error() -> Iterator[None]:
         raise redis.exceptions.ConnectionError(f"connection lost while sending: {exc}") from exc
 
 
-async def execute_async(client: AsyncRedis, calls: Sequence[ScriptCall], *, raise_on_error: bool = True) -> list[Reply]:
+async def execute_async(
+    client: AsyncRedis, calls: Sequence[ScriptCall], *, raise_on_error: bool = True, wait: ReplicaWait | None = None
+) -> list[Reply]:
     """`execute` for redis.asyncio clients. With raise_on_error=False a failed call's reply is its
     exception, and the other calls' replies stand."""
     with closed_transport_is_connection_error():
-        if len(calls) == 1:  # the daemon's lease calls and merged acks are mostly alone in their round trip
+        if len(calls) == 1 and wait is None:  # the daemon's lease calls and merged acks are mostly alone
             return [await _execute_one_async(client, calls[0], raise_on_error)]
-        pipe = client.pipeline(transaction=False)
-        for c in calls:
-            pipe.execute_command(*c.command())
-        replies: list[Reply] = await pipe.execute(raise_on_error=False)
+        waits: list[Reply] = []
+        replies = await _pipelined_async(client, calls, wait, waits)
         scripts, resend = _to_resend(calls, replies)
         if resend:
             for s in scripts:
                 await client.script_load(s.source)
-            pipe = client.pipeline(transaction=False)
-            for i in resend:
-                pipe.execute_command(*calls[i].command())
-            for i, reply in zip(resend, await pipe.execute(raise_on_error=False), strict=True):
+            again = await _pipelined_async(client, [calls[i] for i in resend], wait, waits)
+            for i, reply in zip(resend, again, strict=True):
                 replies[i] = reply
+    replies = _unconfirmed(wait, waits, replies)
     if raise_on_error:
         _raise_first_error(replies)
+    return replies
+
+
+async def _pipelined_async(
+    client: AsyncRedis, calls: Sequence[ScriptCall], wait: ReplicaWait | None, waits: list[Reply]
+) -> list[Reply]:
+    """`_pipelined` for redis.asyncio clients."""
+    pipe = client.pipeline(transaction=False)
+    for c in calls:
+        pipe.execute_command(*c.command())
+    if wait is not None:
+        pipe.execute_command(*wait.command())
+    replies: list[Reply] = await pipe.execute(raise_on_error=False)
+    if wait is not None:
+        waits.append(replies.pop())
     return replies
 
 

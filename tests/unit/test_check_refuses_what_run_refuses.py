@@ -45,7 +45,8 @@ def test_an_exposed_listener_with_a_token_passes_and_run_agrees() -> None:
         ("redis://127.0.0.1:70000/0", "out of range"),
         ("http://127.0.0.1:6379", "is not a Redis URL"),
         ("redis://127.0.0.1:6379/notadb", "the database must be a number"),
-        ("redis+sentinel://127.0.0.1:26379/primary", "Sentinel URLs are not supported yet"),
+        ("redis+sentinel://127.0.0.1:26379", "no service name"),
+        ("redis+sentinel://127.0.0.1:26379,127.0.0.1:0/primary", "a port from 1 to 65535"),
         ("redis:///0", "no host"),
     ],
 )
@@ -56,7 +57,15 @@ def test_a_redis_url_the_daemon_cannot_use_is_a_config_error(url: str, message: 
 
 
 @pytest.mark.parametrize(
-    "url", ["redis://127.0.0.1:6379/0", "rediss://:pw@cache.internal:6380/2", "unix:///run/redis.sock", "embedded"]
+    "url",
+    [
+        "redis://127.0.0.1:6379/0",
+        "rediss://:pw@cache.internal:6380/2",
+        "unix:///run/redis.sock",
+        "embedded",
+        "redis+sentinel://:pw@10.0.0.1:26379,10.0.0.2:26379,10.0.0.3/primary/0?sentinel_password=spw",
+        "rediss+sentinel://sentinel.internal/primary?ssl_ca_certs=/etc/ca.pem",
+    ],
 )
 def test_redis_urls_the_daemon_connects_with_pass(url: str) -> None:
     assert redis_url_problem(url) is None
