@@ -8,7 +8,7 @@ local function wrong_type(expected)
     local found = redis.call('TYPE', expected[i]).ok
     if found ~= 'none' and found ~= expected[i + 1] then
       return redis.error_reply('WRONGTYPE jobcar: ' .. expected[i] .. ' holds a ' .. found .. ', not a ' ..
-        expected[i + 1] .. '; run jobcar fsck --repair')
+        expected[i + 1] .. '; jobcar fsck finds it and repairs it')
     end
   end
   return nil
