@@ -326,7 +326,7 @@ class RedisLink:
         self, calls: Sequence[ScriptCall], *, guard: bool = True, each_its_own: bool = False
     ) -> Awaitable[list[Reply]]:
         """Script calls in one round trip, through `call` (its coroutine, returned as it is: the lease step
-        pays no second coroutine layer). `each_its_own`: a call's error reply (a refusal) is its reply, noted
+        pays no second coroutine layer). `each_its_own`: a call's refusal (`is_refusal`) is its reply, noted
         with `Reachability.note_refusal`, and the others' replies stand: one queue's bad key does not fail
         the calls made for the other queues."""
         if not each_its_own:
@@ -337,9 +337,13 @@ class RedisLink:
         replies = await self.call(
             functools.partial(execute_async, self.client, calls, raise_on_error=False), guard=guard
         )
-        for reply in replies:
-            if isinstance(reply, Exception):
-                self.reachability.note_refusal(reply)
+        errors = [reply for reply in replies if isinstance(reply, Exception)]
+        outage = next((e for e in errors if not is_refusal(e)), None)
+        if outage is not None:  # a failover's READONLY, say: the whole round trip is an outage, as in `call`
+            await self.reachability.failed(outage)
+            raise RedisUnavailable(str(outage)) from outage
+        for error in errors:
+            self.reachability.note_refusal(error)
         return replies
 
     async def aclose(self) -> None:
