@@ -5,6 +5,7 @@
     GET    /metrics        200 the Prometheus text exposition
     POST   /v1/jobs        a job, or {"jobs": [...]} (at most MAX_BATCH_JOBS, one enqueue_many call): 201 created
                            | 200 that id exists | 409 duplicate unique job | 400 bad input | 413 too large
+                           | 415 not Content-Type: application/json
     GET    /v1/jobs/{id}   200 the job (admin.job_document) | 404 | 409 in several queues  (?queue=Q: only there;
                            ?wait=30s: answer once it is done or dead, or after 30 s; header Jobcar-Wait says which)
     DELETE /v1/jobs/{id}   200 canceled or cancel_requested | 404 | 409 already finished, or in several queues
@@ -15,6 +16,11 @@ is a 503, and the enqueue script was refused whole: nothing is half-written. Wit
 set, all but the three probes need `Authorization: Bearer <token>` (reads too: payloads are data); without
 one they are open, which the daemon only allows on loopback (`check_exposure`). No token,
 password or payload is ever logged.
+
+Web pages are refused on every route before the token is looked at (browser_guard.py, ADR 0009): 421 for a Host
+that is not a loopback name, an IP address or one of `api_allowed_hosts` while the API is open; 403 for a request
+a browser sent for a page of another origin (`Origin`, `Sec-Fetch-Site`); 415 for a POST /v1/jobs body that is
+not `Content-Type: application/json`. jobcar answers no CORS preflight, so a page can send it no JSON.
 """
 
 from __future__ import annotations
@@ -34,6 +40,7 @@ from aiohttp import hdrs, web
 from redis import exceptions as redis_errors
 
 from jobcar.admin import Admin, AmbiguousJob, JobNotFound, job_document
+from jobcar.browser_guard import cross_site_problem, host_problem
 from jobcar.client import AsyncClient
 from jobcar.config_types import Config
 from jobcar.errors import InvalidJob, PayloadTooLarge
@@ -100,7 +107,7 @@ def build_app(context: ApiContext) -> web.Application:
     if context.client.max_payload_bytes != context.config.max_payload_bytes:
         raise ValueError("the API's AsyncClient must be made with max_payload_bytes=config.max_payload_bytes")
     max_body = 2 * context.config.max_payload_bytes + BODY_MARGIN_BYTES
-    app = web.Application(middlewares=[_json_errors, _auth], client_max_size=max_body)
+    app = web.Application(middlewares=[_json_errors, _refuse_web_pages, _auth], client_max_size=max_body)
     app[CONTEXT] = context
     app[ADMIN] = Admin(context.client.redis, context.client.namespace, context.config.queues)
     app.router.add_get("/healthz", _healthz)
@@ -172,6 +179,24 @@ async def _json_errors(request: web.Request, handler: Handler) -> web.StreamResp
 
 
 @web.middleware
+async def _refuse_web_pages(request: web.Request, handler: Handler) -> web.StreamResponse:
+    """A request a browser sent for a web page never reaches a route, the probes included (browser_guard.py)."""
+    config = request.app[CONTEXT].config
+    host = request.headers.get(hdrs.HOST)
+    # A bearer token is never sent by a browser on its own, so with one a rebound Host gains a page nothing; without
+    # one the routes are open and Host is what tells the daemon's names from a rebound one.
+    misdirected = None if config.api_token else host_problem(host, config.api_allowed_hosts)
+    if misdirected is not None:
+        log.debug("%s %s refused: Host is not one of the daemon's names", request.method, request.path)
+        return _error(421, misdirected)
+    cross_site = cross_site_problem(request.headers.get(hdrs.ORIGIN), request.headers.get("Sec-Fetch-Site"), host)
+    if cross_site is not None:
+        log.debug("%s %s refused: sent by a browser for another site", request.method, request.path)
+        return _error(403, cross_site)
+    return await handler(request)
+
+
+@web.middleware
 async def _auth(request: web.Request, handler: Handler) -> web.StreamResponse:
     token = request.app[CONTEXT].config.api_token
     if token and request.path not in PUBLIC_PATHS:
@@ -209,6 +234,9 @@ async def _drain(request: web.Request) -> web.Response:
 
 
 async def _enqueue(request: web.Request) -> web.Response:
+    not_json = _not_json(request)
+    if not_json is not None:
+        return _error(415, not_json)
     specs, batch = parse_enqueue_request(await request.read())
     client = request.app[CONTEXT].client
     if batch:
@@ -250,6 +278,17 @@ async def _cancel(request: web.Request) -> web.Response:
     # "state" is the job's state now: a canceled job is gone; a flagged one runs until its daemon stops it.
     state = State.CANCELED if reply.result is CancelResult.CANCELED else reply.before
     return web.json_response({"id": job_id, "queue": reply.queue, "result": reply.result.value, "state": state.value})
+
+
+def _not_json(request: web.Request) -> str | None:
+    """Why the body is not declared JSON (UTF-8), or None. A JSON body must say so: a web page can send text/plain,
+    a form or multipart to any address without asking the server, but application/json only after a CORS
+    preflight, which jobcar never grants."""
+    # aiohttp takes a missing Content-Type for application/octet-stream. Type and charset are case-insensitive.
+    if request.content_type.lower() == "application/json" and (request.charset or "utf-8").lower() == "utf-8":
+        return None
+    shown = request.headers.get(hdrs.CONTENT_TYPE, "none")[:100]
+    return f"the body must be Content-Type: application/json (UTF-8), not {shown}"
 
 
 def _job_ref(request: web.Request) -> tuple[str, str | None]:

@@ -26,6 +26,7 @@ from urllib.parse import urlsplit
 
 import yaml
 
+from jobcar.browser_guard import HOST_NAME, is_ip_address
 from jobcar.config_types import (
     Backoff,
     BackoffStrategy,
@@ -239,6 +240,19 @@ def _argv(r: Reader, node: yaml.Node, path: KeyPath) -> tuple[str, ...]:
     return tuple(args or ())
 
 
+def _host_name(text: str) -> str:
+    name = text.lower()
+    if is_ip_address(name.strip("[]")):
+        raise Invalid(f"{text!r} is an IP address, which the API always answers to: list host names only")
+    if not HOST_NAME.fullmatch(name):
+        raise Invalid(f"must be a host name like jobcar.internal, without a scheme or a port, not {text!r}")
+    return name
+
+
+def _host_names(r: Reader, node: yaml.Node, path: KeyPath) -> tuple[str, ...]:
+    return tuple(_items(r, node, path, "a list of host names, like [jobcar.internal]", _host_name) or ())
+
+
 def _env_name(text: str) -> str:
     if not _ENV_NAME.fullmatch(text):
         raise Invalid(f"invalid environment variable name {text!r}")
@@ -389,6 +403,7 @@ _TOP_FIELDS: Final[Mapping[str, Converter]] = {
     "shutdown_timeout": duration(),
     "listen": _listen,
     "api_token": optional_string,
+    "api_allowed_hosts": _host_names,
     "health_url": _optional_url,
     "log_level": choice(_LOG_LEVELS),
     "log_format": choice(_LOG_FORMATS),

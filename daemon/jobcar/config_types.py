@@ -108,6 +108,9 @@ class Config:
     shutdown_timeout: float = 30.0
     listen: str = "127.0.0.1:9321"
     api_token: str | None = None
+    #: Host names, besides loopback names and IP addresses, that the API answers to while api_token is unset
+    #: (a Host check against DNS rebinding: browser_guard.py). Lower case.
+    api_allowed_hosts: tuple[str, ...] = ()
     #: While this URL of the app does not answer 2xx, no jobs are leased (app health gates leasing).
     health_url: str | None = None
     log_level: str = "info"

@@ -50,8 +50,8 @@ if TYPE_CHECKING:
 log = logging.getLogger("jobcar.daemon")
 
 #: Settings a reload cannot change: they take effect after a restart.
-RESTART_ONLY = ("redis", "namespace", "queues", "listen", "api_token", "lease", "log_level", "log_format",
-                "max_payload_bytes")  # fmt: skip
+RESTART_ONLY = ("redis", "namespace", "queues", "listen", "api_token", "api_allowed_hosts", "lease", "log_level",
+                "log_format", "max_payload_bytes")  # fmt: skip
 
 
 class StartRefused(Exception):

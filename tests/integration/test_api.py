@@ -9,6 +9,8 @@ import contextlib
 import json
 import logging
 import time
+import urllib.error
+import urllib.request
 from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -34,8 +36,9 @@ from jobcar.formats import redact
 from jobcar.job import State
 from jobcar.keys import queues_key
 from jobcar.listen import is_loopback
+from tests.integration.conftest import StartDaemon
 from tests.integration.driver import QueueDriver
-from tests.servers import RedisServer, find_server_binary, free_port
+from tests.servers import RedisServer, find_server_binary, free_port, wait_for
 
 TOKEN = "t0ken-for-tests"
 MAX_PAYLOAD = 4096
@@ -72,6 +75,7 @@ class Api:
     anon: aiohttp.ClientSession  # sends no Authorization header
     client: AsyncClient
     probe: Probe = field(default_factory=Probe)
+    port: int = 0  # the listener's
 
     async def call(self, method: str, path: str, *, anon: bool = False, **kwargs: Any) -> Reply:
         """One request; every answer of the API is JSON, errors included."""
@@ -95,15 +99,22 @@ class Api:
 
 @contextlib.asynccontextmanager
 async def running_api(
-    redis_url: str, namespace: str, *, token: str | None = TOKEN, max_payload_bytes: int = MAX_PAYLOAD
+    redis_url: str,
+    namespace: str,
+    *,
+    token: str | None = TOKEN,
+    max_payload_bytes: int = MAX_PAYLOAD,
+    **settings: Any,
 ) -> AsyncIterator[Api]:
-    """The listener on 127.0.0.1, port 0, with a real AsyncClient; everything closed on exit."""
+    """The listener on 127.0.0.1, port 0, with a real AsyncClient; everything closed on exit. `settings` are
+    more Config fields."""
     config = Config(
         source="test.yaml",
         namespace=namespace,
         listen="127.0.0.1:0",
         api_token=token,
         max_payload_bytes=max_payload_bytes,
+        **settings,
     )
     client = AsyncClient.from_url(redis_url, namespace=namespace, max_payload_bytes=max_payload_bytes)
     probe = Probe()
@@ -118,7 +129,7 @@ async def running_api(
             base = f"http://127.0.0.1:{bound_port(runner)}"
             auth = {"Authorization": f"Bearer {token}"} if token else {}
             async with aiohttp.ClientSession(base, headers=auth) as http, aiohttp.ClientSession(base) as anon:
-                yield Api(http, anon, client, probe)
+                yield Api(http, anon, client, probe, bound_port(runner))
         finally:
             await runner.cleanup()
     finally:
@@ -408,6 +419,203 @@ async def test_without_a_token_the_routes_are_open(redis_server: RedisServer, na
         assert created.status == 201
         assert (await api.call("GET", f"/v1/jobs/{created.body['id']}", anon=True)).status == 200
         assert (await api.call("POST", "/v1/drain", anon=True)).status == 202
+
+
+# -- web pages: cross-site requests, DNS rebinding, content types (ADR 0009) ----------------------------------
+# A browser sends what a page's script asks for, with the page's Origin and Sec-Fetch-Site, and the Host of the
+# URL it was given: these are the requests a hostile page can make to a daemon on the visitor's loopback.
+
+EVIL_ORIGIN = "http://evil.example"
+SECRET_PAYLOAD = "payload-a-web-page-must-not-read"
+
+
+@pytest.fixture
+async def open_api(redis_server: RedisServer, namespace: str) -> AsyncIterator[Api]:
+    """The listener as shipped: loopback, no token."""
+    async with running_api(redis_server.url, namespace, token=None) as running:
+        yield running
+
+
+async def test_a_web_pages_text_plain_post_enqueues_nothing(open_api: Api, namespace: str, r: redis.Redis) -> None:
+    """fetch(url, {method: "POST", mode: "no-cors", body: JSON.stringify(job)}) sends text/plain, which needs no
+    preflight; an HTML form sends a urlencoded or multipart body. None of them may enqueue."""
+    body = json.dumps({"type": "t", "payload": SECRET_PAYLOAD}).encode()
+    as_a_browser_sends_it = {"Origin": EVIL_ORIGIN, "Sec-Fetch-Site": "cross-site", "Sec-Fetch-Mode": "no-cors"}
+    for headers in (
+        {**as_a_browser_sends_it, "Content-Type": "text/plain;charset=UTF-8"},
+        {"Origin": EVIL_ORIGIN, "Content-Type": "text/plain"},  # a browser without Sec-Fetch-*
+        {"Sec-Fetch-Site": "cross-site", "Content-Type": "text/plain"},  # one that sent no Origin
+        {**as_a_browser_sends_it, "Content-Type": "application/x-www-form-urlencoded"},
+        {**as_a_browser_sends_it, "Content-Type": "multipart/form-data; boundary=x"},
+    ):
+        reply = await open_api.call("POST", "/v1/jobs", anon=True, data=body, headers=headers)
+        assert reply.status == 403, (headers, reply.body)
+        assert "another site" in reply.body["error"], reply.body
+    assert job_keys(r, namespace) == []
+
+
+async def test_a_json_route_takes_only_json(open_api: Api, namespace: str, r: redis.Redis) -> None:
+    """Even with no browser header at all, POST /v1/jobs needs Content-Type: application/json: a type a page can
+    only send after a CORS preflight, which jobcar never grants."""
+    body = json.dumps({"type": "t", "payload": SECRET_PAYLOAD}).encode()
+    for content_type in ("text/plain", "text/plain; charset=utf-8", "application/x-www-form-urlencoded",
+                         "multipart/form-data; boundary=x", "application/json; charset=latin-1",
+                         "application/jsonx", "text/json", None):  # fmt: skip
+        # aiohttp would add application/octet-stream to a body without a type: skip_auto_headers sends none.
+        headers, skip = ({"Content-Type": content_type}, ()) if content_type else ({}, ("Content-Type",))
+        reply = await open_api.call("POST", "/v1/jobs", anon=True, data=body, headers=headers, skip_auto_headers=skip)
+        assert reply.status == 415, (content_type, reply.body)
+        assert "application/json" in reply.body["error"], reply.body
+    assert job_keys(r, namespace) == []
+    # A preflight for application/json is never granted: no Access-Control-Allow-* header, ever.
+    preflight = {"Origin": EVIL_ORIGIN, "Access-Control-Request-Method": "POST",
+                 "Access-Control-Request-Headers": "content-type"}  # fmt: skip
+    for method, path in (("OPTIONS", "/v1/jobs"), ("OPTIONS", "/v1/drain"), ("POST", "/v1/jobs")):
+        reply = await open_api.call(method, path, anon=True, headers=preflight, json={"type": "t"})
+        assert reply.status >= 400, (method, path, reply.body)
+        assert not [name for name in reply.headers if name.lower().startswith("access-control-")], reply.headers
+    assert job_keys(r, namespace) == []
+    for content_type in ("application/json", "application/json; charset=utf-8", "Application/JSON; Charset=UTF-8"):
+        headers = {"Content-Type": content_type}
+        created = await open_api.call("POST", "/v1/jobs", anon=True, data=body, headers=headers)
+        assert created.status == 201, (content_type, created.body)
+
+
+async def test_a_rebound_host_name_reaches_no_route(open_api: Api, namespace: str, r: redis.Redis) -> None:
+    """DNS rebinding: evil.example first resolves to the attacker, then to 127.0.0.1. The page is then same-origin
+    with the daemon as far as the browser knows, so it may read what it asks for; only Host tells."""
+    job_id = (await open_api.enqueue({"type": "t", "id": "kept", "payload": SECRET_PAYLOAD})).body["id"]
+    rebound = f"evil.example:{open_api.port}"
+    as_the_page_sends_it = {"Host": rebound, "Origin": f"http://{rebound}", "Sec-Fetch-Site": "same-origin"}
+    lookalikes = [f"127.0.0.1.nip.io:{open_api.port}", f"localhost.evil.example:{open_api.port}", "EVIL.example"]
+    for headers in ({"Host": rebound}, as_the_page_sends_it, *({"Host": name} for name in lookalikes)):
+        requests: list[tuple[str, str, dict[str, Any]]] = [
+            ("POST", "/v1/jobs", {"json": {"type": "t", "id": "rebound", "payload": SECRET_PAYLOAD}}),
+            ("GET", f"/v1/jobs/{job_id}", {}),
+            ("GET", f"/v1/jobs/{job_id}?wait=1s", {}),
+            ("DELETE", f"/v1/jobs/{job_id}", {}),
+            ("POST", "/v1/drain", {}),
+            ("GET", "/metrics", {}),
+            ("GET", "/readyz", {}),
+        ]
+        for method, path, kwargs in requests:
+            async with open_api.anon.request(method, path, headers=headers, **kwargs) as response:
+                raw = await response.read()
+            assert response.status == 421, (method, path, headers, raw)
+            assert SECRET_PAYLOAD.encode() not in raw
+            assert json.loads(raw)["error"].startswith("this daemon does not answer to the host name"), raw
+    assert open_api.probe.drains == 0
+    assert (await open_api.get(job_id)).body["state"] == "pending"  # not canceled
+    assert (await open_api.get("rebound")).status == 404  # not enqueued
+
+
+async def test_a_foreign_origin_cannot_drain(open_api: Api) -> None:
+    for headers in ({"Origin": EVIL_ORIGIN}, {"Origin": "null"}, {"Origin": f"http://localhost:{open_api.port + 1}"},
+                    {"Sec-Fetch-Site": "cross-site"}, {"Sec-Fetch-Site": "same-site"}):  # fmt: skip
+        reply = await open_api.call("POST", "/v1/drain", anon=True, headers=headers)
+        assert reply.status == 403, (headers, reply.body)
+    assert open_api.probe.drains == 0
+    assert (await open_api.call("GET", "/healthz", anon=True)).status == 200
+    assert (await open_api.enqueue({"type": "t"})).status == 201
+
+
+@pytest.mark.parametrize("site", ["cross-site", "same-site", "something-new"])
+async def test_sec_fetch_site_from_another_site_is_refused_on_every_route(
+    open_api: Api, namespace: str, r: redis.Redis, site: str
+) -> None:
+    """same-site is refused too: a page on localhost:3000 is "same-site" with localhost:9321."""
+    job_id = (await open_api.enqueue({"type": "t", "payload": SECRET_PAYLOAD})).body["id"]
+    before = job_keys(r, namespace)
+    headers = {"Sec-Fetch-Site": site}
+    for method, path, kwargs in (("POST", "/v1/jobs", {"json": {"type": "t"}}), ("GET", f"/v1/jobs/{job_id}", {}),
+                                 ("DELETE", f"/v1/jobs/{job_id}", {}), ("POST", "/v1/drain", {})):  # fmt: skip
+        async with open_api.anon.request(method, path, headers=headers, **kwargs) as response:
+            raw = await response.read()
+        assert response.status == 403, (method, path, raw)
+        assert SECRET_PAYLOAD.encode() not in raw
+    assert job_keys(r, namespace) == before
+    assert open_api.probe.drains == 0
+
+
+async def test_clients_that_are_not_web_pages_still_get_in(redis_server: RedisServer, namespace: str) -> None:
+    """Producers (no Origin), a user typing a URL (Sec-Fetch-Site: none), same-origin requests, loopback names,
+    IP addresses (a kubelet probes and Prometheus scrapes Host: <pod-ip>:port) and the configured names."""
+    async with running_api(redis_server.url, namespace, token=None, api_allowed_hosts=("jobcar.internal",)) as api:
+        port = api.port
+        good_hosts = [f"127.0.0.1:{port}", f"localhost:{port}", "localhost", f"LocalHost:{port}", f"[::1]:{port}",
+                      f"app.localhost:{port}", f"10.1.2.3:{port}", f"[fd00::5]:{port}", f"jobcar.internal:{port}",
+                      "JOBCAR.internal"]  # fmt: skip
+        for host in good_hosts:
+            for path in ("/healthz", "/readyz", "/metrics"):
+                async with api.anon.get(path, headers={"Host": host}) as response:
+                    assert response.status == 200, (host, path, await response.read())
+            created = await api.call("POST", "/v1/jobs", anon=True, headers={"Host": host}, json={"type": "t"})
+            assert created.status == 201, (host, created.body)
+            read = await api.call("GET", f"/v1/jobs/{created.body['id']}", anon=True, headers={"Host": host})
+            assert read.status == 200, (host, read.body)
+        same_origin = [{"Origin": f"http://127.0.0.1:{port}"}, {"Origin": f"http://127.0.0.1:{port}",
+                       "Sec-Fetch-Site": "same-origin"}, {"Host": f"jobcar.internal:{port}",
+                       "Origin": f"http://jobcar.internal:{port}"}, {"Sec-Fetch-Site": "none"}]  # fmt: skip
+        for headers in same_origin:
+            created = await api.call("POST", "/v1/jobs", anon=True, headers=headers, json={"type": "t"})
+            assert created.status == 201, (headers, created.body)
+            canceled = await api.call("DELETE", f"/v1/jobs/{created.body['id']}", anon=True, headers=headers)
+            assert canceled.status == 200, (headers, canceled.body)
+        drain = await api.call("POST", "/v1/drain", anon=True, headers={"Origin": f"http://127.0.0.1:{port}"})
+        assert drain.status == 202
+        assert api.probe.drains == 1
+        # A listed name is only that name: not its subdomains, not a name that ends like it.
+        for host in (f"x.jobcar.internal:{port}", f"evil-jobcar.internal:{port}"):
+            refused = await api.call("POST", "/v1/jobs", anon=True, headers={"Host": host}, json={"type": "t"})
+            assert refused.status == 421, (host, refused.body)
+
+
+async def test_with_a_token_any_host_name_is_answered_but_no_web_page(api: Api, namespace: str, r: redis.Redis) -> None:
+    """A browser never sends a bearer token on its own, so with api_token a rebound name gains a page nothing, and
+    the names by which other pods reach the daemon (a Service's) need not be listed. Web pages are refused still."""
+    service = f"jobcar.default.svc.cluster.local:{api.port}"
+    created = await api.call("POST", "/v1/jobs", headers={"Host": service}, json={"type": "t"})
+    assert created.status == 201, created.body
+    anonymous = await api.call("POST", "/v1/jobs", anon=True, headers={"Host": service}, json={"type": "t"})
+    assert anonymous.status == 401
+    keys = job_keys(r, namespace)
+    for headers in ({"Origin": EVIL_ORIGIN}, {"Sec-Fetch-Site": "cross-site"}):
+        refused = await api.call("POST", "/v1/jobs", headers=headers, json={"type": "t"})
+        assert refused.status == 403, (headers, refused.body)
+        drain = await api.call("POST", "/v1/drain", headers=headers)
+        assert drain.status == 403, (headers, drain.body)
+    text = await api.call("POST", "/v1/jobs", data=b'{"type": "t"}', headers={"Content-Type": "text/plain"})
+    assert text.status == 415
+    assert job_keys(r, namespace) == keys
+    assert api.probe.drains == 0
+
+
+def test_a_web_page_cannot_drain_a_running_daemon(start_daemon: StartDaemon, q: QueueDriver) -> None:
+    """`jobcar run` as shipped (loopback, no token): a page's drain is refused, and the daemon goes on leasing."""
+    listen = f"127.0.0.1:{free_port()}"
+    daemon = start_daemon({"t.ok": {"command": ["true"]}}, listen=listen, result_ttl="60s")
+
+    def post(path: str, body: bytes, headers: dict[str, str]) -> tuple[int, dict[str, Any]]:
+        request = urllib.request.Request(f"http://{listen}{path}", data=body, method="POST", headers=headers)
+        try:
+            with urllib.request.urlopen(request, timeout=10) as response:
+                return response.status, json.loads(response.read())
+        except urllib.error.HTTPError as exc:
+            with exc:
+                return exc.code, json.loads(exc.read())
+
+    port = listen.rpartition(":")[2]
+    for headers in ({"Origin": EVIL_ORIGIN, "Sec-Fetch-Site": "cross-site"}, {"Host": f"evil.example:{port}"}):
+        status, answer = post("/v1/drain", b"", headers)
+        assert status in (403, 421), (headers, status, answer)
+    status, answer = post("/v1/jobs", b'{"type": "t.ok"}', {"Content-Type": "application/json"})
+    assert status == 201, answer
+    wait_for(lambda: q.where(answer["id"]) is State.DONE, what="the job enqueued after the refused drains to run")
+    assert daemon.process is not None
+    assert daemon.process.poll() is None
+    messages = [str(line.get("msg", "")) for line in daemon.lines()]
+    assert "POST /v1/drain refused: sent by a browser for another site" in messages, daemon.log_tail()
+    assert not [message for message in messages if "drain requested" in message], daemon.log_tail()
 
 
 # -- cancel ---------------------------------------------------------------------------------------------------

@@ -117,6 +117,12 @@ def test_design_example_takes_redis_url_and_token_from_the_environment() -> None
     assert config.api_token == "api"
 
 
+def test_api_allowed_hosts_are_lower_case_names() -> None:
+    config = parse("api_allowed_hosts: [Jobcar.Internal, jobcar, my_host.local]\n")
+    assert config.api_allowed_hosts == ("jobcar.internal", "jobcar", "my_host.local")
+    assert parse("{}").api_allowed_hosts == ()
+
+
 def test_an_empty_file_is_all_defaults() -> None:
     assert parse("") == Config(source="jobcar.yaml")
     assert parse("# nothing here\n") == Config(source="jobcar.yaml")
@@ -618,6 +624,30 @@ _NAME_RULE = "use 1 to 100 letters, digits, '.', '_' or '-', starting with a let
             "listen: 'localhost:http'\n",
             "jobcar.yaml:1:9 listen: port must be a number from 0 to 65535, not 'http'",
             id="listen-port",
+        ),
+        *(
+            pytest.param(
+                f"api_allowed_hosts: [jobcar, '{entry}']\n",
+                f"jobcar.yaml:1:29 api_allowed_hosts[1]: must be a host name like jobcar.internal, without a scheme "
+                f"or a port, not {entry!r}",
+                id=f"api-allowed-hosts-{entry}",
+            )
+            for entry in ("jobcar.internal:9321", "http://x", "*.example", "-x", "a..b")
+        ),
+        *(
+            pytest.param(
+                f"api_allowed_hosts: [jobcar, '{entry}']\n",
+                f"jobcar.yaml:1:29 api_allowed_hosts[1]: {entry!r} is an IP address, which the API always answers "
+                "to: list host names only",
+                id=f"api-allowed-hosts-{entry}",
+            )
+            for entry in ("10.0.0.1", "[::1]", "::1")
+        ),
+        pytest.param(
+            "api_allowed_hosts: jobcar.internal\n",
+            "jobcar.yaml:1:20 api_allowed_hosts: must be a list of host names, like [jobcar.internal], "
+            "not 'jobcar.internal'",
+            id="api-allowed-hosts-not-a-list",
         ),
         pytest.param(
             "log_level: warn\n",
