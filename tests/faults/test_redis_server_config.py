@@ -302,6 +302,8 @@ JOBCAR_COMMANDS = (
     "lpos", "lrem", "zadd", "zrem", "zrangebyscore", "pexpireat",
     # ack reads INFO's memory section before it keeps a result: a full server keeps none (ADR 0008)
     "info",
+    # scripts check the types of the keys they write before their first write (docs/protocol.md)
+    "type",
 )  # fmt: skip
 
 
