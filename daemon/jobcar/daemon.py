@@ -19,7 +19,7 @@ import logging
 import signal
 from collections.abc import Callable
 from dataclasses import replace
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Final
 
 import aiohttp
 import redis.exceptions
@@ -87,6 +87,30 @@ async def check_server(client: AsyncRedis, strict: bool) -> None:
         log.warning("REDIS CAN LOSE JOBS: %s", problem)
     if problems and strict:
         raise StartRefused(f"refusing to start (redis.strict is true): {'; '.join(problems)}", EX_CONFIG)
+
+
+#: Every transition script reads the types of the keys it writes before its first write (docs/protocol.md,
+#: keys of the wrong type). A Redis user whose ACL rule predates that could run no transition at all and the
+#: daemon would only log refusals: this is found at start-up instead.
+_TYPE_PROBE: Final = "#!lua flags=no-writes\nreturn redis.call('TYPE', KEYS[1]).ok"
+
+
+async def check_scripts_allowed(client: AsyncRedis, key: str) -> None:
+    """Refuse to start when the Redis user may not run what jobcar's scripts run inside them."""
+    try:
+        await client.eval(_TYPE_PROBE, 1, key)
+    except redis.exceptions.ResponseError as exc:
+        # Refused by the ACL: NOPERM for the EVAL itself; inside the script, a reply in the server's own words.
+        denied = ("can't run this command", "no permissions to run")  # Redis's, Valkey's
+        if not isinstance(exc, redis.exceptions.NoPermissionError) and not any(d in str(exc) for d in denied):
+            return
+        raise StartRefused(
+            f"the Redis user may not run what jobcar's scripts run ({exc}); give it the ACL rule of "
+            "docs/operations.md (TLS and ACL)",
+            EX_CONFIG,
+        ) from None
+    except (redis.exceptions.RedisError, OSError):
+        pass  # an outage or a refusal of another kind: the daemon's loops meet it and say so
 
 
 def _config_value(reply: object, name: str) -> str:
@@ -174,6 +198,9 @@ class Daemon:
         if not await self._wait_for_redis():
             return None
         await check_server(self.link.client, self.config.redis.strict)
+        await check_scripts_allowed(
+            self.link.client, QueueKeys.of(self.config.namespace, next(iter(self.config.queues))).pending
+        )
         await self.guardian.start()
         self.app_health.watch([self.config.health_url])
         executors = build_executors(self.config, self.http, self.guardian)

@@ -296,6 +296,13 @@ async def check_queue(
             elif pttl == -1:
                 await found(Kind.UNIQUE_NO_TTL, lock, f"held by {holder} without a TTL", REPAIR_TTL_MS)
 
+    # Batch counters: only their type can be wrong (a batch key of another type counts nothing).
+    batches = await _scan(client, keys.all_batches())
+    for chunk in _chunks(batches):
+        for batch_key, kind in zip(chunk, await _types(client, chunk), strict=True):
+            if kind not in ("none", "hash"):
+                await found(Kind.WRONG_TYPE, batch_key, f"batch counters hold a {kind}, not a hash", "", kind, "hash")
+
     # The dead set's bounds.
     now = await _redis_now_ms(client)
     dead = zsets[State.DEAD.value]

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 from jobcar.attempts import Attempts, RunningJob, StopReason
 from jobcar.metrics import Metrics
-from jobcar.redis_link import RedisLink, RedisUnavailable
+from jobcar.redis_link import RedisLink, RedisUnavailable, is_refusal
 from jobcar.scripts import Reply
 from jobcar.transitions import ExtendStatus, extend_call, parse_extend
 from jobcar.transport import execute_async
@@ -76,6 +76,9 @@ class Heartbeat:
                 # queue's leases unrenewed, not every queue's.
                 replies = await execute_async(self.link.client, calls, raise_on_error=False)
                 self._renewed(groups, replies, sent)
+                outage = next((r for r in replies if isinstance(r, Exception) and not is_refusal(r)), None)
+                if outage is not None:
+                    raise outage  # a failover's READONLY, say: `call` counts it as the outage it is
             if self.alive is not None:
                 await self._refresh_alive_key(self.alive)
 
@@ -97,7 +100,8 @@ class Heartbeat:
     def _renewed(self, groups: list[list[RunningJob]], replies: list[Reply], sent: float) -> None:
         for group, reply in zip(groups, replies, strict=True):
             if isinstance(reply, Exception):
-                self.link.reachability.note_refusal(reply)
+                if is_refusal(reply):
+                    self.link.reachability.note_refusal(reply)
                 continue  # not renewed: `_abandon_stale` stops these attempts if it lasts
             for running, status in zip(group, parse_extend(reply), strict=True):
                 if self.attempts.running.get((running.keys.queue, running.job.id)) is not running:

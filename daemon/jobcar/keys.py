@@ -62,6 +62,10 @@ class QueueKeys:
         """A SCAN pattern matching every unique lock of the queue."""
         return _glob_escape(self.unique("")) + "*"
 
+    def all_batches(self) -> str:
+        """A SCAN pattern matching every batch's counters of the queue."""
+        return _glob_escape(self.batch("")) + "*"
+
 
 def _glob_escape(text: str) -> str:
     return re.sub(r"([*?\[\]\\])", r"\\\1", text)

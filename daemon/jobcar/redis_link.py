@@ -42,9 +42,11 @@ T = TypeVar("T")
 #: never exits because of them.
 REDIS_ERRORS: Final = (redis.exceptions.RedisError, OSError)
 #: Refusals that pass like an outage: a failover or a cluster reconfiguring (READONLY, CLUSTERDOWN,
-#: MASTERDOWN, TRYAGAIN), a server loading its data or busy with a script. Any other error reply is Redis
+#: MASTERDOWN, TRYAGAIN, MOVED, ASK), a server loading its data or busy with a script. Any other error reply is Redis
 #: answering "no" to this call (out of memory, a key of the wrong type, an ACL): not an outage.
 _TRANSIENT_REPLIES: Final = (
+    redis.exceptions.MovedError,  # a slot moving in a cluster (redis-py retries these itself first)
+    redis.exceptions.AskError,
     redis.exceptions.ReadOnlyError,
     redis.exceptions.ClusterDownError,
     redis.exceptions.TryAgainError,

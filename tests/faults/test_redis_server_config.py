@@ -431,6 +431,31 @@ def test_a_user_allowed_only_the_namespace_and_no_config_runs_everything(
         server.stop()
 
 
+def test_a_user_whose_rule_lacks_what_the_scripts_run_is_refused_at_start(
+    server_binary: str, namespace: str, tmp_path: Path
+) -> None:
+    """A rule written before the scripts checked key types (no +type): every transition would be refused and
+    the daemon would only log it. It refuses to start instead, and says what to do."""
+    server = RedisServer(server_binary, tmp_path / "redis").start()
+    password = f"pw-{uuid.uuid4().hex}"
+    try:
+        with server.client() as admin:
+            rule = [part for part in acl_rule(namespace, password) if part != "+type"]
+            admin.execute_command("ACL", "SETUSER", "jobcar", *rule)
+            url = f"redis://jobcar:{password}@127.0.0.1:{server.port}/0"
+            config = write_config(tmp_path, url, namespace, {"t": {"url": "http://127.0.0.1:9/never"}})
+            daemon = DaemonProcess(config).start(wait_ready=False)
+            try:
+                assert daemon.wait(30) == 78
+                refused = daemon.wait_for_log("the Redis user may not run what jobcar's scripts run")
+                assert "docs/operations.md (TLS and ACL)" in refused["msg"]
+                assert password not in daemon.log_path.read_text()
+            finally:
+                daemon.stop()
+    finally:
+        server.stop()
+
+
 # -- 3. a server that speaks only TLS ------------------------------------------------------------------------------
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import os
 import signal
 import subprocess
@@ -21,6 +22,7 @@ from pathlib import Path
 import pytest
 
 from jobcar.executors.command import CommandExecutor
+from jobcar.executors.containment import ProcessTree, _CgroupParent
 from jobcar.outcome import OutcomeKind
 from tests.integration.test_command_executor import (
     BOTH_LOOPS,
@@ -153,3 +155,49 @@ def test_a_setsid_grandchild_dies_with_a_sigkilled_daemon(loop: str, tmp_path: P
         if daemon.poll() is None:
             daemon.kill()
             daemon.wait()
+
+
+def test_a_cgroup_name_left_by_an_earlier_daemon_with_this_pid_is_skipped() -> None:
+    """A restarted container's daemon often has the pid its predecessor had: that one's empty cgroups must
+    not turn containment off (mkdir's EEXIST), nor be reused."""
+    parent = _CgroupParent()
+    first = parent.create()
+    assert first is not None, "this machine lets the daemon create cgroups (ADR 0011)"
+    taken = first.parent / f"jobcar-{os.getpid()}-2"
+    taken.mkdir()
+    try:
+        second = parent.create()
+        assert second is not None, "containment stays on"
+        assert second.name == f"jobcar-{os.getpid()}-3"
+        second.rmdir()
+    finally:
+        taken.rmdir()
+        first.rmdir()
+
+
+async def test_a_handler_that_cannot_join_its_cgroup_is_held_as_a_subreaper(
+    tmp_path: Path, pids_file: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Its write to cgroup.procs fails (here: a directory that is no cgroup). It becomes a subreaper instead,
+    the tree says so, and a setsid()'d grandchild is still found and killed."""
+    not_a_cgroup = tmp_path / "jobcar-not-a-cgroup"
+    not_a_cgroup.mkdir()
+    tree = ProcessTree(not_a_cgroup)
+    handler = await asyncio.create_subprocess_exec(
+        script(tmp_path, ESCAPING), env={**os.environ, "PIDS_FILE": str(pids_file)}, preexec_fn=tree.preexec()
+    )
+    try:
+        with caplog.at_level(logging.WARNING):
+            tree.started(handler.pid)
+        assert tree.cgroup is None
+        assert "could not join its cgroup" in caplog.text
+        await eventually(pids_file.exists, what="the grandchild's pid")
+        leader, grandchild = read_pids(pids_file)
+        assert escaped(leader, grandchild)
+        await tree.kill()
+        await asyncio.wait_for(tree.wait_empty(), 10)
+        assert is_gone(grandchild)
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            handler.kill()
+        await handler.wait()

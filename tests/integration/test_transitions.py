@@ -541,3 +541,22 @@ def test_reap_reports_when_the_earliest_lease_left_expires(q: QueueDriver) -> No
     assert len(first.moved) == 2
     assert first.next_expiry_in == 0, "one more is due now: the next pass comes at once"
     assert set(q.reap()) | set(first.moved) == set(over_limit)
+
+
+def test_a_lock_or_batch_key_of_another_type_never_leaves_a_merged_ack_half_done(q: QueueDriver) -> None:
+    """docs/protocol.md, keys of the wrong type: the second job's unique lock holds a hash and the third's
+    batch counters a string; the ack of all three finishes all three and leaves those keys for fsck."""
+    first = q.enqueue("t", 1, unique_for=60, unique_key="a").id
+    second = q.enqueue("t", 2, unique_for=60, unique_key="b").id
+    third = q.enqueue("t", 3, batch="b3").id
+    tokens = {j.job.id: j.token for j in q.lease(count=3).jobs}
+    q.redis.delete(q.keys.unique("b"), q.keys.batch("b3"))
+    q.redis.hset(q.keys.unique("b"), "not", "a lock")
+    q.redis.set(q.keys.batch("b3"), "not counters")
+    merged = transitions.merge_acks([transitions.ack_call(q.keys, i, tokens[i]) for i in (first, second, third)])
+    assert transitions.parse_ack(q.run(merged)) == [1, 1, 1]
+    assert q.redis.zcard(q.keys.active) == 0
+    assert all(q.job(i) is None for i in (first, second, third))
+    assert not q.redis.exists(q.keys.unique("a")), "a lock of the right type is released as ever"
+    assert q.redis.hgetall(q.keys.unique("b")) == {b"not": b"a lock"}
+    assert q.redis.get(q.keys.batch("b3")) == b"not counters"

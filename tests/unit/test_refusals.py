@@ -33,6 +33,8 @@ def test_an_answer_that_says_no_is_a_refusal(error: Exception) -> None:
         e.BusyLoadingError("Redis is loading the dataset in memory"),
         e.ClusterDownError("The cluster is down"),
         e.TryAgainError("Multiple keys request during rehashing of slot"),
+        e.MovedError("3999 127.0.0.1:6381"),
+        e.AskError("3999 127.0.0.1:6381"),
         e.ResponseError("BUSY Redis is busy running a script. You can only call SCRIPT KILL or SHUTDOWN NOSCRIPT."),
         e.ResponseError("MASTERDOWN Link with MASTER is down and replica-serve-stale-data is set to 'no'."),
     ],

@@ -46,6 +46,8 @@ _POLL: Final = 0.02
 #: Rounds of SIGSTOP before the kill: each round stops what the last one found; bounded so that a
 #: process that never stops (uninterruptible sleep) only delays the SIGKILL.
 _FREEZE_ROUNDS: Final = 50
+#: Names tried for a new attempt cgroup before giving up: names left by an earlier daemon with this pid.
+_NAME_TRIES: Final = 100
 
 
 class _Stat(NamedTuple):
@@ -97,11 +99,18 @@ class _CgroupParent:
                 _remove_left_behind(self._directory)
         if self._directory is None:
             return None
-        path = self._directory / f"jobcar-{os.getpid()}-{next(self._names)}"
-        try:
-            path.mkdir()
-        except OSError as exc:
-            self._give_up(f"cannot create {path}: {exc}")
+        for _ in range(_NAME_TRIES):
+            path = self._directory / f"jobcar-{os.getpid()}-{next(self._names)}"
+            try:
+                path.mkdir()
+                break
+            except FileExistsError:
+                continue  # an earlier daemon's, with the same pid (a restarted container): not ours to reuse
+            except OSError as exc:
+                self._give_up(f"cannot create {path}: {exc}")
+                return None
+        else:
+            self._give_up(f"{_NAME_TRIES} cgroup names taken in {self._directory}")
             return None
         if not (path / "cgroup.kill").exists():
             with contextlib.suppress(OSError):
@@ -181,22 +190,32 @@ class ProcessTree:
         def contain() -> None:
             if parent_death is not None:
                 parent_death()
+            joined = False
             if procs is not None:
-                # A failure leaves the handler in the daemon's cgroup: it runs, held by its process
-                # group as before, rather than failing its job for the host's sake.
+                # A failure leaves the handler in the daemon's cgroup: it runs, held as a subreaper
+                # (`started` sees it and says so), rather than failing its job for the host's sake.
                 with contextlib.suppress(OSError):
                     fd = os.open(procs, os.O_WRONLY)
                     try:
                         os.write(fd, b"0")
+                        joined = True
                     finally:
                         os.close(fd)
-            elif prctl is not None:
+            if not joined and prctl is not None:
                 prctl(_PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
 
         return contain
 
     def started(self, leader: int) -> None:
         self._leader = leader
+        if self.cgroup is not None and not _joined(leader, self.cgroup):
+            # The child could not join (a parent cgroup with controllers enabled, a permission): it made
+            # itself a subreaper instead, and the tree is held that way.
+            log.warning("handler pid %d could not join its cgroup %s; its tree is held by a subreaper", leader,
+                        self.cgroup)  # fmt: skip
+            with contextlib.suppress(OSError):
+                self.cgroup.rmdir()
+            self.cgroup = None
         stat = _stat(leader)
         if self.cgroup is None and stat is not None:
             self._members[leader] = stat.start
@@ -290,6 +309,15 @@ class ProcessTree:
             live[pid] = found.state
             pending.extend(children.get(pid, ()))
         return live
+
+
+def _joined(pid: int, cgroup: Path) -> bool:
+    """False when `pid` is known to be outside `cgroup`; True when it is inside, or already gone."""
+    try:
+        own = Path(f"/proc/{pid}/cgroup").read_text().splitlines()
+    except OSError:
+        return True
+    return any(line.startswith("0::") and line.rstrip().endswith("/" + cgroup.name) for line in own)
 
 
 def _alive(stat: _Stat | None, start: int) -> bool:
