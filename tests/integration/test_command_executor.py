@@ -19,6 +19,8 @@ import sys
 import time
 import uuid
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -476,31 +478,49 @@ else:
 """
 
 
-@pytest.mark.parametrize("loop", ["asyncio", "uvloop"])
-def test_handlers_die_with_a_sigkilled_daemon(loop: str, tmp_path: Path, pids_file: Path) -> None:
+@dataclass
+class GuardedDaemon:
+    """The test daemon (DAEMON) with its guardian, running one handler that published two pids."""
+
+    process: subprocess.Popen[bytes]
+    leader: int
+    other: int
+    guardian: int
+
+
+@contextmanager
+def a_guarded_daemon_running(
+    tmp_path: Path, handler_source: str, pids_file: Path, loop: str
+) -> Iterator[GuardedDaemon]:
     daemon_script = tmp_path / "daemon.py"
     daemon_script.write_text(DAEMON)
     guardian_file = tmp_path / "guardian"
-    handler = script(tmp_path, FORKING)
+    handler = script(tmp_path, handler_source)
     daemon = subprocess.Popen(
         [sys.executable, str(daemon_script), handler, str(pids_file), str(guardian_file), loop, "yes"]
     )
     try:
-        leader, child = read_pids(pids_file)
+        leader, other = read_pids(pids_file)
         wait_for(guardian_file.exists, timeout=10, what="the guardian's pid")
-        guardian_pid = int(guardian_file.read_text())
-        assert not is_gone(leader)
-        assert not is_gone(child)
-        assert not is_gone(guardian_pid)
-        daemon.kill()
-        daemon.wait(timeout=10)
-        wait_for(lambda: is_gone(leader) and is_gone(child), timeout=5, what="the handler and its child to die")
-        assert live_group_members(leader) == []
-        wait_for(lambda: is_gone(guardian_pid), timeout=5, what="the guardian to exit")
+        yield GuardedDaemon(daemon, leader, other, int(guardian_file.read_text()))
     finally:
         if daemon.poll() is None:
             daemon.kill()
             daemon.wait()
+
+
+@pytest.mark.parametrize("loop", ["asyncio", "uvloop"])
+def test_handlers_die_with_a_sigkilled_daemon(loop: str, tmp_path: Path, pids_file: Path) -> None:
+    with a_guarded_daemon_running(tmp_path, FORKING, pids_file, loop) as daemon:
+        leader, child = daemon.leader, daemon.other
+        assert not is_gone(leader)
+        assert not is_gone(child)
+        assert not is_gone(daemon.guardian)
+        daemon.process.kill()
+        daemon.process.wait(timeout=10)
+        wait_for(lambda: is_gone(leader) and is_gone(child), timeout=5, what="the handler and its child to die")
+        assert live_group_members(leader) == []
+        wait_for(lambda: is_gone(daemon.guardian), timeout=5, what="the guardian to exit")
 
 
 def test_without_guardian_parent_death_signal_still_kills_the_direct_child(tmp_path: Path, pids_file: Path) -> None:

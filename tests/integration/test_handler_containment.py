@@ -13,7 +13,6 @@ import contextlib
 import logging
 import os
 import signal
-import subprocess
 import sys
 import time
 from collections.abc import Iterator
@@ -26,7 +25,7 @@ from jobcar.executors.containment import ProcessTree, _CgroupParent
 from jobcar.outcome import OutcomeKind
 from tests.integration.test_command_executor import (
     BOTH_LOOPS,
-    DAEMON,
+    a_guarded_daemon_running,
     eventually,
     is_gone,
     make_handler,
@@ -134,27 +133,14 @@ async def test_a_daemon_left_behind_by_a_handler_that_exited_is_killed(tmp_path:
 
 @pytest.mark.parametrize("loop", ["asyncio", "uvloop"])
 def test_a_setsid_grandchild_dies_with_a_sigkilled_daemon(loop: str, tmp_path: Path, pids_file: Path) -> None:
-    daemon_script = tmp_path / "daemon.py"
-    daemon_script.write_text(DAEMON)
-    guardian_file = tmp_path / "guardian"
-    handler = script(tmp_path, ESCAPING)
-    daemon = subprocess.Popen(
-        [sys.executable, str(daemon_script), handler, str(pids_file), str(guardian_file), loop, "yes"]
-    )
-    try:
-        leader, grandchild = read_pids(pids_file)
-        wait_for(guardian_file.exists, timeout=10, what="the guardian's pid")
-        guardian_pid = int(guardian_file.read_text())
+    with a_guarded_daemon_running(tmp_path, ESCAPING, pids_file, loop) as daemon:
+        leader, grandchild = daemon.leader, daemon.other
         assert escaped(leader, grandchild)
-        daemon.kill()
-        daemon.wait(timeout=10)
+        daemon.process.kill()
+        daemon.process.wait(timeout=10)
         wait_for(lambda: is_gone(grandchild), timeout=5, what="the setsid()'d grandchild to die with the daemon")
         wait_for(lambda: is_gone(leader), timeout=5, what="the handler to die with the daemon")
-        wait_for(lambda: is_gone(guardian_pid), timeout=5, what="the guardian to exit")
-    finally:
-        if daemon.poll() is None:
-            daemon.kill()
-            daemon.wait()
+        wait_for(lambda: is_gone(daemon.guardian), timeout=5, what="the guardian to exit")
 
 
 def test_a_cgroup_name_left_by_an_earlier_daemon_with_this_pid_is_skipped() -> None:
