@@ -58,7 +58,7 @@ class Kind:
 class Finding:
     queue: str
     kind: str
-    #: The job id, or for unique-lock findings the lock's key, or "dead" for the dead set's bounds.
+    #: The job id; for unique-lock and wrong_type findings the key; "dead" for the dead set's bounds.
     job_id: str
     detail: str
     repaired: bool = False
@@ -137,8 +137,8 @@ async def _read_hashes(
     return hashes, {job_id: kind for job_id, kind in zip(wrong, types, strict=True) if kind not in ("none", "hash")}
 
 
-#: The queue's keys that fsck reads, and the type jobcar writes in each.
 def _set_types(keys: QueueKeys) -> dict[str, tuple[str, str]]:
+    """The queue's keys that fsck reads, by name, each with the type jobcar writes there."""
     return {
         State.PENDING.value: (keys.pending, "list"),
         State.SCHEDULED.value: (keys.scheduled, "zset"),
