@@ -560,3 +560,17 @@ def test_a_lock_or_batch_key_of_another_type_never_leaves_a_merged_ack_half_done
     assert not q.redis.exists(q.keys.unique("a")), "a lock of the right type is released as ever"
     assert q.redis.hgetall(q.keys.unique("b")) == {b"not": b"a lock"}
     assert q.redis.get(q.keys.batch("b3")) == b"not counters"
+
+
+def test_an_enqueue_meeting_a_job_key_of_another_type_writes_nothing(q: QueueDriver) -> None:
+    """docs/protocol.md, keys of the wrong type: a batch is refused before its first write; so is a lone job
+    (its own first read fails first)."""
+    q.redis.set(q.keys.job("taken"), "not a job")
+    before = q.snapshot()
+    with pytest.raises(redis.ResponseError, match=r"jobcar: .*job:taken holds a string, not a hash"):
+        q.producer.enqueue_many([("t", 1, {"job_id": "fine"}), ("t", 2, {"job_id": "taken"})])
+    with pytest.raises(redis.ResponseError, match="WRONGTYPE"):
+        q.enqueue("t", 3, job_id="taken")
+    assert q.snapshot() == before
+    assert q.job("fine") is None
+    assert q.redis.llen(q.keys.pending) == 0
