@@ -574,3 +574,32 @@ def test_an_enqueue_meeting_a_job_key_of_another_type_writes_nothing(q: QueueDri
     assert q.snapshot() == before
     assert q.job("fine") is None
     assert q.redis.llen(q.keys.pending) == 0
+
+
+def test_requeue_moves_the_good_dead_jobs_and_drops_an_id_whose_key_is_not_a_hash(q: QueueDriver) -> None:
+    """docs/protocol.md, keys of the wrong type: the operators' bulk requeue never stops half-way."""
+    dead = []
+    for n in range(3):
+        q.enqueue("t", n)
+        leased = q.lease_one()
+        q.kill(leased.job.id, leased.token)
+        dead.append(leased.job.id)
+    q.redis.delete(q.keys.job(dead[1]))
+    q.redis.set(q.keys.job(dead[1]), "not a job")
+    assert q.run(transitions.requeue_call(q.keys, dead)) == 2
+    assert q.where(dead[0]) is State.PENDING
+    assert q.where(dead[2]) is State.PENDING
+    assert q.redis.zcard(q.keys.dead) == 0
+    assert q.redis.get(q.keys.job(dead[1])) == b"not a job", "left for fsck"
+
+
+def test_requeue_into_a_pending_key_of_another_type_is_refused_whole(q: QueueDriver) -> None:
+    q.enqueue("t", 1)
+    leased = q.lease_one()
+    q.kill(leased.job.id, leased.token)
+    q.redis.set(q.keys.pending, "not a list")
+    before = q.redis.zrange(q.keys.dead, 0, -1)
+    with pytest.raises(redis.ResponseError, match="holds a string, not a list"):
+        q.run(transitions.requeue_call(q.keys, [leased.job.id]))
+    assert q.redis.zrange(q.keys.dead, 0, -1) == before
+    assert q.redis.hget(q.keys.job(leased.job.id), "state") == b"dead"

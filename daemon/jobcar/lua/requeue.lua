@@ -15,6 +15,10 @@
 --- @include "wake"
 --- @include "count_in_batch"
 --- @include "move_to_pending"
+--- @include "wrong_type"
+
+local refused = wrong_type({KEYS[1], 'zset', KEYS[2], 'list'})
+if refused then return refused end
 
 local prefix = ARGV[1]
 local ids = {}
@@ -30,7 +34,8 @@ for _, id in ipairs(ids) do
   -- ZREM first: an id named twice, or not dead, is moved at most once.
   if redis.call('ZREM', KEYS[1], id) == 1 then
     local job_key = prefix .. 'job:' .. id
-    if redis.call('EXISTS', job_key) == 1 then
+    -- An id without a hash, or whose key holds another type (fsck's to report), only leaves the set.
+    if redis.call('TYPE', job_key).ok == 'hash' then
       redis.call('HSET', job_key, 'attempt', 0, 'run_at', now)
       redis.call('HDEL', job_key, 'finished', 'deferrals')
       count_in_batch(prefix, job_key, 'dead', -1)
