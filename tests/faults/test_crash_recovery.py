@@ -137,33 +137,32 @@ def log_time(line: dict[str, Any]) -> datetime:
 
 
 @dataclass
-class KillScene:
-    """A running attempt 1 of `job_id` on daemon `a`; daemon `b` on the same config, not started yet."""
-
+class OneJob:
+    daemon: DaemonProcess
     client: redis.Redis
     q: QueueDriver
     job_id: str
     runs: Path
-    a: DaemonProcess
-    b: DaemonProcess
+    config: Path  # another daemon on it reaps and runs the job after `daemon`
 
 
 @contextmanager
-def a_job_running_on_a(redis_server: RedisServer, namespace: str, tmp_path: Path, lease: str) -> Iterator[KillScene]:
+def one_running_job(
+    server: RedisServer, namespace: str, tmp_path: Path, first_attempt_sleep: float, lease: str = "3s", **top: Any
+) -> Iterator[OneJob]:
+    """A daemon running one recorded command job, whose first attempt has just started; `top`: more config."""
     runs = tmp_path / "runs"
-    handler = {"command": [sys.executable, recording_handler(tmp_path, runs, 120)]}
-    config = write_config(tmp_path, redis_server.url, namespace, {"work": handler}, lease=lease, result_ttl="1h")
-    a = DaemonProcess(config).start()
-    b = DaemonProcess(config)
-    with redis_server.client() as client:
-        try:
+    handler = {"command": [sys.executable, recording_handler(tmp_path, runs, first_attempt_sleep)]}
+    config = write_config(tmp_path, server.url, namespace, {"work": handler}, lease=lease, **top)
+    daemon = DaemonProcess(config).start()
+    try:
+        with server.client() as client:
             q = QueueDriver(client, namespace)
-            job_id = q.enqueue("work", None).id
-            wait_for(lambda: len(runs_of(runs)) == 1, what="A to start attempt 1")
-            yield KillScene(client, q, job_id, runs, a, b)
-        finally:
-            a.stop()
-            b.stop()
+            job_id = q.producer.enqueue("work", {}).id
+            wait_for(lambda: len(runs_of(runs)) == 1, what="the handler to start")
+            yield OneJob(daemon, client, q, job_id, runs, config)
+    finally:
+        daemon.stop()
 
 
 def test_a_killed_daemons_job_is_back_within_a_second_of_its_lease_expiring(
@@ -171,19 +170,20 @@ def test_a_killed_daemons_job_is_back_within_a_second_of_its_lease_expiring(
 ) -> None:
     """B reaps A's lease when it really expires (Redis holds the deadline), not on a half-lease polling
     interval."""
-    with a_job_running_on_a(redis_server, namespace, tmp_path, lease="6s") as scene:
+    with one_running_job(redis_server, namespace, tmp_path, 120, lease="6s", result_ttl="1h") as scene:
         client, q, job_id = scene.client, scene.q, scene.job_id
-        scene.b.start().wait_for_log("jobcar running")
+        b = DaemonProcess(scene.config)  # stopped after the test, like every daemon of the harness
+        b.start().wait_for_log("jobcar running")
         killed_at = redis_ms(client)
-        scene.a.signal(signal.SIGKILL)
-        scene.a.wait()
+        scene.daemon.signal(signal.SIGKILL)
+        scene.daemon.wait()
         deadline = expired_lease_deadline(client, q, job_id)
         wait_for(lambda: len(runs_of(scene.runs)) == 2, timeout=30, what="B to run attempt 2")
         run_at = int(client.hget(q.keys.job(job_id), "run_at") or 0)  # set by the reap, in Redis time
         print(f"\nrecovered {run_at - killed_at} ms after the kill, {run_at - deadline} ms after the lease expired")
         assert run_at - killed_at < 6000 + RECOVERY_BOUND_MS
         assert 0 <= run_at - deadline < REAPER_LATENESS_MS
-        assert scene.b.wait_for_log("recovered an expired lease")["job_id"] == job_id
+        assert b.wait_for_log("recovered an expired lease")["job_id"] == job_id
 
 
 def test_a_starting_daemon_reaps_leases_that_expired_while_no_daemon_ran(
@@ -191,13 +191,14 @@ def test_a_starting_daemon_reaps_leases_that_expired_while_no_daemon_ran(
 ) -> None:
     """A dies; its lease expires with no daemon running; B starts and reaps at once, not one interval later
     (2 s with this 4 s lease)."""
-    with a_job_running_on_a(redis_server, namespace, tmp_path, lease="4s") as scene:
-        scene.a.signal(signal.SIGKILL)
-        scene.a.wait()
+    with one_running_job(redis_server, namespace, tmp_path, 120, lease="4s") as scene:
+        scene.daemon.signal(signal.SIGKILL)
+        scene.daemon.wait()
         deadline = expired_lease_deadline(scene.client, scene.q, scene.job_id)
         wait_for(lambda: redis_ms(scene.client) > deadline, timeout=10, what="the lease to expire")
-        running = log_time(scene.b.start().wait_for_log("jobcar running"))
-        recovered = scene.b.wait_for_log("recovered an expired lease")
+        b = DaemonProcess(scene.config)
+        running = log_time(b.start().wait_for_log("jobcar running"))
+        recovered = b.wait_for_log("recovered an expired lease")
         assert recovered["job_id"] == scene.job_id
         late = (log_time(recovered) - running).total_seconds()
         print(f"\nreaped {late * 1000:.0f} ms after the daemon started running")

@@ -9,15 +9,10 @@ import signal
 import sys
 import time
 from collections import Counter
-from collections.abc import Iterator
-from contextlib import contextmanager
-from dataclasses import dataclass
 from pathlib import Path
 
-import redis
-
 from jobcar import State
-from tests.faults.test_crash_recovery import recording_handler, runs_of
+from tests.faults.test_crash_recovery import one_running_job, recording_handler, runs_of
 from tests.integration.daemon_harness import DaemonProcess, write_config
 from tests.integration.driver import QueueDriver
 from tests.integration.test_cli import cli
@@ -25,33 +20,6 @@ from tests.servers import RedisServer, wait_for
 
 LEASE = 3.0
 REAP_INTERVAL = LEASE / 2  # slack for a heartbeat or a reaper's pass to come round, and a handler to start
-
-
-@dataclass
-class OneJob:
-    daemon: DaemonProcess
-    client: redis.Redis
-    q: QueueDriver
-    job_id: str
-    runs: Path
-
-
-@contextmanager
-def one_running_job(
-    server: RedisServer, namespace: str, tmp_path: Path, first_attempt_sleep: float
-) -> Iterator[OneJob]:
-    """A daemon (lease 3 s) running one recorded command job, whose first attempt has just started."""
-    runs = tmp_path / "runs"
-    handler = {"command": [sys.executable, recording_handler(tmp_path, runs, first_attempt_sleep)]}
-    daemon = DaemonProcess(write_config(tmp_path, server.url, namespace, {"work": handler}, lease="3s")).start()
-    try:
-        with server.client() as client:
-            q = QueueDriver(client, namespace)
-            job_id = q.producer.enqueue("work", {}).id
-            wait_for(lambda: len(runs_of(runs)) == 1, what="the handler to start")
-            yield OneJob(daemon, client, q, job_id, runs)
-    finally:
-        daemon.stop()
 
 
 def test_a_vanished_deadline_entry_is_restored_by_the_running_daemon(
