@@ -27,7 +27,7 @@ from redis.exceptions import NoPermissionError, OutOfMemoryError
 
 from jobcar import Client, State
 from jobcar.keys import QueueKeys
-from tests.integration.daemon_harness import DaemonProcess, Received, handler_server, write_config
+from tests.integration.daemon_harness import DaemonProcess, Received, handler_server, post, write_config
 from tests.integration.driver import QueueDriver
 from tests.integration.test_cli import cli
 from tests.integration.test_operations import listen_url
@@ -39,15 +39,7 @@ OK: tuple[int, dict[str, str], bytes] = (200, {}, b"")
 
 def post_json(url: str, body: object) -> tuple[int, dict[str, Any]]:
     """POST a JSON body; (status, the JSON answer) for error statuses too."""
-    request = urllib.request.Request(
-        url, data=json.dumps(body).encode(), headers={"Content-Type": "application/json"}, method="POST"
-    )
-    try:
-        with urllib.request.urlopen(request, timeout=10) as response:
-            return response.status, json.loads(response.read())
-    except urllib.error.HTTPError as exc:
-        with exc:
-            return exc.code, json.loads(exc.read())
+    return post(url, json.dumps(body).encode(), {"Content-Type": "application/json"})
 
 
 def get_status(url: str) -> int:

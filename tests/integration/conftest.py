@@ -3,6 +3,9 @@ tests' config file and producer."""
 
 from __future__ import annotations
 
+import contextlib
+import os
+import signal
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -60,3 +63,16 @@ def start_daemon(redis_server: RedisServer, namespace: str, tmp_path: Path) -> I
 @pytest.fixture
 def q(r: redis.Redis, namespace: str) -> QueueDriver:
     return QueueDriver(r, namespace)
+
+
+@pytest.fixture
+def pids_file(tmp_path: Path) -> Iterator[Path]:
+    """Where command handlers publish their pids; whatever is listed (and its group) is killed after the
+    test, pass or fail."""
+    path = tmp_path / "pids"
+    yield path
+    if path.exists():
+        for pid in path.read_text().split():
+            for kill in (os.killpg, os.kill):
+                with contextlib.suppress(ProcessLookupError, PermissionError):
+                    kill(int(pid), signal.SIGKILL)

@@ -14,6 +14,8 @@ import subprocess
 import sys
 import threading
 import time
+import urllib.error
+import urllib.request
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -45,6 +47,17 @@ def write_config(directory: Path, redis_url: str, namespace: str, handlers: dict
     path = directory / f"jobcar-{namespace}.yaml"
     path.write_text(json.dumps(config, indent=2))
     return path
+
+
+def post(url: str, body: bytes, headers: dict[str, str]) -> tuple[int, dict[str, Any]]:
+    """POST to a daemon's API: (status, the JSON answer), for error statuses too."""
+    request = urllib.request.Request(url, data=body, method="POST", headers=headers)
+    try:
+        with urllib.request.urlopen(request, timeout=10) as response:
+            return response.status, json.loads(response.read())
+    except urllib.error.HTTPError as exc:
+        with exc:
+            return exc.code, json.loads(exc.read())
 
 
 class DaemonProcess:

@@ -9,8 +9,6 @@ import contextlib
 import json
 import logging
 import time
-import urllib.error
-import urllib.request
 from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -37,6 +35,7 @@ from jobcar.job import State
 from jobcar.keys import queues_key
 from jobcar.listen import is_loopback
 from tests.integration.conftest import StartDaemon
+from tests.integration.daemon_harness import post
 from tests.integration.driver import QueueDriver
 from tests.servers import RedisServer, find_server_binary, free_port, wait_for
 
@@ -595,20 +594,11 @@ def test_a_web_page_cannot_drain_a_running_daemon(start_daemon: StartDaemon, q: 
     listen = f"127.0.0.1:{free_port()}"
     daemon = start_daemon({"t.ok": {"command": ["true"]}}, listen=listen, result_ttl="60s")
 
-    def post(path: str, body: bytes, headers: dict[str, str]) -> tuple[int, dict[str, Any]]:
-        request = urllib.request.Request(f"http://{listen}{path}", data=body, method="POST", headers=headers)
-        try:
-            with urllib.request.urlopen(request, timeout=10) as response:
-                return response.status, json.loads(response.read())
-        except urllib.error.HTTPError as exc:
-            with exc:
-                return exc.code, json.loads(exc.read())
-
     port = listen.rpartition(":")[2]
     for headers in ({"Origin": EVIL_ORIGIN, "Sec-Fetch-Site": "cross-site"}, {"Host": f"evil.example:{port}"}):
-        status, answer = post("/v1/drain", b"", headers)
+        status, answer = post(f"http://{listen}/v1/drain", b"", headers)
         assert status in (403, 421), (headers, status, answer)
-    status, answer = post("/v1/jobs", b'{"type": "t.ok"}', {"Content-Type": "application/json"})
+    status, answer = post(f"http://{listen}/v1/jobs", b'{"type": "t.ok"}', {"Content-Type": "application/json"})
     assert status == 201, answer
     wait_for(lambda: q.where(answer["id"]) is State.DONE, what="the job enqueued after the refused drains to run")
     assert daemon.process is not None

@@ -131,18 +131,6 @@ def read_pids(path: Path) -> list[int]:
     return [int(pid) for pid in path.read_text().split()]
 
 
-@pytest.fixture
-def pids_file(tmp_path: Path) -> Iterator[Path]:
-    """Where handlers publish their pids; whatever is listed is killed after the test, pass or fail."""
-    path = tmp_path / "pids"
-    yield path
-    if path.exists():
-        for pid in path.read_text().split():
-            for kill in (os.killpg, os.kill):
-                with contextlib.suppress(ProcessLookupError, PermissionError):
-                    kill(int(pid), signal.SIGKILL)
-
-
 async def test_payload_reaches_stdin_byte_identical_and_nothing_else_runs(tmp_path: Path) -> None:
     marker = tmp_path / "X"
     payload = (

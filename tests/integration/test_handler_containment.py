@@ -12,10 +12,8 @@ import asyncio
 import contextlib
 import logging
 import os
-import signal
 import sys
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -61,17 +59,6 @@ if os.environ.get("EXIT_AFTER_ESCAPE"):
 while True:
     time.sleep(1)
 """
-
-
-@pytest.fixture
-def pids_file(tmp_path: Path) -> Iterator[Path]:
-    """Where the handler publishes its pids; whatever is listed is killed after the test, pass or fail."""
-    path = tmp_path / "pids"
-    yield path
-    if path.exists():
-        for pid in path.read_text().split():
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.kill(int(pid), signal.SIGKILL)
 
 
 def escaped(handler: int, grandchild: int) -> bool:
