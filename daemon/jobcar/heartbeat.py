@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 from jobcar.attempts import Attempts, RunningJob, StopReason
 from jobcar.metrics import Metrics
-from jobcar.redis_link import RedisLink, RedisUnavailable, is_refusal
+from jobcar.redis_link import RedisLink, RedisUnavailable
 from jobcar.scripts import Reply
 from jobcar.transitions import ExtendStatus, extend_call, parse_extend
 from jobcar.transport import execute_async
@@ -75,10 +75,10 @@ class Heartbeat:
                 # Each queue's renewals stand on their own: a refusal (a key of the wrong type) leaves that
                 # queue's leases unrenewed, not every queue's.
                 replies = await execute_async(self.link.client, calls, raise_on_error=False)
+                outage = self.link.note_refusals(replies)
                 self._renewed(groups, replies, sent)
-                outage = next((r for r in replies if isinstance(r, Exception) and not is_refusal(r)), None)
                 if outage is not None:
-                    raise outage  # a failover's READONLY, say: `call` counts it as the outage it is
+                    raise outage  # inside `call`: counted as the outage it is, once the renewals that stand count
             if self.alive is not None:
                 await self._refresh_alive_key(self.alive)
 
@@ -100,9 +100,7 @@ class Heartbeat:
     def _renewed(self, groups: list[list[RunningJob]], replies: list[Reply], sent: float) -> None:
         for group, reply in zip(groups, replies, strict=True):
             if isinstance(reply, Exception):
-                if is_refusal(reply):
-                    self.link.reachability.note_refusal(reply)
-                continue  # not renewed: `_abandon_stale` stops these attempts if it lasts
+                continue  # not renewed (noted by the link): `_abandon_stale` stops these attempts if it lasts
             for running, status in zip(group, parse_extend(reply), strict=True):
                 if self.attempts.running.get((running.keys.queue, running.job.id)) is not running:
                     # The attempt ended while the beat was on the wire and its outcome call decides now. A

@@ -333,20 +333,27 @@ class RedisLink:
         the calls made for the other queues."""
         if not each_its_own:
             return self.call(functools.partial(execute_async, self.client, calls), guard=guard)
-        return self._each_its_own(calls, guard)
+        return self.call(functools.partial(self._execute_each_its_own, calls), guard=guard)
 
-    async def _each_its_own(self, calls: Sequence[ScriptCall], guard: bool) -> list[Reply]:
-        replies = await self.call(
-            functools.partial(execute_async, self.client, calls, raise_on_error=False), guard=guard
-        )
-        errors = [reply for reply in replies if isinstance(reply, Exception)]
-        outage = next((e for e in errors if not is_refusal(e)), None)
-        if outage is not None:  # a failover's READONLY, say: the whole round trip is an outage, as in `call`
-            await self.reachability.failed(outage)
-            raise RedisUnavailable(str(outage)) from outage
-        for error in errors:
-            self.reachability.note_refusal(error)
+    async def _execute_each_its_own(self, calls: Sequence[ScriptCall]) -> list[Reply]:
+        replies = await execute_async(self.client, calls, raise_on_error=False)
+        outage = self.note_refusals(replies)
+        if outage is not None:
+            raise outage  # inside `call`: counted, logged and backed off as the outage it is
         return replies
+
+    def note_refusals(self, replies: Sequence[Reply]) -> BaseException | None:
+        """Note each refusal among the replies of calls made for different queues; the first error among
+        them that is an outage (a failover's READONLY, say), for the caller to raise once it has used the
+        replies that stand."""
+        outage = None
+        for reply in replies:
+            if isinstance(reply, Exception):
+                if is_refusal(reply):
+                    self.reachability.note_refusal(reply)
+                elif outage is None:
+                    outage = reply
+        return outage
 
     async def aclose(self) -> None:
         await self.client.aclose()
