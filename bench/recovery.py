@@ -22,57 +22,30 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests/
 
-from tests.integration.daemon_harness import DaemonProcess, write_config
+from tests.faults.test_crash_recovery import expired_lease_deadline, one_running_job, redis_ms
+from tests.integration.daemon_harness import DaemonProcess
 from tests.servers import RedisServer, find_server_binary, wait_for
 
-from jobcar import Client
-from jobcar.keys import QueueKeys
 from jobcar.units import parse_duration
-
-HANDLER = """\
-import os, time
-with open(os.environ["RUNS"], "a") as f:
-    f.write(os.environ["JOBCAR_ATTEMPT"] + "\\n")
-if os.environ["JOBCAR_ATTEMPT"] == "1":
-    time.sleep(600)
-"""
-
-
-def redis_ms(client: object) -> int:
-    seconds, microseconds = client.time()  # type: ignore[attr-defined]
-    return int(seconds) * 1000 + int(microseconds) // 1000
 
 
 def one_round(directory: Path, server: RedisServer, lease: str, n: int) -> tuple[int, int]:
     """(ms from the kill to the reap, ms from the lease's expiry to the reap)."""
     namespace = f"recovery-{lease}-{n}"
-    runs = directory / f"runs-{n}"
-    handler = directory / "handler.py"
-    handler.write_text(HANDLER)
-    command = {"command": [sys.executable, str(handler)], "env": {"RUNS": str(runs)}, "timeout": "15m"}
-    config = write_config(directory, server.url, namespace, {"work": command}, lease=lease, result_ttl="1h")
-    keys = QueueKeys.of(namespace, "default")
-    with server.client() as client:
-        a = DaemonProcess(config).start()
-        b = DaemonProcess(config)
+    (directory / namespace).mkdir()
+    with one_running_job(server, namespace, directory / namespace, 600, lease=lease, result_ttl="1h") as job:
+        b = DaemonProcess(job.config)
         try:
-            with Client(client, namespace=namespace) as producer:
-                job_id = producer.enqueue("work", None).id
-            try:
-                wait_for(lambda: runs.exists() and runs.read_text() == "1\n", timeout=30, what="A to run the job")
-            except TimeoutError:
-                raise SystemExit(f"A did not run the job:\n{a.log_tail(30)}") from None
             b.start().wait_for_log("jobcar running")
-            killed_at = redis_ms(client)
-            a.signal(signal.SIGKILL)
-            a.wait()
-            deadline = client.zscore(keys.active, job_id)
-            assert deadline is not None
-            wait_for(lambda: client.hget(keys.job(job_id), "run_at") is not None, timeout=120, what="the reap")
-            run_at = int(client.hget(keys.job(job_id), "run_at") or 0)
-            return run_at - killed_at, run_at - int(deadline)
+            killed_at = redis_ms(job.client)
+            job.daemon.signal(signal.SIGKILL)
+            job.daemon.wait()
+            deadline = expired_lease_deadline(job.client, job.q, job.job_id)
+            reaped = job.q.keys.job(job.job_id)
+            wait_for(lambda: job.client.hget(reaped, "run_at") is not None, timeout=120, what="the reap")
+            run_at = int(job.client.hget(reaped, "run_at") or 0)  # set by the reap, in Redis time
+            return run_at - killed_at, run_at - deadline
         finally:
-            a.stop()
             b.stop()
 
 
