@@ -51,6 +51,12 @@ class EnqueueRecord:
     meta: Mapping[str, str] = field(default_factory=dict)
     batch: str | None = None
 
+    def args(self) -> list[Arg]:
+        """The record as the scripts that store jobs read it (`lua/includes/store_jobs.lua`)."""
+        extra = self.optional_fields()
+        return [self.id, self.type, self.payload, self.run_at_ms, self.delay_ms, self.unique_key or "",
+                self.unique_ttl_ms, len(extra) // 2, *extra]  # fmt: skip
+
     def optional_fields(self) -> list[Arg]:
         """Hash fields beyond type and payload, only those given (every field costs memory per job)."""
         out: list[Arg] = []
@@ -84,11 +90,7 @@ def enqueue_calls(namespace: str, records: Sequence[EnqueueRecord]) -> list[Scri
         for start in range(0, len(indexes), ENQUEUE_CHUNK):
             args: list[Arg] = [keys.prefix]
             for index in indexes[start : start + ENQUEUE_CHUNK]:
-                r = records[index]
-                extra = r.optional_fields()
-                args += [r.id, r.type, r.payload, r.run_at_ms, r.delay_ms, r.unique_key or "", r.unique_ttl_ms]
-                args.append(len(extra) // 2)
-                args += extra
+                args += records[index].args()
             calls.append(call("enqueue", (keys.pending, keys.scheduled, keys.wake), args))
     return calls
 
