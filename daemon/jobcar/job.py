@@ -84,7 +84,7 @@ class Job:
     jobcar changes after building it.
 
     Not a frozen dataclass, unlike the small records around it: the daemon builds one per leased job,
-    and a frozen one sets each of its 21 fields through `object.__setattr__`, three times the cost
+    and a frozen one sets each of its 25 fields through `object.__setattr__`, three times the cost
     (ADR 0006)."""
 
     id: str
@@ -110,6 +110,13 @@ class Job:
     #: Why a finished job's result was not kept (Redis was out of memory when it finished), or None.
     result_dropped: str | None = None
     cancel_requested: bool = False
+    #: 0 (the default, first) to 9 (last): pending jobs of a queue run in priority order, FIFO within one.
+    priority: int = 0
+    #: A job not started by then (ms, Redis time) is never run: it dies with the reason `expired`.
+    expires_at_ms: int | None = None
+    #: The schedule that fired this job and the tick it fired for (ms), for a periodic job.
+    schedule: str | None = None
+    scheduled_at_ms: int | None = None
 
     @property
     def last_error(self) -> str | None:
@@ -157,6 +164,10 @@ class Job:
             result=get(b"result"),
             result_dropped=_opt_str(get(b"result_dropped")),
             cancel_requested=get(b"cancel") == b"1",
+            priority=_opt_int(get(b"priority")) or 0,
+            expires_at_ms=_opt_int(get(b"expires_at")),
+            schedule=_opt_str(get(b"schedule")),
+            scheduled_at_ms=_opt_int(get(b"scheduled_at")),
         )
 
 
