@@ -308,10 +308,29 @@ class Admin:
         """Ids `start` to `start + count` of a state's set, in the order they leave it."""
         if count <= 0:
             return []
-        if state is State.PENDING:  # the daemon pops the right end first
-            return [as_text(m) for m in reversed(await self.redis.lrange(keys.pending, -start - count, -start - 1))]
+        if state is State.PENDING:
+            return await self._pending_ids(keys, start, count)
         sets = {State.SCHEDULED: keys.scheduled, State.ACTIVE: keys.active, State.DEAD: keys.dead}
         return [as_text(m) for m in await self.redis.zrange(sets[state], start, start + count - 1)]
+
+    async def _pending_ids(self, keys: QueueKeys, start: int, count: int) -> list[str]:
+        """Pending ids `start` to `start + count` in lease order: by priority, each list from its right end."""
+        pipe = self.redis.pipeline(transaction=False)
+        for key in keys.pending_lists:
+            pipe.llen(key)
+        # A list of another type (fsck reports it) counts as empty.
+        lengths = [n if isinstance(n, int) else 0 for n in await pipe.execute(raise_on_error=False)]
+        ids: list[str] = []
+        for key, length in zip(keys.pending_lists, lengths, strict=True):
+            if start >= length:
+                start -= length
+                continue
+            take = min(count - len(ids), length - start)
+            ids += [as_text(m) for m in reversed(await self.redis.lrange(key, -start - take, -start - 1))]
+            start = 0
+            if len(ids) >= count:
+                break
+        return ids
 
     async def _hashes(self, keys: QueueKeys, job_ids: Sequence[str]) -> list[dict[bytes, bytes]]:
         pipe = self.redis.pipeline(transaction=False)

@@ -137,10 +137,16 @@ async def _read_hashes(
     return hashes, {job_id: kind for job_id, kind in zip(wrong, types, strict=True) if kind not in ("none", "hash")}
 
 
+def _pending_name(key: str, keys: QueueKeys) -> str:
+    """`pending` for the default priority's list, `pending:<p>` for the others'."""
+    return State.PENDING.value + key[len(keys.pending) :]
+
+
 def _set_types(keys: QueueKeys) -> dict[str, tuple[str, str]]:
     """The queue's keys that fsck reads, by name, each with the type jobcar writes there."""
+    pending = {_pending_name(key, keys): (key, "list") for key in keys.pending_lists}
     return {
-        State.PENDING.value: (keys.pending, "list"),
+        **pending,
         State.SCHEDULED.value: (keys.scheduled, "zset"),
         State.ACTIVE.value: (keys.active, "zset"),
         State.DEAD.value: (keys.dead, "zset"),
@@ -151,17 +157,19 @@ def _set_types(keys: QueueKeys) -> dict[str, tuple[str, str]]:
 async def _read_sets(
     client: AsyncRedis, keys: QueueKeys, usable: set[str]
 ) -> tuple[list[str], dict[str, list[tuple[str, float]]]]:
-    """The pending list and the sorted sets; a key in none of `usable` (it holds another type) reads as empty."""
+    """The ids in the pending lists (every priority's, in lease order) and the sorted sets; a key not in
+    `usable` (it holds another type) reads as empty."""
     expected = _set_types(keys)
     pipe = client.pipeline(transaction=False)
     names = (State.SCHEDULED.value, State.ACTIVE.value, State.DEAD.value)
-    if State.PENDING.value in usable:
-        pipe.lrange(keys.pending, 0, -1)
+    lists = [_pending_name(key, keys) for key in keys.pending_lists if _pending_name(key, keys) in usable]
+    for name in lists:
+        pipe.lrange(expected[name][0], 0, -1)
     for name in names:
         if name in usable:
             pipe.zrange(expected[name][0], 0, -1, withscores=True)
     replies = list(await pipe.execute())
-    pending = replies.pop(0) if State.PENDING.value in usable else []
+    pending = [member for _ in lists for member in replies.pop(0)]
     zsets = {name: (replies.pop(0) if name in usable else []) for name in names}
     return [as_text(m) for m in pending], {
         name: [(as_text(m), float(s)) for m, s in members] for name, members in zsets.items()
@@ -232,7 +240,7 @@ async def check_queue(
                 await found(Kind.MISSING_HASH, job_id, f"in {name} without a job hash", name)
             continue
         if pending_count.get(job_id, 0) > 1:
-            await found(Kind.DUPLICATE_PENDING, job_id, f"listed {pending_count[job_id]} times in pending")
+            await found(Kind.DUPLICATE_PENDING, job_id, f"listed {pending_count[job_id]} times in the pending lists")
         if len(where) > 1:
             # No safe repair: which set is right is a guess (a lease may be running). Reported only.
             await found(
@@ -295,6 +303,18 @@ async def check_queue(
                 await found(Kind.STALE_UNIQUE, lock, f"held by {what} {holder}", holder)
             elif pttl == -1:
                 await found(Kind.UNIQUE_NO_TTL, lock, f"held by {holder} without a TTL", REPAIR_TTL_MS)
+
+    # Unique windows and debounce keys outlive their jobs on purpose; each must be a string and expire.
+    timed = await _scan(client, keys.all_windows()) + await _scan(client, keys.all_debounce_keys())
+    for chunk in _chunks(timed):
+        pipe = client.pipeline(transaction=False)
+        for key in chunk:
+            pipe.pttl(key)
+        for key, kind, pttl in zip(chunk, await _types(client, chunk), await pipe.execute(), strict=True):
+            if kind not in ("none", "string"):
+                await found(Kind.WRONG_TYPE, key, f"holds a {kind}, not a string", "", kind, "string")
+            elif int(pttl) == -1:
+                await found(Kind.UNIQUE_NO_TTL, key, "held without a TTL", REPAIR_TTL_MS)
 
     # Batch counters: only their type can be wrong (a batch key of another type counts nothing).
     batches = await _scan(client, keys.all_batches())

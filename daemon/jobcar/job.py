@@ -39,6 +39,7 @@ class EnqueueStatus(StrEnum):
     CREATED = "created"  # a new job was stored
     EXISTS = "exists"  # a job with the caller-chosen id already exists; nothing was written
     DUPLICATE = "duplicate"  # the unique key is held by another job; nothing was written
+    DEBOUNCED = "debounced"  # the debounce key's waiting job took the payload and runs later; no new job
 
 
 @dataclass(frozen=True, slots=True)
@@ -84,7 +85,7 @@ class Job:
     jobcar changes after building it.
 
     Not a frozen dataclass, unlike the small records around it: the daemon builds one per leased job,
-    and a frozen one sets each of its 25 fields through `object.__setattr__`, three times the cost
+    and a frozen one sets each of its 26 fields through `object.__setattr__`, three times the cost
     (ADR 0006)."""
 
     id: str
@@ -103,6 +104,8 @@ class Job:
     token: str | None = None
     errors: tuple[AttemptError, ...] = ()
     unique_key: str | None = None
+    #: The unique key is held for its whole `unique_for`, not only until the job ends.
+    unique_window: bool = False
     traceparent: str | None = None
     meta: dict[str, str] = field(default_factory=dict)
     batch: str | None = None
@@ -157,7 +160,8 @@ class Job:
             finished_ms=_opt_int(get(b"finished")),
             token=_opt_str(get(b"token")),
             errors=_parse_errors(get(b"errors")),
-            unique_key=_opt_str(get(b"unique")),
+            unique_key=_opt_str(get(b"unique") or get(b"unique_window")),
+            unique_window=b"unique_window" in fields,
             traceparent=_opt_str(get(b"traceparent")),
             meta=json.loads(meta_raw) if meta_raw else {},
             batch=_opt_str(get(b"batch")),

@@ -12,6 +12,8 @@ from typing import Final
 
 DEFAULT_NAMESPACE: Final = "jobcar"
 DEFAULT_QUEUE: Final = "default"
+#: Priorities run from 0 (the default, leased first) to this (leased last).
+MAX_PRIORITY: Final = 9
 
 
 def queues_key(namespace: str) -> str:
@@ -37,11 +39,24 @@ class QueueKeys:
     def of(cls, namespace: str, queue: str) -> QueueKeys:
         return _queue_keys(namespace, queue)
 
+    @property
+    def pending_lists(self) -> tuple[str, ...]:
+        """The pending lists in lease order: `pending` holds priority 0 (the default), `pending:<p>` 1 to 9."""
+        return (self.pending, *(f"{self.pending}:{p}" for p in range(1, MAX_PRIORITY + 1)))
+
     def job(self, job_id: str) -> str:
         return f"{self.prefix}job:{job_id}"
 
     def unique(self, unique_key: str) -> str:
         return f"{self.prefix}unique:{unique_key}"
+
+    def window(self, unique_key: str) -> str:
+        """A unique key held for its whole `unique_for`, whatever happens to the job that took it."""
+        return f"{self.prefix}window:{unique_key}"
+
+    def debounce(self, debounce_key: str) -> str:
+        """The id of the job a debounce key's enqueues go into while it waits."""
+        return f"{self.prefix}debounce:{debounce_key}"
 
     def batch(self, batch_id: str) -> str:
         return f"{self.prefix}batch:{batch_id}"
@@ -61,6 +76,14 @@ class QueueKeys:
     def all_unique_locks(self) -> str:
         """A SCAN pattern matching every unique lock of the queue."""
         return _glob_escape(self.unique("")) + "*"
+
+    def all_windows(self) -> str:
+        """A SCAN pattern matching every unique key of the queue held for a whole window."""
+        return _glob_escape(self.window("")) + "*"
+
+    def all_debounce_keys(self) -> str:
+        """A SCAN pattern matching every debounce key of the queue."""
+        return _glob_escape(self.debounce("")) + "*"
 
     def all_batches(self) -> str:
         """A SCAN pattern matching every batch's counters of the queue."""

@@ -110,6 +110,7 @@ class Leaser:
         self.config = config
         self._lease_ms = int(config.lease * 1000)
         self._max_attempts_by_type = json.dumps({t: h.max_attempts for t, h in config.handlers.items()})
+        self._dead_letter = dead_letter_limits(config)
 
     def free_slots(self) -> int:
         return self.config.concurrency - len(self.attempts.running) - sum(q.reserved for q in self.queues)
@@ -144,7 +145,7 @@ class Leaser:
 
     def _lease(self, queue: QueueState, count: int, alive_key: str | None = None) -> ScriptCall:
         return lease_call(queue.keys, count, self._lease_ms, self.config.defaults.max_attempts,
-                          self._max_attempts_by_type, alive_key)  # fmt: skip
+                          self._max_attempts_by_type, alive_key, self._dead_letter)  # fmt: skip
 
     async def _take(self, queue: QueueState, count: int, reply: Reply) -> None:
         """Start the jobs a lease of `count` returned, and mark the queue idle if it ran short."""
@@ -163,12 +164,14 @@ class Leaser:
         elif len(result.jobs) < count:
             # Empty (or emptied) for now: wait for a wake, or for the earliest scheduled job.
             queue.idle(result.next_due_ms)
+        for job_id in result.expired:
+            log.info("job not started by its deadline; moved to the dead-letter queue",
+                     extra={"queue": queue.keys.queue, "job_id": job_id})  # fmt: skip
         for job_id, why in result.dropped:
             log.error("job id dropped from the pending list: %s", why, extra={"queue": queue.keys.queue,
                       "job_id": job_id})  # fmt: skip
         if result.malformed:
-            dead = dead_letter_limits(self.config)
-            kills = [kill_call(queue.keys, job_id, token, f"malformed job: {problem}", dead)
+            kills = [kill_call(queue.keys, job_id, token, f"malformed job: {problem}", self._dead_letter)
                      for job_id, token, problem in result.malformed]  # fmt: skip
             for job_id, _, _ in result.malformed:
                 log.error("malformed job hash; moved to the dead-letter queue", extra={"job_id": job_id})

@@ -19,7 +19,7 @@ from typing import Any, Final, TypeAlias
 
 from jobcar.errors import InvalidJob, PayloadTooLarge
 from jobcar.job import DEFAULT_CONTENT_TYPE
-from jobcar.keys import DEFAULT_QUEUE
+from jobcar.keys import DEFAULT_QUEUE, MAX_PRIORITY
 from jobcar.names import ID_PATTERN, TYPE_PATTERN, check_name
 from jobcar.transitions import EnqueueRecord
 from jobcar.units import parse_duration
@@ -38,8 +38,10 @@ MAX_META_BYTES: Final = 4096
 
 ENQUEUE_OPTIONS: Final = frozenset(
     {"queue", "delay", "run_at", "max_attempts", "unique_for", "unique_key", "job_id", "timeout",
-     "content_type", "traceparent", "meta", "batch"}
+     "content_type", "traceparent", "meta", "batch", "priority", "expires_in", "expires_at", "unique_mode",
+     "debounce", "debounce_key", "debounce_max_wait"}
 )  # fmt: skip
+UNIQUE_MODES: Final = ("until_done", "window")
 
 
 def _unserialisable(value: object) -> object:
@@ -114,12 +116,58 @@ def _seconds(what: str, value: object, maximum: float = MAX_SECONDS, *, text: bo
     return float(value)
 
 
-def _epoch_ms(value: object) -> int:
+def _epoch_ms(value: object, what: str = "run_at") -> int:
     if isinstance(value, datetime):
         if value.tzinfo is None:
-            raise InvalidJob("run_at must be a timezone-aware datetime (or epoch seconds)")
+            raise InvalidJob(f"{what} must be a timezone-aware datetime (or epoch seconds)")
         return int(value.timestamp() * 1000)
-    return int(_seconds("run_at", value, MAX_EPOCH_SECONDS, text=False) * 1000)
+    return int(_seconds(what, value, MAX_EPOCH_SECONDS, text=False) * 1000)
+
+
+def _positive_ms(what: str, value: object) -> int:
+    ms = int(_seconds(what, value) * 1000)
+    if ms <= 0:
+        raise InvalidJob(f"{what} must be positive")
+    return ms
+
+
+def _priority(value: object) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= MAX_PRIORITY:
+        raise InvalidJob(
+            f"priority must be a whole number from 0 (first, the default) to {MAX_PRIORITY}, got {value!r}"
+        )
+    return value
+
+
+def _expiry(options: Mapping[str, Any], delay_ms: int) -> tuple[int | None, int | None]:
+    """(expires_at_ms, expires_in_ms) from the options `expires_at` and `expires_in`, at most one given."""
+    expires_in, expires_at = options.get("expires_in"), options.get("expires_at")
+    if expires_in is not None and expires_at is not None:
+        raise InvalidJob("give expires_in or expires_at, not both")
+    if expires_in is None:
+        return (None if expires_at is None else _epoch_ms(expires_at, "expires_at")), None
+    expires_in_ms = _positive_ms("expires_in", expires_in)
+    if delay_ms and expires_in_ms <= delay_ms:
+        raise InvalidJob("expires_in must be longer than delay: the job would expire before it may run")
+    return None, expires_in_ms
+
+
+def _debounce(options: Mapping[str, Any], job_type: str) -> tuple[str | None, int | None, int | None]:
+    """(key, period ms, max wait ms) from the options `debounce`, `debounce_key` and `debounce_max_wait`."""
+    debounce, key, max_wait = options.get("debounce"), options.get("debounce_key"), options.get("debounce_max_wait")
+    if debounce is None:
+        if key is not None or max_wait is not None:
+            raise InvalidJob("debounce_key and debounce_max_wait need debounce (the quiet period)")
+        return None, None, None
+    for clash in ("delay", "run_at", "unique_for"):
+        if options.get(clash) is not None:
+            raise InvalidJob(f"debounce sets when the job runs and which job it is: give it without {clash}")
+    period_ms = _positive_ms("debounce", debounce)
+    max_wait_ms = None if max_wait is None else _positive_ms("debounce_max_wait", max_wait)
+    if max_wait_ms is not None and max_wait_ms < period_ms:
+        raise InvalidJob("debounce_max_wait must be at least debounce")
+    # Without a key every job of the type in the queue is one stream: the common case (refresh a cache).
+    return check_name("debounce_key", key or job_type, ID_PATTERN), period_ms, max_wait_ms
 
 
 def encode_payload(payload: Payload, content_type: str | None, max_bytes: int) -> tuple[bytes, str | None]:
@@ -166,6 +214,9 @@ def build_record(job_type: str, payload: Payload, max_payload_bytes: int, **opti
     job_id = new_job_id() if job_id is None else check_name("job_id", job_id, ID_PATTERN)
 
     unique_key, unique_for = options.get("unique_key"), options.get("unique_for")
+    unique_mode = options.get("unique_mode")
+    if unique_mode is not None and (unique_mode not in UNIQUE_MODES or unique_for is None):
+        raise InvalidJob(f"unique_mode must be one of {', '.join(UNIQUE_MODES)}, with unique_for; got {unique_mode!r}")
     unique_ttl_ms = 0
     if unique_key is not None and unique_for is None:
         raise InvalidJob("unique_key needs unique_for: the lock's lifetime, so a crash never leaves it forever")
@@ -199,6 +250,9 @@ def build_record(job_type: str, payload: Payload, max_payload_bytes: int, **opti
     batch = options.get("batch")
     if batch is not None:
         check_name("batch id", batch, ID_PATTERN)
+    priority = 0 if options.get("priority") is None else _priority(options["priority"])
+    expires_at_ms, expires_in_ms = _expiry(options, delay_ms)
+    debounce_key, debounce_ms, debounce_max_ms = _debounce(options, job_type)
 
     return EnqueueRecord(
         id=job_id,
@@ -215,6 +269,13 @@ def build_record(job_type: str, payload: Payload, max_payload_bytes: int, **opti
         traceparent=traceparent,
         meta=meta,
         batch=batch,
+        priority=priority,
+        expires_at_ms=expires_at_ms,
+        expires_in_ms=expires_in_ms,
+        unique_window=unique_mode == "window",
+        debounce_key=debounce_key,
+        debounce_ms=debounce_ms,
+        debounce_max_ms=debounce_max_ms,
     )
 
 

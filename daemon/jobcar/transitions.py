@@ -50,6 +50,13 @@ class EnqueueRecord:
     traceparent: str | None = None
     meta: Mapping[str, str] = field(default_factory=dict)
     batch: str | None = None
+    priority: int = 0  # 0 (the default, not stored) to 9
+    expires_at_ms: int | None = None  # absolute, producer's clock
+    expires_in_ms: int | None = None  # relative to Redis time at enqueue
+    unique_window: bool = False  # the unique key is held for its whole TTL
+    debounce_key: str | None = None
+    debounce_ms: int | None = None
+    debounce_max_ms: int | None = None
 
     def args(self) -> list[Arg]:
         """The record as the scripts that store jobs read it (`lua/includes/store_jobs.lua`)."""
@@ -68,6 +75,17 @@ class EnqueueRecord:
             ("meta", json.dumps(dict(self.meta), separators=(",", ":")) if self.meta else None),
             ("batch", self.batch),
         )
+        # Checked first, so that a job without them (enqueue_many's usual job) pays little (ADR 0006).
+        if self.priority or self.expires_at_ms or self.expires_in_ms or self.unique_window or self.debounce_key:
+            optional += (
+                ("priority", self.priority or None),
+                ("expires_at", self.expires_at_ms),
+                ("expires_in", self.expires_in_ms),
+                ("unique_mode", "window" if self.unique_window else None),
+                ("debounce_key", self.debounce_key),
+                ("debounce_ms", self.debounce_ms),
+                ("debounce_max_ms", self.debounce_max_ms),
+            )
         for name, value in optional:
             if value is not None:
                 out += [name, value]
@@ -119,6 +137,12 @@ def parse_enqueue(records: Sequence[EnqueueRecord], replies: Sequence[Reply]) ->
 
 
 @dataclass(frozen=True, slots=True)
+class DeadLetterLimits:
+    max_jobs: int = 10_000
+    max_age_ms: int = 180 * 86400 * 1000
+
+
+@dataclass(frozen=True, slots=True)
 class LeasedJob:
     job: Job
     token: str
@@ -136,6 +160,8 @@ class LeaseResult:
     #: (id, why) for ids that were in the pending list and are not runnable: no job hash, or a key that
     #: holds another type (corruption). Dropped from the list; a key left behind is fsck's to report.
     dropped: list[tuple[str, str]]
+    #: Ids whose start deadline (`expires_at`) passed before they were first leased: moved to the dead set.
+    expired: list[str]
     #: Leased jobs whose hash cannot be read (a producer wrote bad fields): (id, token, problem).
     #: The caller should kill them; they are leased, so nothing else will run them meanwhile.
     malformed: list[tuple[str, str, str]]
@@ -148,20 +174,23 @@ def lease_call(
     default_max_attempts: int,
     max_attempts_by_type: str = "{}",
     alive_key: str | None = None,
+    dead: DeadLetterLimits = DeadLetterLimits(),
 ) -> ScriptCall:
     """`max_attempts_by_type` is a JSON object type -> max_attempts (encode it once per config). With
-    `alive_key`, the lease takes nothing unless that key exists (ADR 0005)."""
+    `alive_key`, the lease takes nothing unless that key exists (ADR 0005). `dead` trims the dead set when
+    the lease moves an expired job there."""
     token_base = secrets.token_hex(8)
     script_keys = (keys.pending, keys.scheduled, keys.active, keys.wake, keys.paused)
     return call(
         "lease",
         script_keys if alive_key is None else (*script_keys, alive_key),
-        (keys.prefix, count, lease_ms, token_base, default_max_attempts, max_attempts_by_type),
-    )
+        (keys.prefix, count, lease_ms, token_base, default_max_attempts, max_attempts_by_type, dead.max_jobs,
+         dead.max_age_ms),
+    )  # fmt: skip
 
 
 def parse_lease(keys: QueueKeys, reply: Reply) -> LeaseResult:
-    now, next_due, stopped, dropped, *jobs = as_list(reply)
+    now, next_due, stopped, dropped, expired, *jobs = as_list(reply)
     leased = []
     malformed = []
     for raw in jobs:
@@ -189,6 +218,7 @@ def parse_lease(keys: QueueKeys, reply: Reply) -> LeaseResult:
         paused=as_int(stopped) == 1,
         declined=as_int(stopped) == 2,
         dropped=[(as_text(i), as_text(why)) for i, why in (as_list(d) for d in as_list(dropped))],
+        expired=[as_text(i) for i in as_list(expired)],
         malformed=malformed,
     )
 
@@ -265,12 +295,6 @@ def split_reply(sent: ScriptCall, reply: Reply, count: int) -> list[Reply]:
     if sent.script.name != "ack" or isinstance(reply, Exception):
         return [reply] * count
     return list(parse_ack(reply))
-
-
-@dataclass(frozen=True, slots=True)
-class DeadLetterLimits:
-    max_jobs: int = 10_000
-    max_age_ms: int = 180 * 86400 * 1000
 
 
 class RetryResult(IntEnum):

@@ -13,11 +13,16 @@ from jobcar.keys import QueueKeys
 from jobcar.scripts import ScriptCall
 from jobcar.transitions import DeadLetterLimits, LeaseResult
 
-#: For `where`: how often the id is in pending, its scores in scheduled, active and dead, and its hash.
+#: For `where`: how often the id is in the pending lists (every priority's), its scores in scheduled,
+#: active and dead, and its hash.
 _READ_JOB_AND_SETS = """
 local in_pending = 0
-for _, id in ipairs(redis.call('LRANGE', KEYS[1], 0, -1)) do
-  if id == ARGV[1] then in_pending = in_pending + 1 end
+for p = 0, 9 do
+  local list = KEYS[1]
+  if p > 0 then list = list .. ':' .. p end
+  for _, id in ipairs(redis.call('LRANGE', list, 0, -1)) do
+    if id == ARGV[1] then in_pending = in_pending + 1 end
+  end
 end
 local function score(key) return redis.call('ZSCORE', key, ARGV[1]) or false end
 return {in_pending, score(KEYS[2]), score(KEYS[3]), score(KEYS[4]), redis.call('HGETALL', KEYS[5])}
@@ -78,7 +83,9 @@ class QueueDriver:
 
     def sets_of(self, job_id: str) -> list[State]:
         """Every state set that holds this id (the invariant says: exactly one while the job exists)."""
-        found = [State.PENDING] * self.redis.lrange(self.keys.pending, 0, -1).count(job_id.encode())
+        found = [State.PENDING] * sum(
+            self.redis.lrange(key, 0, -1).count(job_id.encode()) for key in self.keys.pending_lists
+        )
         for state, key in ((State.SCHEDULED, self.keys.scheduled), (State.ACTIVE, self.keys.active),
                            (State.DEAD, self.keys.dead)):  # fmt: skip
             if self.redis.zscore(key, job_id) is not None:

@@ -2,7 +2,7 @@
 -- cancel: stop a job from running. A waiting job is deleted; a running one is flagged, and the
 -- daemon running it sees the flag at its next heartbeat, stops the handler and acks it "canceled".
 --
--- KEYS[1] pending    LIST
+-- KEYS[1] pending    LIST  (a job of priority p > 0 waits in `pending:<p>`)
 -- KEYS[2] scheduled  ZSET
 -- KEYS[3] job        HASH  <prefix>job:<id>
 -- ARGV[1] the queue's key prefix
@@ -15,6 +15,7 @@
 --   {"missing", ""}                      no such job
 
 --- @include "release_unique"
+--- @include "pending_key"
 --- @include "count_in_batch"
 
 local prefix, id = ARGV[1], ARGV[2]
@@ -25,7 +26,7 @@ if state == 'active' then
   return {'cancel_requested', state}
 end
 if state == 'pending' then
-  redis.call('LREM', KEYS[1], -1, id)
+  redis.call('LREM', pending_key(KEYS[1], redis.call('HGET', KEYS[3], 'priority')), -1, id)
 elseif state == 'scheduled' then
   redis.call('ZREM', KEYS[2], id)
 else

@@ -17,23 +17,32 @@
 -- ARGV[4] token base: a random string from the caller; job i of this call gets token "<base>.<i>"
 -- ARGV[5] default max_attempts, stored on a job that has none of its own
 -- ARGV[6] JSON object type -> max_attempts overriding ARGV[5] for those types ("{}" for none)
+-- ARGV[7] dead set max jobs, ARGV[8] dead set max age ms (trimming when an expired job dies)
+-- Pending jobs are taken by priority: `pending` (0) first, then `pending:1` to `pending:9`; FIFO within one.
+-- A job never started whose `expires_at` has passed is not leased: it moves to <prefix>dead (a ZSET) with
+-- the reason "expired: ...".
 -- Touches <prefix>job:<id> HASH: state=active, attempt+1, token, started, max_attempts (if absent).
--- Returns {now_ms, next_due_in_ms (-1: nothing scheduled), stopped, dropped, job...}
+-- Returns {now_ms, next_due_in_ms (-1: nothing scheduled), stopped, dropped, expired, job...}
 --   stopped: 0 leased as asked, 1 the queue is paused, 2 KEYS[6] is absent (nothing was changed)
 --   dropped: array of {id, why} for ids popped that are not runnable and were dropped from the list:
 --            no job hash, or a key that holds another type than a hash (left for fsck). A hash without
 --            a type is leased like any job: the daemon moves it to the dead-letter queue as malformed.
+--   expired: array of the ids moved to the dead set because their start deadline passed
 --   job: {id, token, field1, value1, ...} with every field of the job hash
 -- Attempts count here, at lease time: a job that kills its daemon every time still reaches the DLQ.
 
 --- @include "now_ms"
 --- @include "call_in_chunks"
 --- @include "wrong_type"
-
-local refused = wrong_type({KEYS[1], 'list', KEYS[2], 'zset', KEYS[3], 'zset'})
-if refused then return refused end
+--- @include "pending_key"
+--- @include "pending_lists"
+--- @include "move_to_dead"
 
 local prefix = ARGV[1]
+local dead = prefix .. 'dead'
+local refused = wrong_type({KEYS[1], 'list', KEYS[2], 'zset', KEYS[3], 'zset', dead, 'zset'})
+if refused then return refused end
+
 local count = tonumber(ARGV[2])
 local lease_ms = tonumber(ARGV[3])
 local token_base = ARGV[4]
@@ -48,12 +57,12 @@ local function next_due_in()
 end
 
 if KEYS[6] and redis.call('EXISTS', KEYS[6]) == 0 then
-  return {now, next_due_in(), 2, {}}
+  return {now, next_due_in(), 2, {}, {}}
 end
 
 if redis.call('EXISTS', KEYS[5]) == 1 then
   redis.call('DEL', KEYS[4])
-  return {now, next_due_in(), 1, {}}
+  return {now, next_due_in(), 1, {}, {}}
 end
 
 -- Promote due scheduled jobs in run-at order, behind the jobs already pending. Bounded so that one
@@ -63,9 +72,10 @@ if #due > 0 then
   for _, id in ipairs(due) do
     -- An id without a hash (or whose key holds something else) is dropped, not given a stray hash; the
     -- lease reports nothing for it.
-    if redis.call('TYPE', prefix .. 'job:' .. id).ok == 'hash' then
-      redis.call('HSET', prefix .. 'job:' .. id, 'state', 'pending')
-      redis.call('LPUSH', KEYS[1], id)
+    local job_key = prefix .. 'job:' .. id
+    if redis.call('TYPE', job_key).ok == 'hash' then
+      redis.call('HSET', job_key, 'state', 'pending')
+      redis.call('LPUSH', pending_key(KEYS[1], redis.call('HGET', job_key, 'priority')), id)
     end
   end
   redis.call('ZREM', KEYS[2], unpack(due))
@@ -81,14 +91,32 @@ local function put(job, at, name, value)
   end
 end
 
-local reply = {now, 0, 0, {}}
+-- The lower priorities' lists, checked only when one exists: a queue without priorities pays one EXISTS.
+local lists = pending_lists(KEYS[1])
+local levels = redis.call('EXISTS', unpack(lists, 2))
+
+-- Up to `count` ids from the pending lists in priority order; a list of another type is passed over.
+local function pop_by_priority(count)
+  local ids = redis.call('RPOP', KEYS[1], count) or {}
+  if levels == 0 then return ids end
+  for i = 2, #lists do
+    if #ids >= count then break end
+    if redis.call('TYPE', lists[i]).ok == 'list' then
+      for _, id in ipairs(redis.call('RPOP', lists[i], count - #ids) or {}) do ids[#ids + 1] = id end
+    end
+  end
+  return ids
+end
+
+local reply = {now, 0, 0, {}, {}}
 local started = tostring(now)
 local dropped = reply[4]
+local expired = reply[5]
 local deadline = now + lease_ms
 local leased = 0
 local deadlines = {}  -- score, id, score, id...: one ZADD for the batch (chunks of 1,000 keep pairs whole)
 if count > 0 then
-  local ids = redis.call('RPOP', KEYS[1], count)
+  local ids = pop_by_priority(count)
   if ids then
     for _, id in ipairs(ids) do
       local job_key = prefix .. 'job:' .. id
@@ -102,33 +130,43 @@ if count > 0 then
       else
         local at = {}  -- field name -> index of its value in job
         for i = 1, #job, 2 do at[job[i]] = i + 1 end
-        leased = leased + 1
-        local token = token_base .. '.' .. leased
-        -- An attempt count that is not a number (a hash written by hand) counts as none.
-        local attempt = tostring((tonumber(at.attempt and job[at.attempt]) or 0) + 1)
-        put(job, at, 'state', 'active')
-        put(job, at, 'token', token)
-        put(job, at, 'started', started)
-        put(job, at, 'attempt', attempt)
-        if at.max_attempts then
-          redis.call('HSET', job_key, 'state', 'active', 'token', token, 'started', started, 'attempt', attempt)
+        local expires_at = at.expires_at and tonumber(job[at.expires_at])
+        -- A deadline counts until the first start: a job that ran once is retried whatever the time.
+        if expires_at and expires_at <= now and not tonumber(at.attempt and job[at.attempt]) then
+          move_to_dead(prefix, dead, job_key, id, now, 'expired: not started by its deadline (' ..
+            (now - expires_at) .. ' ms ago)', tonumber(ARGV[7]), tonumber(ARGV[8]))
+          expired[#expired + 1] = id
         else
-          local max_attempts = tostring(max_by_type[job[at.type]] or default_max)
-          put(job, at, 'max_attempts', max_attempts)
-          redis.call('HSET', job_key, 'state', 'active', 'token', token, 'started', started, 'attempt', attempt,
-            'max_attempts', max_attempts)
+          leased = leased + 1
+          local token = token_base .. '.' .. leased
+          -- An attempt count that is not a number (a hash written by hand) counts as none.
+          local attempt = tostring((tonumber(at.attempt and job[at.attempt]) or 0) + 1)
+          put(job, at, 'state', 'active')
+          put(job, at, 'token', token)
+          put(job, at, 'started', started)
+          put(job, at, 'attempt', attempt)
+          if at.max_attempts then
+            redis.call('HSET', job_key, 'state', 'active', 'token', token, 'started', started, 'attempt', attempt)
+          else
+            local max_attempts = tostring(max_by_type[job[at.type]] or default_max)
+            put(job, at, 'max_attempts', max_attempts)
+            redis.call('HSET', job_key, 'state', 'active', 'token', token, 'started', started, 'attempt', attempt,
+              'max_attempts', max_attempts)
+          end
+          deadlines[#deadlines + 1] = deadline
+          deadlines[#deadlines + 1] = id
+          table.insert(job, 1, token)
+          table.insert(job, 1, id)
+          reply[#reply + 1] = job
         end
-        deadlines[#deadlines + 1] = deadline
-        deadlines[#deadlines + 1] = id
-        table.insert(job, 1, token)
-        table.insert(job, 1, id)
-        reply[#reply + 1] = job
       end
     end
   end
 end
 
 call_in_chunks('ZADD', KEYS[3], deadlines)
-if redis.call('LLEN', KEYS[1]) == 0 then redis.call('DEL', KEYS[4]) end
+if redis.call('LLEN', KEYS[1]) == 0 and (levels == 0 or redis.call('EXISTS', unpack(lists, 2)) == 0) then
+  redis.call('DEL', KEYS[4])
+end
 reply[2] = next_due_in()
 return reply

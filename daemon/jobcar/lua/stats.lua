@@ -7,23 +7,32 @@
 -- KEYS[4] dead       ZSET
 -- KEYS[5] paused     STRING
 -- ARGV[1] the queue's key prefix
+-- Pending counts every priority's list (`pending`, `pending:1` to `pending:9`).
 -- Returns {now_ms, pending, scheduled, active, dead, paused (0/1), oldest_ready_ms (-1: none)}
 --   oldest_ready_ms: when the job that has waited longest became runnable: the oldest pending job,
 --   or a scheduled job already due but not yet promoted (no daemon is leasing), whichever is older.
 
 --- @include "now_ms"
+--- @include "pending_lists"
 
 local prefix = ARGV[1]
 local oldest = -1
-local tail = redis.call('LINDEX', KEYS[1], -1)
-if tail then
-  local f = redis.call('HMGET', prefix .. 'job:' .. tail, 'run_at', 'created')
-  oldest = tonumber(f[1] or f[2] or '-1')
+local pending = 0
+for _, list in ipairs(pending_lists(KEYS[1])) do
+  if redis.call('TYPE', list).ok == 'list' then
+    pending = pending + redis.call('LLEN', list)
+    local tail = redis.call('LINDEX', list, -1)
+    if tail then
+      local f = redis.call('HMGET', prefix .. 'job:' .. tail, 'run_at', 'created')
+      local ready = tonumber(f[1] or f[2] or '-1') or -1
+      if ready >= 0 and (oldest < 0 or ready < oldest) then oldest = ready end
+    end
+  end
 end
 local now = now_ms()
 local head = redis.call('ZRANGE', KEYS[2], 0, 0, 'WITHSCORES')
 if #head > 0 and tonumber(head[2]) <= now and (oldest < 0 or tonumber(head[2]) < oldest) then
   oldest = tonumber(head[2])
 end
-return {now, redis.call('LLEN', KEYS[1]), redis.call('ZCARD', KEYS[2]), redis.call('ZCARD', KEYS[3]),
+return {now, pending, redis.call('ZCARD', KEYS[2]), redis.call('ZCARD', KEYS[3]),
   redis.call('ZCARD', KEYS[4]), redis.call('EXISTS', KEYS[5]), oldest}

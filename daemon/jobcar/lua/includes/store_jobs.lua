@@ -2,62 +2,112 @@
 --- @include "add_to_batch"
 --- @include "call_in_chunks"
 --- @include "wrong_type"
+--- @include "pending_key"
 
 -- Storing new jobs, shared by enqueue and the scripts that create jobs of their own (a schedule's fire).
 -- A record is ARGV values back to back:
 --   id, type, payload, run_at_ms ("0": none), delay_ms ("0": none), unique_key ("": none),
---   unique_ttl_ms, n, then n field/value pairs of optional fields
--- `parse_records(first)` checks every record from ARGV[first] to the end and returns their indexes, or an
--- error reply; `refuse_wrong_types` and `store_jobs` then write them. A script calls all three before
--- any write of its own: a script that fails half-way keeps the writes it already made.
+--   unique_ttl_ms, n, then n field/value pairs of optional fields (OPTIONAL below)
+-- `parse_records(first)` checks every record from ARGV[first] to the end and returns them, or an error
+-- reply; `refuse_wrong_types` and `store_jobs` then write them. A script calls all three before any write
+-- of its own: a script that fails half-way keeps the writes it already made.
 
+-- Optional fields: true for those stored in the job hash as given; the others are read here.
 local OPTIONAL = {content_type = true, max_attempts = true, timeout = true, traceparent = true, meta = true,
-  batch = true}
+  batch = true, priority = true, expires_at = true, expires_in = false, unique_mode = false,
+  debounce_key = false, debounce_ms = false, debounce_max_ms = false}
+local POSITIVE = {max_attempts = true, timeout = true, expires_at = true, expires_in = true, debounce_ms = true,
+  debounce_max_ms = true}
+-- A debounced job's key outlives its run time by this much, so a job promoted late is still found.
+local DEBOUNCE_LOCK_MARGIN_MS = 600000
 
+local function malformed(i, what)
+  return redis.error_reply('ERR jobcar enqueue: ' .. what .. ' at ARGV[' .. i .. ']')
+end
+
+-- Each record as a table: at (its first ARGV index), fields (name, value... to store), priority,
+-- expires_in, window (the unique key is held for its whole TTL), debounce_key, debounce_ms, debounce_max_ms.
 local function parse_records(first)
   local records = {}
   local i = first
   while i <= #ARGV do
     local nextra = tonumber(ARGV[i + 7])
-    if not nextra or i + 7 + 2 * nextra > #ARGV then
-      return redis.error_reply('ERR jobcar enqueue: malformed record at ARGV[' .. i .. ']')
-    end
+    if not nextra or i + 7 + 2 * nextra > #ARGV then return malformed(i, 'malformed record') end
     if not tonumber(ARGV[i + 3]) or not tonumber(ARGV[i + 4]) then
-      return redis.error_reply('ERR jobcar enqueue: run_at_ms and delay_ms must be numbers at ARGV[' .. i .. ']')
+      return malformed(i, 'run_at_ms and delay_ms must be numbers')
     end
     if ARGV[i + 5] ~= '' and not ((tonumber(ARGV[i + 6]) or 0) > 0) then
-      return redis.error_reply('ERR jobcar enqueue: a unique key needs a positive unique_ttl_ms at ARGV[' .. i .. ']')
+      return malformed(i, 'a unique key needs a positive unique_ttl_ms')
     end
+    local record = {at = i, fields = {}}
     for f = i + 8, i + 7 + 2 * nextra, 2 do
       local name, value = ARGV[f], ARGV[f + 1]
-      if not OPTIONAL[name] then
+      if OPTIONAL[name] == nil then
         return redis.error_reply('ERR jobcar enqueue: unknown job field "' .. name .. '"')
       end
-      if (name == 'max_attempts' or name == 'timeout') and not ((tonumber(value) or 0) >= 1) then
+      if POSITIVE[name] and not ((tonumber(value) or 0) >= 1) then
         return redis.error_reply('ERR jobcar enqueue: ' .. name .. ' must be a positive number')
       end
       if name == 'meta' and not pcall(cjson.decode, value) then
         return redis.error_reply('ERR jobcar enqueue: meta must be a JSON object')
       end
+      if name == 'priority' and not (#value == 1 and value:match('%d')) then
+        return redis.error_reply('ERR jobcar enqueue: priority must be a whole number from 0 to 9')
+      end
+      if name == 'unique_mode' and value ~= 'until_done' and value ~= 'window' then
+        return redis.error_reply('ERR jobcar enqueue: unique_mode must be until_done or window')
+      end
+      if OPTIONAL[name] then
+        record.fields[#record.fields + 1] = name
+        record.fields[#record.fields + 1] = value
+      end
+      if name == 'priority' then record.priority = value end
+      if name == 'expires_in' then record.expires_in = tonumber(value) end
+      if name == 'unique_mode' then record.window = value == 'window' end
+      if name == 'debounce_key' then record.debounce_key = value end
+      if name == 'debounce_ms' then record.debounce_ms = tonumber(value) end
+      if name == 'debounce_max_ms' then record.debounce_max_ms = tonumber(value) end
+      if name == 'batch' then record.batch = value end
     end
-    records[#records + 1] = i
+    if (record.debounce_key ~= nil) ~= (record.debounce_ms ~= nil) then
+      return malformed(i, 'debounce_key and debounce_ms go together')
+    end
+    if record.debounce_max_ms and not record.debounce_key then
+      return malformed(i, 'debounce_max_ms needs debounce_key')
+    end
+    if record.debounce_key and ARGV[i + 5] ~= '' then
+      return malformed(i, 'a job is debounced or unique, not both')
+    end
+    if record.window and ARGV[i + 5] == '' then return malformed(i, 'unique_mode needs a unique key') end
+    records[#records + 1] = record
     i = i + 8 + 2 * nextra
   end
   return records
 end
 
+-- The key of a record's lock: a unique key held until the job ends, one held for its whole TTL (`window`),
+-- or a debounce key. Nil when the record has none.
+local function lock_of(prefix, record)
+  local unique = ARGV[record.at + 5]
+  if record.debounce_key then return prefix .. 'debounce:' .. record.debounce_key end
+  if unique == '' then return nil end
+  if record.window then return prefix .. 'window:' .. unique end
+  return prefix .. 'unique:' .. unique
+end
+
 -- The WRONGTYPE refusal if a key the records write holds another type, else nil. A record's own keys
 -- need it only in a call of several: the first command on each (HGET, GET) fails before that record
 -- writes anything, and a lone record has no earlier one whose writes would stay. A batch's counters need
--- none: `add_to_batch` skips another type.
+-- none: `add_to_batch` skips another type; nor do the priorities' lists: `pending_key` passes over one.
 local function refuse_wrong_types(prefix, records, pending, scheduled)
   local expected = {pending, 'list', scheduled, 'zset'}
   if #records > 1 then
-    for _, r in ipairs(records) do
-      expected[#expected + 1] = prefix .. 'job:' .. ARGV[r]
+    for _, record in ipairs(records) do
+      expected[#expected + 1] = prefix .. 'job:' .. ARGV[record.at]
       expected[#expected + 1] = 'hash'
-      if ARGV[r + 5] ~= '' then
-        expected[#expected + 1] = prefix .. 'unique:' .. ARGV[r + 5]
+      local lock = lock_of(prefix, record)
+      if lock then
+        expected[#expected + 1] = lock
         expected[#expected + 1] = 'string'
       end
     end
@@ -65,41 +115,84 @@ local function refuse_wrong_types(prefix, records, pending, scheduled)
   return wrong_type(expected)
 end
 
+-- A debounced record whose key names a job still waiting (scheduled) gives that job its payload and a
+-- later run time instead of storing a new job: now + debounce_ms, at most the job's `debounce_until`.
+-- Returns the waiting job's id, or nil when there is none (the record is stored as a new job).
+local function debounce_into_waiting(prefix, record, now, scheduled, lock)
+  local holder = redis.call('GET', lock)
+  if not holder then return nil end
+  local holder_key = prefix .. 'job:' .. holder
+  local found = redis.pcall('HMGET', holder_key, 'state', 'debounce', 'debounce_until')
+  if found.err or found[1] ~= 'scheduled' or found[2] ~= record.debounce_key then return nil end
+  local run_at = now + record.debounce_ms
+  local until_ms = tonumber(found[3])
+  if until_ms and run_at > until_ms then run_at = until_ms end
+  local content_type = nil
+  for f = 1, #record.fields, 2 do
+    if record.fields[f] == 'content_type' then content_type = record.fields[f + 1] end
+  end
+  redis.call('HSET', holder_key, 'payload', ARGV[record.at + 2], 'run_at', run_at)
+  if content_type then
+    redis.call('HSET', holder_key, 'content_type', content_type)
+  else
+    redis.call('HDEL', holder_key, 'content_type')
+  end
+  redis.call('ZADD', scheduled, run_at, holder)
+  redis.call('SET', lock, holder, 'PX', run_at - now + DEBOUNCE_LOCK_MARGIN_MS)
+  return holder
+end
+
 -- Store the parsed records at Redis time `now`; returns one reply entry per record, in order:
 --   "pending" | "scheduled"                     created, in that state
 --   {"exists", id, state}                       a job with this id exists (nothing written)
 --   {"duplicate", holder's id, holder's state}  the unique key is held (nothing written)
+--   {"debounced", waiting id, "scheduled"}      the debounce key's waiting job took the payload
 local function store_jobs(prefix, records, now, pending, scheduled, wake_key)
   local replies = {}
   local woken = false
-  local runnable = {}  -- ids for pending, pushed together at the end (in order, as one LPUSH each would)
-  for _, r in ipairs(records) do
+  -- ids for each pending list, pushed together at the end (in order, as one LPUSH each would)
+  local runnable, lists = {}, {}
+  for _, record in ipairs(records) do
+    local r = record.at
     local id, job_type, payload = ARGV[r], ARGV[r + 1], ARGV[r + 2]
     local run_at, delay = tonumber(ARGV[r + 3]), tonumber(ARGV[r + 4])
     local unique, unique_ttl = ARGV[r + 5], ARGV[r + 6]
-    local nextra = tonumber(ARGV[r + 7])
 
     local job_key = prefix .. 'job:' .. id
     local existing = redis.call('HGET', job_key, 'state')
-    local holder = nil
-    if not existing and unique ~= '' then
-      local lock = prefix .. 'unique:' .. unique
-      if not redis.call('SET', lock, id, 'NX', 'PX', unique_ttl) then
-        holder = redis.call('GET', lock)
-      end
+    local lock = lock_of(prefix, record)
+    local holder, debounced = nil, nil
+    if not existing and record.debounce_key then
+      debounced = debounce_into_waiting(prefix, record, now, scheduled, lock)
+    elseif not existing and lock then
+      if not redis.call('SET', lock, id, 'NX', 'PX', unique_ttl) then holder = redis.call('GET', lock) end
     end
 
     if existing then
       replies[#replies + 1] = {'exists', id, existing}
     elseif holder then
-      replies[#replies + 1] = {'duplicate', holder, redis.call('HGET', prefix .. 'job:' .. holder, 'state') or 'pending'}
+      -- A window outlives its holder: a holder gone has finished. Until it is done, a lock names a live job.
+      local gone = record.window and 'done' or 'pending'
+      replies[#replies + 1] = {'duplicate', holder, redis.call('HGET', prefix .. 'job:' .. holder, 'state') or gone}
+    elseif debounced then
+      replies[#replies + 1] = {'debounced', debounced, 'scheduled'}
     else
+      if record.debounce_key then run_at, delay = 0, record.debounce_ms end
       if run_at == 0 and delay > 0 then run_at = now + delay end
       local state = 'pending'
       if run_at > now then state = 'scheduled' end
       redis.call('HSET', job_key, 'type', job_type, 'payload', payload, 'state', state, 'created', now)
-      if nextra > 0 then redis.call('HSET', job_key, unpack(ARGV, r + 8, r + 7 + 2 * nextra)) end
-      if unique ~= '' then redis.call('HSET', job_key, 'unique', unique) end
+      if #record.fields > 0 then redis.call('HSET', job_key, unpack(record.fields)) end
+      if record.expires_in then redis.call('HSET', job_key, 'expires_at', now + record.expires_in) end
+      if record.debounce_key then
+        redis.call('HSET', job_key, 'debounce', record.debounce_key)
+        if record.debounce_max_ms then redis.call('HSET', job_key, 'debounce_until', now + record.debounce_max_ms) end
+        redis.call('SET', lock, id, 'PX', run_at - now + DEBOUNCE_LOCK_MARGIN_MS)
+      elseif record.window then
+        redis.call('HSET', job_key, 'unique_window', unique)
+      elseif unique ~= '' then
+        redis.call('HSET', job_key, 'unique', unique)
+      end
       if state == 'scheduled' then
         redis.call('HSET', job_key, 'run_at', run_at)
         redis.call('ZADD', scheduled, run_at, id)
@@ -109,17 +202,18 @@ local function store_jobs(prefix, records, now, pending, scheduled, wake_key)
           woken = true
         end
       else
-        runnable[#runnable + 1] = id
+        local list = pending_key(pending, record.priority)
+        if not runnable[list] then
+          runnable[list] = {}
+          lists[#lists + 1] = list
+        end
+        table.insert(runnable[list], id)
       end
-      for f = r + 8, r + 7 + 2 * nextra, 2 do  -- the batch, if any, is among the optional fields just written
-        if ARGV[f] == 'batch' then add_to_batch(prefix, ARGV[f + 1], 'total', 1) end
-      end
+      if record.batch then add_to_batch(prefix, record.batch, 'total', 1) end
       replies[#replies + 1] = state
     end
   end
-  if #runnable > 0 then
-    call_in_chunks('LPUSH', pending, runnable)
-    if not woken then wake(wake_key) end
-  end
+  for _, list in ipairs(lists) do call_in_chunks('LPUSH', list, runnable[list]) end
+  if #lists > 0 and not woken then wake(wake_key) end
   return replies
 end

@@ -4,8 +4,16 @@
 -- ARGV[3] the set it leaves (pending, scheduled, active or dead). Only while the job still has no hash.
 -- Returns 1 when it repaired, 0 when what it repairs no longer holds (nothing written).
 
+--- @include "pending_lists"
+
 local id = ARGV[2]
 if redis.call('EXISTS', ARGV[1] .. 'job:' .. id) == 1 then return 0 end
 local keys = {pending = KEYS[1], scheduled = KEYS[2], active = KEYS[3], dead = KEYS[4]}
-if ARGV[3] == 'pending' then return redis.call('LREM', KEYS[1], 0, id) > 0 and 1 or 0 end
+if ARGV[3] == 'pending' then
+  local removed = 0
+  for _, list in ipairs(pending_lists(KEYS[1])) do
+    if redis.call('TYPE', list).ok == 'list' then removed = removed + redis.call('LREM', list, 0, id) end
+  end
+  return removed > 0 and 1 or 0
+end
 return redis.call('ZREM', keys[ARGV[3]], id)

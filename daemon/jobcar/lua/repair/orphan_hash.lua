@@ -7,6 +7,7 @@
 --- @include "now_ms"
 --- @include "wake"
 --- @include "job_sets"
+--- @include "pending_key"
 
 local id = ARGV[2]
 local job = ARGV[1] .. 'job:' .. id
@@ -14,7 +15,7 @@ local state = redis.call('HGET', job, 'state')
 if state ~= ARGV[3] or #job_sets(id) > 0 then return 0 end
 local now = now_ms()
 if state == 'pending' then
-  redis.call('LPUSH', KEYS[1], id)
+  redis.call('LPUSH', pending_key(KEYS[1], redis.call('HGET', job, 'priority')), id)
   wake(KEYS[5])
 elseif state == 'scheduled' then
   local run_at = tonumber(redis.call('HGET', job, 'run_at') or '') or now

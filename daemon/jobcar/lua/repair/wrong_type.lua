@@ -7,12 +7,15 @@
 -- checked, ARGV[5] the type jobcar expects there. Only while the key still holds that type.
 -- Returns 1 when it repaired, 0 when what it repairs no longer holds (nothing written).
 
+--- @include "pending_lists"
+
 local key, id, seen, expected = ARGV[2], ARGV[3], ARGV[4], ARGV[5]
 local held = redis.call('TYPE', key).ok
 if held ~= seen or held == expected then return 0 end
 redis.call('DEL', key)
 if id ~= '' then
-  local sets = {{KEYS[1], 'list'}, {KEYS[2], 'zset'}, {KEYS[3], 'zset'}, {KEYS[4], 'zset'}}
+  local sets = {{KEYS[2], 'zset'}, {KEYS[3], 'zset'}, {KEYS[4], 'zset'}}
+  for _, list in ipairs(pending_lists(KEYS[1])) do sets[#sets + 1] = {list, 'list'} end
   for _, set in ipairs(sets) do
     local kind = redis.call('TYPE', set[1]).ok
     if kind == 'list' and set[2] == 'list' then redis.call('LREM', set[1], 0, id) end
