@@ -367,7 +367,10 @@ def job_document(job: Job, lease_deadline_ms: int | None = None) -> dict[str, An
         "cancel_requested": job.cancel_requested,
         "timeout_seconds": None if job.timeout_ms is None else job.timeout_ms / 1000,
         "content_type": job.content_type, "unique_key": job.unique_key, "traceparent": job.traceparent,
-        "batch": job.batch, "meta": job.meta,
+        "unique_mode": None if job.unique_key is None else ("window" if job.unique_window else "until_done"),
+        "batch": job.batch, "meta": job.meta, "priority": job.priority,
+        "expires_at": rfc3339_ms(job.expires_at_ms), "debounce_key": job.debounce_key,
+        "schedule": job.schedule, "scheduled_at": rfc3339_ms(job.scheduled_at_ms),
         "errors": [{"attempt": e.attempt, "at": rfc3339_ms(e.at_ms), "error": e.error} for e in job.errors],
     }  # fmt: skip
     try:

@@ -4,7 +4,8 @@
     GET    /readyz         200 {"status": "ready"} | 503 {"status": "not ready", "reason": ...}
     GET    /metrics        200 the Prometheus text exposition
     POST   /v1/jobs        a job, or {"jobs": [...]} (at most MAX_BATCH_JOBS, one enqueue_many call): 201 created
-                           | 200 that id exists | 409 duplicate unique job | 400 bad input | 413 too large
+                           | 200 that id exists, or debounced into the waiting job {"id", "status": "debounced"}
+                           | 409 duplicate unique job | 400 bad input | 413 too large
                            | 415 not Content-Type: application/json
     GET    /v1/jobs/{id}   200 the job (admin.job_document) | 404 | 409 in several queues  (?queue=Q: only there;
                            ?wait=30s: answer once it is done or dead, or after 30 s; header Jobcar-Wait says which)
@@ -66,9 +67,11 @@ MAX_WAIT: Final = 60.0
 SHUTDOWN_TIMEOUT: Final = 5.0  # for in-flight requests when the listener is cleaned up
 
 #: Request fields passed on to AsyncClient.enqueue as they are ("id" as job_id): the client validates them.
-_PLAIN: Final = ("queue", "id", "unique_key", "traceparent", "batch", "meta", "max_attempts")
-_DURATIONS: Final = ("delay", "unique_for", "timeout")
-JOB_FIELDS: Final = frozenset({"type", "payload", "payload_base64", "content_type", "run_at", *_PLAIN, *_DURATIONS})
+_PLAIN: Final = ("queue", "id", "unique_key", "traceparent", "batch", "meta", "max_attempts", "priority", "unique_mode",
+                  "debounce_key")  # fmt: skip
+_DURATIONS: Final = ("delay", "unique_for", "timeout", "expires_in", "debounce", "debounce_max_wait")
+_MOMENTS: Final = ("run_at", "expires_at")
+JOB_FIELDS: Final = frozenset({"type", "payload", "payload_base64", "content_type", *_MOMENTS, *_PLAIN, *_DURATIONS})
 # The content type becomes a header of the handler's request: printable ASCII only.
 _CONTENT_TYPE: Final = re.compile(r"[\x21-\x7e][\x20-\x7e]{0,199}")
 # Redis errors that mean "not now" rather than "bad request": by class where redis-py has one (it strips the
@@ -337,15 +340,16 @@ def job_spec(item: object) -> RequestedJob:
         raise InvalidJob("type is required: the job type, a string")
     options: dict[str, Any] = {}
     for name in _PLAIN:
-        if isinstance(item.get(name), bool):  # true would pass for max_attempts 1
+        if isinstance(item.get(name), bool):  # true would pass for max_attempts or priority 1
             raise InvalidJob(f"{name} must not be true or false")
         if item.get(name) is not None:
             options["job_id" if name == "id" else name] = item[name]
     for name in _DURATIONS:
         if item.get(name) is not None:
             options[name] = _duration(name, item[name])
-    if item.get("run_at") is not None:
-        options["run_at"] = _run_at(item["run_at"])
+    for name in _MOMENTS:
+        if item.get(name) is not None:
+            options[name] = _moment(name, item[name])
     content_type = item.get("content_type")
     if content_type is not None and (not isinstance(content_type, str) or not _CONTENT_TYPE.fullmatch(content_type)):
         raise InvalidJob("content_type must be a media type in printable ASCII, like application/octet-stream")
@@ -378,7 +382,7 @@ def _duration(name: str, value: object) -> float:
         raise InvalidJob(f"{name}: {exc}") from None
 
 
-def _run_at(value: object) -> datetime | float:
+def _moment(name: str, value: object) -> datetime | float:
     """Epoch seconds (the client checks the range) or a timezone-aware datetime from RFC 3339 text."""
     with contextlib.suppress(ValueError, OverflowError):  # float(10**400) overflows
         if isinstance(value, int | float) and not isinstance(value, bool):
@@ -386,4 +390,4 @@ def _run_at(value: object) -> datetime | float:
         when = datetime.fromisoformat(value) if isinstance(value, str) else None
         if when is not None and when.tzinfo is not None:
             return when
-    raise InvalidJob("run_at must be epoch seconds or an RFC 3339 time with an offset, like 2026-01-02T03:04:05Z")
+    raise InvalidJob(f"{name} must be epoch seconds or an RFC 3339 time with an offset, like 2026-01-02T03:04:05Z")

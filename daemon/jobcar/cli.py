@@ -63,7 +63,7 @@ from jobcar.errors import InvalidJob, PayloadTooLarge
 from jobcar.exit_codes import EX_CONFIG, EX_FAILURE, EX_OK, EX_UNAVAILABLE, EX_USAGE
 from jobcar.formats import loads_strict
 from jobcar.job import DEFAULT_CONTENT_TYPE, EnqueueStatus, JobInfo
-from jobcar.keys import DEFAULT_QUEUE
+from jobcar.keys import DEFAULT_QUEUE, MAX_PRIORITY
 from jobcar.records import encode_payload
 
 __all__ = ["COMMANDS", "Command", "CommandFailed", "build_parser", "main"]
@@ -225,6 +225,12 @@ def _moment(text: str) -> datetime | float:
     return moment
 
 
+def _priority(text: str) -> int:
+    if not (text.isdigit() and int(text) <= MAX_PRIORITY):
+        raise argparse.ArgumentTypeError(f"must be a whole number from 0 (first) to {MAX_PRIORITY}, not {text!r}")
+    return int(text)
+
+
 def _enqueue_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("type", metavar="TYPE", help="the job type, which selects the handler")
     parser.add_argument(
@@ -243,7 +249,25 @@ def _enqueue_arguments(parser: argparse.ArgumentParser) -> None:
         "--unique-for", type=duration, metavar="DURATION", help="enqueue nothing while an equal job is held this long"
     )
     parser.add_argument("--unique-key", metavar="K", help="the uniqueness key (default: type + payload hash)")
+    parser.add_argument(
+        "--unique-mode", choices=("until_done", "window"),
+        help="until_done (default): the key is free when the job ends; window: held for all of --unique-for",
+    )  # fmt: skip
     parser.add_argument("--id", dest="job_id", metavar="ID", help="the job id; an existing id enqueues nothing")
+    parser.add_argument(
+        "--priority", type=_priority, metavar="0-9", help="0 (default) runs first, 9 last, within the queue"
+    )
+    expiry = parser.add_mutually_exclusive_group()
+    expiry.add_argument("--expires-in", type=duration, metavar="DURATION", help="never run unless started by then")
+    expiry.add_argument("--expires-at", type=_moment, metavar="TIME", help="never run unless started by this time")
+    parser.add_argument(
+        "--debounce", type=duration, metavar="DURATION",
+        help="wait this quiet period; an enqueue meanwhile replaces the payload and waits again",
+    )  # fmt: skip
+    parser.add_argument("--debounce-key", metavar="K", help="the debounced stream (default: the job type)")
+    parser.add_argument(
+        "--debounce-max-wait", type=duration, metavar="DURATION", help="run by then however many enqueues come"
+    )
     parser.add_argument("--timeout", type=duration, metavar="DURATION", help="the handler's timeout for this job")
     parser.add_argument(
         "--content-type", metavar="T", help="send the payload bytes as they are, with this Content-Type"
@@ -290,6 +314,8 @@ def _report(info: JobInfo, as_json: bool) -> None:
     # Not a failure: an idempotent producer that enqueues twice has done its job (exit 0).
     if info.status is EnqueueStatus.EXISTS:
         print(f"jobcar: job {info.id} already exists ({info.state.value}); nothing enqueued", file=sys.stderr)
+    elif info.status is EnqueueStatus.DEBOUNCED:
+        print(f"jobcar: debounced into waiting job {info.id}: it runs later, with this payload", file=sys.stderr)
     elif info.status is EnqueueStatus.DUPLICATE:
         print(
             f"jobcar: the unique key is held by job {info.id} ({info.state.value}); nothing enqueued", file=sys.stderr
@@ -315,6 +341,9 @@ def cmd_enqueue(args: argparse.Namespace) -> int:
             "queue": args.queue or DEFAULT_QUEUE, "delay": args.delay, "run_at": args.at,
             "max_attempts": args.max_attempts, "unique_for": args.unique_for, "unique_key": args.unique_key,
             "job_id": args.job_id, "timeout": args.timeout, "content_type": content_type,
+            "priority": args.priority, "expires_in": args.expires_in, "expires_at": args.expires_at,
+            "unique_mode": args.unique_mode, "debounce": args.debounce, "debounce_key": args.debounce_key,
+            "debounce_max_wait": args.debounce_max_wait,
         }  # fmt: skip
         info = asyncio.run(enqueue(payload, options))
     except PayloadTooLarge as exc:

@@ -181,6 +181,10 @@ def _bytes_text(value: bytes) -> str:
         return f"<{count(len(value), 'byte')}, not UTF-8 text; --json gives them in base64>"
 
 
+def _window(job: Job) -> str:
+    return " (held for its whole window)" if job.unique_window else ""
+
+
 def _job_lines(job: Job, lease_deadline_ms: int | None, now_ms: int) -> list[str]:
     def when(ms: int | None) -> str | None:
         if ms is None:
@@ -202,7 +206,12 @@ def _job_lines(job: Job, lease_deadline_ms: int | None, now_ms: int) -> list[str
         ("lease token", job.token),
         ("timeout", None if job.timeout_ms is None else span(job.timeout_ms / 1000)),
         ("content type", job.content_type),
-        ("unique key", None if job.unique_key is None else printable(job.unique_key)),
+        ("priority", str(job.priority) if job.priority else None),
+        ("expires", when(job.expires_at_ms)),
+        ("unique key", None if job.unique_key is None else printable(job.unique_key) + _window(job)),
+        ("debounce key", None if job.debounce_key is None else printable(job.debounce_key)),
+        ("schedule", None if job.schedule is None else printable(job.schedule)),
+        ("scheduled for", when(job.scheduled_at_ms)),
         ("traceparent", job.traceparent),
         ("batch", None if job.batch is None else printable(job.batch)),
         ("meta", printable(json.dumps(job.meta, ensure_ascii=False)) if job.meta else None),

@@ -85,7 +85,7 @@ class Job:
     jobcar changes after building it.
 
     Not a frozen dataclass, unlike the small records around it: the daemon builds one per leased job,
-    and a frozen one sets each of its 26 fields through `object.__setattr__`, three times the cost
+    and a frozen one sets each of its 27 fields through `object.__setattr__`, three times the cost
     (ADR 0006)."""
 
     id: str
@@ -117,6 +117,8 @@ class Job:
     priority: int = 0
     #: A job not started by then (ms, Redis time) is never run: it dies with the reason `expired`.
     expires_at_ms: int | None = None
+    #: The debounce key whose enqueues go into this job while it waits.
+    debounce_key: str | None = None
     #: The schedule that fired this job and the tick it fired for (ms), for a periodic job.
     schedule: str | None = None
     scheduled_at_ms: int | None = None
@@ -170,6 +172,7 @@ class Job:
             cancel_requested=get(b"cancel") == b"1",
             priority=_opt_int(get(b"priority")) or 0,
             expires_at_ms=_opt_int(get(b"expires_at")),
+            debounce_key=_opt_str(get(b"debounce")),
             schedule=_opt_str(get(b"schedule")),
             scheduled_at_ms=_opt_int(get(b"scheduled_at")),
         )

@@ -77,6 +77,11 @@ class QueueDriver:
         call = transitions.reap_call(self.keys, default_max_attempts=default_max_attempts, dead=self.dead_limits)
         return transitions.parse_reap(self.run(call)).moved
 
+    def now_ms(self) -> int:
+        """Redis time, which every script reads."""
+        seconds, micros = self.redis.time()
+        return int(seconds) * 1000 + int(micros) // 1000
+
     def job(self, job_id: str) -> Job | None:
         fields = self.redis.hgetall(self.keys.job(job_id))
         return replies.parse_job(job_id, self.keys.queue, fields) if fields else None

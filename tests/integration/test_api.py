@@ -258,6 +258,25 @@ async def test_a_caller_chosen_id_is_add_if_absent(api: Api) -> None:
     assert (job.status, job.body["payload"]) == (200, 1)
 
 
+async def test_priority_deadline_window_and_debounce_are_taken_and_shown(api: Api) -> None:
+    body = {"type": "t", "priority": 3, "expires_in": "1h", "unique_for": "1m", "unique_mode": "window"}
+    job = (await api.get((await api.enqueue(body)).body["id"])).body
+    assert (job["priority"], job["unique_mode"]) == (3, "window")
+    assert 3500 < time_of(job["expires_at"]) - time.time() <= 3600
+    at = (await api.enqueue({"type": "t", "expires_at": "2999-01-02T03:04:05Z"})).body["id"]
+    assert (await api.get(at)).body["expires_at"] == "2999-01-02T03:04:05.000Z"
+    stream = {"type": "t", "debounce": "10s", "debounce_key": "user-7", "debounce_max_wait": "1m"}
+    first = await api.enqueue({**stream, "payload": 1})
+    second = await api.enqueue({**stream, "payload": 2})
+    assert (first.status, first.body["state"]) == (201, "scheduled")
+    assert (second.status, second.body) == (200, {**first.body, "status": "debounced"})
+    waiting = (await api.get(first.body["id"])).body
+    assert (waiting["payload"], waiting["debounce_key"]) == (2, "user-7")
+    for bad in ({"priority": 10}, {"priority": True}, {"expires_at": "tomorrow"}, {"debounce": "soon"}):
+        reply = await api.enqueue({"type": "t", **bad})
+        assert reply.status == 400, (bad, reply.body)
+
+
 async def test_a_duplicate_unique_job_is_409_with_the_holder(api: Api) -> None:
     holder = await api.enqueue({"type": "sync.account", "payload": {"a": 1}, "unique_for": "1h", "unique_key": "k"})
     duplicate = await api.enqueue({"type": "sync.account", "payload": {"a": 2}, "unique_for": 60, "unique_key": "k"})

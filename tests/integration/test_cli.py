@@ -228,6 +228,22 @@ def test_enqueue_options_are_stored(config: Path, client: Client, capsys: pytest
     assert (job.max_attempts, job.timeout_ms) == (3, 90_000)
 
 
+def test_enqueue_priority_deadline_and_debounce(config: Path, client: Client) -> None:
+    first = cli("enqueue", "-c", str(config), "t.echo", "1", "--priority", "4", "--expires-in", "1h", "--debounce",
+                "30s", "--debounce-key", "k", "--debounce-max-wait", "2m")  # fmt: skip
+    assert first.returncode == 0, first
+    job = get(client, first.stdout.strip())
+    assert (job.priority, job.debounce_key, job.state) == (4, "k", State.SCHEDULED)
+    assert job.expires_at_ms is not None
+    second = cli("enqueue", "-c", str(config), "t.echo", "2", "--debounce", "30s", "--debounce-key", "k")
+    assert (second.returncode, second.stdout) == (0, first.stdout)
+    assert "debounced into waiting job" in second.stderr
+    assert get(client, job.id).payload == b"2"
+    refused = cli("enqueue", "-c", str(config), "t.echo", "--priority", "10")
+    assert refused.returncode == 2
+    assert "must be a whole number from 0 (first) to 9" in refused.stderr
+
+
 def test_enqueue_same_id_twice_is_not_an_error(config: Path, client: Client) -> None:
     first = cli("enqueue", "-c", str(config), "t.echo", '{"n": 1}', "--id", "order-17")
     assert (first.returncode, first.stdout, first.stderr) == (0, "order-17\n", "")

@@ -28,11 +28,6 @@ def promote_due(q: QueueDriver) -> None:
     wait_for(lambda: q.lease(count=0).next_due_ms is None, timeout=10, what="the scheduled jobs to be promoted")
 
 
-def redis_ms(q: QueueDriver) -> int:
-    seconds, micros = q.redis.time()
-    return int(seconds) * 1000 + int(micros) // 1000
-
-
 def token_of(q: QueueDriver, job_id: str) -> str:
     job = q.job(job_id)
     assert job is not None
@@ -96,7 +91,7 @@ def test_a_job_not_started_by_its_deadline_dies_expired_and_is_never_leased(q: Q
     late = q.enqueue(payload="late", expires_at=time.time() - 1).id
     soon = q.enqueue(payload="soon", expires_in=0.05).id
     fine = q.enqueue(payload="fine", expires_in=3600).id
-    wait_for(lambda: redis_ms(q) > q.job(soon).expires_at_ms, timeout=5)  # type: ignore[union-attr]
+    wait_for(lambda: q.now_ms() > q.job(soon).expires_at_ms, timeout=5)  # type: ignore[union-attr]
     result = q.lease()
     assert [j.job.id for j in result.jobs] == [fine]
     assert sorted(result.expired) == sorted([late, soon])
@@ -111,7 +106,7 @@ def test_a_job_not_started_by_its_deadline_dies_expired_and_is_never_leased(q: Q
 def test_a_deadline_counts_until_the_first_start_only(q: QueueDriver) -> None:
     job = q.enqueue(expires_in=0.2).id
     assert leased_ids(q) == [job]
-    wait_for(lambda: redis_ms(q) > q.job(job).expires_at_ms, timeout=5)  # type: ignore[union-attr]
+    wait_for(lambda: q.now_ms() > q.job(job).expires_at_ms, timeout=5)  # type: ignore[union-attr]
     assert q.retry(job, token_of(q, job), delay_ms=0) == 1
     assert leased_ids(q) == [job], "a job that started once is retried whatever the time"
 
@@ -164,7 +159,7 @@ def test_debounce_keeps_one_waiting_job_with_the_last_payload_and_a_later_run_ti
 def test_debounce_never_pushes_a_job_past_its_max_wait(q: QueueDriver) -> None:
     first = q.enqueue(payload=0, debounce=30, debounce_max_wait=30.5)
     created = q.job(first.id).created_ms  # type: ignore[union-attr]
-    wait_for(lambda: redis_ms(q) > created + 600, timeout=5)
+    wait_for(lambda: q.now_ms() > created + 600, timeout=5)
     pushed = q.enqueue(payload=1, debounce=30, debounce_max_wait=30.5)
     assert pushed.status is EnqueueStatus.DEBOUNCED
     assert q.job(first.id).run_at_ms == created + 30_500  # type: ignore[union-attr]
