@@ -136,6 +136,47 @@ def _duplicate_check(q: QueueDriver) -> None:
     assert q.redis.lrange(q.keys.pending, 0, -1).count(b"x") == 1
 
 
+def _orphan_priority(q: QueueDriver) -> tuple[str, str]:
+    enqueue_id(q, "p", priority=6)
+    q.redis.delete(q.keys.pending_lists[6])
+    return "orphan_hash", "p"
+
+
+def _orphan_priority_check(q: QueueDriver) -> None:
+    assert q.where("p") is State.PENDING
+    assert q.redis.lrange(q.keys.pending_lists[6], 0, -1) == [b"p"], "back in its own priority's list"
+
+
+def _duplicate_across_priorities(q: QueueDriver) -> tuple[str, str]:
+    enqueue_id(q, "x", priority=2)
+    q.redis.lpush(q.keys.pending_lists[8], "x")
+    return "duplicate_pending", "x"
+
+
+def _duplicate_across_check(q: QueueDriver) -> None:
+    assert q.sets_of("x") == [State.PENDING]
+    assert q.redis.lrange(q.keys.pending_lists[2], 0, -1) == [b"x"], "the entry leased first is kept"
+
+
+def _window_no_ttl(q: QueueDriver) -> tuple[str, str]:
+    enqueue_id(q, "w", unique_for=60, unique_key="k", unique_mode="window")
+    q.redis.persist(q.keys.window("k"))
+    return "unique_no_ttl", q.keys.window("k")
+
+
+def _window_ttl_check(q: QueueDriver) -> None:
+    assert 0 < q.redis.pttl(q.keys.window("k")) <= 86400 * 1000
+
+
+def _debounce_wrong_type(q: QueueDriver) -> tuple[str, str]:
+    q.redis.hset(q.keys.debounce("k"), "a", "b")
+    return "wrong_type", q.keys.debounce("k")
+
+
+def _debounce_gone(q: QueueDriver) -> None:
+    assert q.redis.exists(q.keys.debounce("k")) == 0
+
+
 def _unique_missing(q: QueueDriver) -> tuple[str, str]:
     q.redis.set(q.keys.unique("k"), "ghost", px=3_600_000)
     return "stale_unique", q.keys.unique("k")
@@ -196,6 +237,10 @@ CASES = {
     "done without ttl": Case(_done_without_ttl, _done_check),
     "state mismatch": Case(_state_mismatch, _settled(State.PENDING, "m")),
     "duplicate pending": Case(_duplicate_pending, _duplicate_check),
+    "orphan pending hash of a priority": Case(_orphan_priority, _orphan_priority_check),
+    "duplicate across priorities": Case(_duplicate_across_priorities, _duplicate_across_check),
+    "unique window without ttl": Case(_window_no_ttl, _window_ttl_check),
+    "debounce key of another type": Case(_debounce_wrong_type, _debounce_gone),
     "unique lock of a missing job": Case(_unique_missing, _unique_gone),
     "unique lock of a dead job": Case(_unique_finished, _unique_gone),
     "unique lock without ttl": Case(_unique_no_ttl, _unique_ttl_check),
@@ -240,11 +285,19 @@ def test_a_healthy_queue_in_every_state_has_no_findings(q: QueueDriver, run: Run
         enqueue_id(q, job_id)
     enqueue_id(q, "unique", unique_for=600, unique_key="k")
     done, retried, dead, _active, _unique = (leased.token for leased in q.lease(5).jobs)
+    # Jobs of other priorities, a unique window outliving its job, a debounced job waiting.
+    enqueue_id(q, "low", priority=9)
+    enqueue_id(q, "window", unique_for=600, unique_key="w", unique_mode="window")
+    (window,) = (leased.token for leased in q.lease(1).jobs)
+    assert q.ack("window", window) == 1
+    enqueue_id(q, "debounced", debounce=600)
     assert q.ack("done", done, retention_ms=60_000) == 1
     assert q.retry("retried", retried, delay_ms=3_600_000) == 1
     assert q.kill("dead", dead) == 1
     enqueue_id(q, "pending")
     enqueue_id(q, "later", delay=3600)
+    assert q.where("low") is State.PENDING
+    assert q.where("debounced") is State.SCHEDULED
     assert [q.where(i) for i in ("done", "retried", "dead", "active", "unique", "pending", "later")] == [
         State.DONE,
         State.SCHEDULED,

@@ -20,7 +20,8 @@ for _, list in ipairs(pending_lists(KEYS[1])) do
   end
 end
 if total < 2 then return 0 end
--- Keep the entry nearest the right end of the first list; drop every other one.
-redis.call('LREM', found[1], found[2] - 1, id)
+-- Keep the entry nearest the right end of the first list; drop every other one. (A count of 0 would make
+-- LREM remove them all.)
+if found[2] > 1 then redis.call('LREM', found[1], found[2] - 1, id) end
 for i = 3, #found, 2 do redis.call('LREM', found[i], 0, id) end
 return 1
