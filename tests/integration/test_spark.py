@@ -135,8 +135,9 @@ def _payloads(client: redis.Redis, namespace: str, ids: list[str]) -> list[dict[
 
 
 def _pending_ids(client: redis.Redis, namespace: str) -> list[str]:
-    members: list[bytes] = client.lrange(QueueKeys.of(namespace, "default").pending, 0, -1)  # type: ignore[assignment]
-    return [m.decode() for m in members]
+    """The pending ids of every priority."""
+    lists = QueueKeys.of(namespace, "default").pending_lists
+    return [m.decode() for key in lists for m in client.lrange(key, 0, -1)]  # type: ignore[union-attr]
 
 
 def test_executors_enqueue_with_jobcar_only_from_the_shipped_zip(
@@ -152,9 +153,11 @@ def test_executors_enqueue_with_jobcar_only_from_the_shipped_zip(
         redis_url=redis_server.url,
         namespace=namespace,
         batch_size=64,
+        options={"priority": 2, "expires_in": 3600},  # options the shipped zip's scripts must know
     )
     ids = _pending_ids(r, namespace)
     assert sorted(ids) == sorted(f"row-{n}" for n in range(rows))
+    assert r.llen(QueueKeys.of(namespace, "default").pending_lists[2]) == rows
     payloads = _payloads(r, namespace, ids)
     for p in payloads:
         shipped = os.path.join(p["root"], "jobcar.zip") + os.sep
