@@ -164,6 +164,8 @@ class Leaser:
         elif len(result.jobs) < count:
             # Empty (or emptied) for now: wait for a wake, or for the earliest scheduled job.
             queue.idle(result.next_due_ms)
+        if result.expired:
+            self.metrics.jobs_expired.labels(self.metrics.queue(queue.keys.queue)).inc(len(result.expired))
         for job_id in result.expired:
             log.info("job not started by its deadline; moved to the dead-letter queue",
                      extra={"queue": queue.keys.queue, "job_id": job_id})  # fmt: skip

@@ -178,6 +178,10 @@ class Metrics:
             "jobcar_leases_reaped", "Expired leases recovered by this daemon's reaper, by where the job went.",
             ["queue", "to"], registry=r,
         )  # fmt: skip
+        self.jobs_expired = Counter(
+            "jobcar_jobs_expired", "Jobs not started by their deadline: moved to the dead-letter queue by a lease.",
+            ["queue"], registry=r,
+        )  # fmt: skip
         self.redis_errors = Counter("jobcar_redis_errors", "Redis calls that failed or were refused.", registry=r)
         self.reloads = Counter("jobcar_config_reloads", "Config reloads (SIGHUP) by result.", ["result"], registry=r)
         self.queue_jobs = Gauge(
@@ -204,6 +208,7 @@ class Metrics:
             self.flow.queue(q)
             self.leases_renewed.labels(q)
             self.leases_lost.labels(q)
+            self.jobs_expired.labels(q)
             for to in ("pending", "dead"):
                 self.leases_reaped.labels(q, to)
             for t in types:

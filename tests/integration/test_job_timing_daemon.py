@@ -15,6 +15,7 @@ from jobcar.transitions import pause_call
 from tests.integration.conftest import StartDaemon
 from tests.integration.daemon_harness import HandlerServer, Received, handler_server, wait_state
 from tests.integration.driver import QueueDriver
+from tests.integration.test_operations import listen_url, scrape, value
 from tests.servers import wait_for
 
 
@@ -76,6 +77,7 @@ def test_expired_jobs_never_reach_the_handler(
         assert job.last_error.startswith("expired: not started by its deadline")
     wait_for(lambda: all(q.job(i) is None for i in lasting), timeout=20, what=f"the rest\n{daemon.log_tail()}")
     assert sorted(r["n"] for r in seen(handlers, "/work")) == [5, 6, 7, 8, 9]
+    assert value(scrape(listen_url(daemon)), "jobcar_jobs_expired_total", queue="default") == 5
 
 
 def test_a_steady_stream_of_debounced_enqueues_still_runs_every_max_wait(
