@@ -23,12 +23,15 @@ from typing import Any, Generic, TypeVar
 import redis
 import redis.asyncio
 
+from jobcar import schedule_store
 from jobcar.job import FINISHED, Job, JobInfo
 from jobcar.keys import DEFAULT_NAMESPACE, DEFAULT_QUEUE, QueueKeys, queues_key
 from jobcar.names import ID_PATTERN, check_name
 from jobcar.records import DEFAULT_MAX_PAYLOAD_BYTES, JobSpec, Payload, build_record, build_records
 from jobcar.redis_url import EMBEDDED_URL, is_sentinel_url
 from jobcar.replies import BATCH_FIELDS, decode_names, parse_batch, parse_job
+from jobcar.schedule_store import run_async, run_sync
+from jobcar.schedules import ScheduleState, make_spec
 from jobcar.scripts import Reply, ScriptCall
 from jobcar.sentinel import async_sentinel_client, replica_wait_of, sentinel_client
 from jobcar.transitions import EnqueueRecord, enqueue_calls, parse_enqueue
@@ -122,6 +125,12 @@ class _Producer:
     def batch_key(self, batch_id: str, queue: str) -> str:
         check_name("batch id", batch_id, ID_PATTERN)
         return QueueKeys.of(self.namespace, check_name("queue name", queue)).batch(batch_id)
+
+
+def _schedule_action(action: str) -> str:
+    if action not in ("pause", "resume", "remove"):
+        raise ValueError(f"a schedule can be paused, resumed or removed, not {action!r}")
+    return action
 
 
 def _check_not_both(url: str, cluster: bool) -> None:
@@ -283,6 +292,29 @@ class Client(_Shell[SyncRedis]):
                 return status
             time.sleep(deadline.next_sleep(status))
 
+    # -- schedules (docs/schedules.md): kept in Redis, fired by the daemons serving their queue --------
+
+    def upsert_schedule(self, name: str, **spec: Any) -> str:
+        """Create or change a periodic job: `type`, `payload`, `queue`, `cron` or `every`, `timezone`, `start`,
+        `end`, `limit`, `catchup`, `catchup_window`, `overlap`, and the job options max_attempts, timeout,
+        priority, expires_in, meta. Returns "created", "changed" or "unchanged"."""
+        built = make_spec(name, max_payload_bytes=self.max_payload_bytes, **spec)
+        return run_sync(self.redis, schedule_store.upsert(self.namespace, built, "api"))
+
+    def schedule(self, name: str) -> ScheduleState | None:
+        return run_sync(self.redis, schedule_store.get(self.namespace, name))
+
+    def schedules(self) -> list[ScheduleState]:
+        return run_sync(self.redis, schedule_store.every_schedule(self.namespace))
+
+    def change_schedule(self, name: str, action: str) -> int:
+        """`pause`, `resume` or `remove`: 1 changed, 0 already so, -1 no such schedule."""
+        return run_sync(self.redis, schedule_store.change(self.namespace, name, _schedule_action(action)))
+
+    def trigger_schedule(self, name: str) -> str | None:
+        """One job of the schedule now (its ticks unmoved): the job's id, or None for no such schedule."""
+        return run_sync(self.redis, schedule_store.trigger(self.namespace, name, self.max_payload_bytes))
+
     def close(self) -> None:
         self.redis.close()
 
@@ -373,6 +405,22 @@ class AsyncClient(_Shell[AsyncRedis]):
             if status.finished:
                 return status
             await asyncio.sleep(deadline.next_sleep(status))
+
+    async def upsert_schedule(self, name: str, **spec: Any) -> str:
+        built = make_spec(name, max_payload_bytes=self.max_payload_bytes, **spec)
+        return await run_async(self.redis, schedule_store.upsert(self.namespace, built, "api"))
+
+    async def schedule(self, name: str) -> ScheduleState | None:
+        return await run_async(self.redis, schedule_store.get(self.namespace, name))
+
+    async def schedules(self) -> list[ScheduleState]:
+        return await run_async(self.redis, schedule_store.every_schedule(self.namespace))
+
+    async def change_schedule(self, name: str, action: str) -> int:
+        return await run_async(self.redis, schedule_store.change(self.namespace, name, _schedule_action(action)))
+
+    async def trigger_schedule(self, name: str) -> str | None:
+        return await run_async(self.redis, schedule_store.trigger(self.namespace, name, self.max_payload_bytes))
 
     async def close(self) -> None:
         await self.redis.aclose()

@@ -58,6 +58,15 @@ class QueueKeys:
         """The id of the job a debounce key's enqueues go into while it waits."""
         return f"{self.prefix}debounce:{debounce_key}"
 
+    def schedule(self, name: str) -> str:
+        """A schedule's hash: its spec, its next and last tick, its counts (docs/schedules.md)."""
+        return f"{self.prefix}schedule:{name}"
+
+    @property
+    def schedules(self) -> str:
+        """The ZSET of the queue's schedules by their next tick (ms): what the daemons fire."""
+        return f"{self.prefix}schedules"
+
     def batch(self, batch_id: str) -> str:
         return f"{self.prefix}batch:{batch_id}"
 

@@ -1,0 +1,20 @@
+#!lua flags=no-writes
+-- schedules_due: the queue's schedules whose tick is due, by Redis time (read-only).
+--
+-- KEYS[1] schedules  ZSET  name -> next tick ms
+-- ARGV[1] prefix, ARGV[2] the most schedules to return
+-- Returns {now_ms, ms until the earliest tick not yet due (-1: none), {spec JSON, next tick}...}
+
+--- @include "now_ms"
+
+local now = now_ms()
+local due = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', now, 'LIMIT', 0, tonumber(ARGV[2]))
+local reply = {}
+for _, name in ipairs(due) do
+  local found = redis.pcall('HMGET', ARGV[1] .. 'schedule:' .. name, 'spec', 'next')
+  if not found.err and found[1] and found[2] and found[2] ~= '' then reply[#reply + 1] = found end
+end
+local later = redis.call('ZRANGEBYSCORE', KEYS[1], '(' .. now, '+inf', 'WITHSCORES', 'LIMIT', 0, 1)
+local next_in = -1
+if #later > 0 then next_in = tonumber(later[2]) - now end
+return {now, next_in, reply}
