@@ -29,6 +29,12 @@ def pytest_asyncio_loop_factories(config: pytest.Config, item: pytest.Item) -> M
     return {"asyncio": asyncio.new_event_loop}
 
 
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Soak tests first: xdist hands them out first, so a minutes-long test runs beside the rest of the suite
+    instead of after it."""
+    items.sort(key=lambda item: item.get_closest_marker("soak") is None)
+
+
 @pytest.fixture(autouse=True)
 def no_daemon_outlives_its_test() -> Iterator[None]:
     yield

@@ -39,10 +39,11 @@ from jobcar.config_types import (
     RedisSettings,
 )
 from jobcar.config_values import boolean, choice, duration, integer, optional_string, parse_int, size, string
-from jobcar.errors import JobcarError
+from jobcar.errors import InvalidJob, JobcarError
 from jobcar.listen import exposure_problem, parse_listen
 from jobcar.names import NAME_PATTERN, NAME_RULE, TYPE_PATTERN, TYPE_RULE
 from jobcar.redis_url import is_sentinel_url, redis_url_problem
+from jobcar.schedules import CATCHUP, OVERLAP, ScheduleSpec, make_spec
 from jobcar.yaml_reader import Converter, Invalid, KeyPath, Reader, is_null, line_col, syntax_error
 
 __all__ = ["KNOWN_KEYS", "ConfigError", "load_config", "parse_config"]
@@ -393,6 +394,63 @@ def _handlers(r: Reader, node: yaml.Node, path: KeyPath, defaults: Defaults) -> 
     return handlers
 
 
+def _text(r: Reader, node: yaml.Node, path: KeyPath) -> str:
+    return r.text(node, "text")
+
+
+def _positive(r: Reader, node: yaml.Node, path: KeyPath) -> int:
+    return parse_int(r.text(node, "a whole number"), 1)
+
+
+def _value(r: Reader, node: yaml.Node, path: KeyPath) -> Any:
+    """Any YAML value, as YAML means it (a schedule's payload: a mapping, a list, a number...)."""
+    return yaml.constructor.SafeConstructor().construct_object(node, deep=True)
+
+
+def _string_map(r: Reader, node: yaml.Node, path: KeyPath) -> dict[str, str]:
+    return {name: r.text(entry.value, "text") for name, entry in r.entries(node, path).items()}
+
+
+_SCHEDULE_FIELDS: Final[Mapping[str, Converter]] = {
+    "type": _text,
+    "payload": _value,
+    "queue": _name,
+    "cron": _text,
+    "every": _text,
+    "timezone": _text,
+    "start": _text,
+    "end": _text,
+    "limit": _positive,
+    "catchup": choice(CATCHUP),
+    "catchup_window": _text,
+    "overlap": choice(OVERLAP),
+    "max_attempts": _positive,
+    "timeout": _text,
+    "priority": integer(0),
+    "expires_in": _text,
+    "meta": _string_map,
+}
+
+
+def _schedules(r: Reader, node: yaml.Node, path: KeyPath) -> tuple[ScheduleSpec, ...]:
+    specs = []
+    for name, entry in r.entries(node, path, what="a mapping of schedule names to schedules").items():
+        where = (*path, name)
+        try:
+            values = r.fields(r.entries(entry.value, where, _SCHEDULE_FIELDS), where, _SCHEDULE_FIELDS)
+        except Invalid as exc:
+            r.error(entry.value, where, exc.message)
+            continue
+        if "type" not in values:
+            r.error(entry.value, where, "needs type: the job type each tick enqueues")
+            continue
+        try:
+            specs.append(make_spec(name, **values))
+        except InvalidJob as exc:
+            r.error(entry.value, where, str(exc))
+    return tuple(specs)
+
+
 _TOP_FIELDS: Final[Mapping[str, Converter]] = {
     "redis": _redis,
     "namespace": _name,
@@ -411,6 +469,7 @@ _TOP_FIELDS: Final[Mapping[str, Converter]] = {
     "max_payload_bytes": size(1),
     "defaults": _defaults,
     "dead_letter": _section(DeadLetter, _DEAD_LETTER_FIELDS),
+    "schedules": _schedules,
 }
 
 #: The keys the loader accepts in each part of the file (the JSON Schema in config/schema.json must match).
@@ -422,6 +481,7 @@ KNOWN_KEYS: Final[Mapping[str, tuple[str, ...]]] = {
     "dead_letter": tuple(_DEAD_LETTER_FIELDS),
     "http handler": tuple(_HTTP_FIELDS),
     "command handler": tuple(_COMMAND_FIELDS),
+    "schedule": tuple(_SCHEDULE_FIELDS),
 }
 
 
@@ -437,6 +497,10 @@ def _top_level(r: Reader, root: yaml.Node) -> dict[str, Any]:
         problem = exposure_problem(values["listen"], values.get("api_token"))
         if problem is not None:
             r.error(entries["listen"].value, ("listen",), problem.removeprefix(f"listen {values['listen']} "))
+    for spec in values.get("schedules", ()):
+        if spec.queue not in values.get("queues", {"default": 1}):
+            node = r.entries(entries["schedules"].value, ("schedules",))[spec.name].value
+            r.error(node, ("schedules", spec.name), f"queue {spec.queue!r} is not in queues: no daemon would fire it")
     if "handlers" in entries:
         # Handlers need the defaults, so they are read after every other key, wherever they stand in the file.
         node = entries["handlers"].value

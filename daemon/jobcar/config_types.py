@@ -9,6 +9,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from enum import StrEnum
 
+from jobcar.schedules import ScheduleSpec
+
 #: Variables of the daemon's own environment that every command handler receives.
 DEFAULT_ENV_ALLOW: tuple[str, ...] = ("PATH", "HOME", "LANG", "LC_ALL", "LC_CTYPE", "TZ", "TMPDIR", "USER")
 
@@ -121,3 +123,5 @@ class Config:
     defaults: Defaults = field(default_factory=Defaults)
     dead_letter: DeadLetter = field(default_factory=DeadLetter)
     handlers: dict[str, Handler] = field(default_factory=dict)
+    #: Periodic jobs: kept in Redis by every daemon of the fleet, fired by any (scheduler.py).
+    schedules: tuple[ScheduleSpec, ...] = ()

@@ -21,7 +21,7 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Final, TypeVar
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, generate_latest
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
 from prometheus_client.registry import Collector
 from prometheus_client.samples import Sample
@@ -36,6 +36,7 @@ OUTCOMES: Final = ("done", "retried", "dead", "canceled", "returned", "lease_los
 OTHER: Final = "other"
 STATS_CACHE_SECONDS: Final = 1.0
 DURATION_BUCKETS: Final = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300, 900, 3600)
+LATENESS_BUCKETS: Final = (0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 60, 300)
 WAIT_BUCKETS: Final = (0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 1, 5, 10, 60, 300, 900, 3600, 14400, 86400)
 _go_float: Callable[[float], str] = floatToGoString  # the `le` spelling of prometheus_client's Histogram
 
@@ -97,6 +98,17 @@ class JobSeries:
 
     duration: Distribution
     finished: dict[str, Tally]  # outcome -> its counter
+
+
+@dataclass(frozen=True, slots=True)
+class ScheduleSeries:
+    """The series of one schedule (prometheus_client's children: a schedule fires seldom)."""
+
+    fires: Counter
+    skipped: Counter
+    lateness: Histogram
+    last_fire: Gauge
+    next_fire: Gauge
 
 
 S = TypeVar("S", Tally, Distribution)
@@ -182,6 +194,25 @@ class Metrics:
             "jobcar_jobs_expired", "Jobs not started by their deadline: moved to the dead-letter queue by a lease.",
             ["queue"], registry=r,
         )  # fmt: skip
+        self.schedule_fires = Counter(
+            "jobcar_schedule_fires", "Ticks of a schedule this daemon fired (made the tick's job).", ["schedule"],
+            registry=r,
+        )  # fmt: skip
+        self.schedule_skips = Counter(
+            "jobcar_schedule_skips", "Ticks this daemon passed over: missed (catchup) or overlapping a running job.",
+            ["schedule"], registry=r,
+        )  # fmt: skip
+        self.schedule_lateness = Histogram(
+            "jobcar_schedule_lateness_seconds", "From a tick (Redis time) to its job being made.", ["schedule"],
+            buckets=LATENESS_BUCKETS, registry=r,
+        )  # fmt: skip
+        self.schedule_last_fire = Gauge(
+            "jobcar_schedule_last_fire_timestamp_seconds", "The last tick this daemon fired.", ["schedule"], registry=r
+        )
+        self.schedule_next_fire = Gauge(
+            "jobcar_schedule_next_fire_timestamp_seconds", "The tick the schedule waits at, as this daemon saw it.",
+            ["schedule"], registry=r,
+        )  # fmt: skip
         self.redis_errors = Counter("jobcar_redis_errors", "Redis calls that failed or were refused.", registry=r)
         self.reloads = Counter("jobcar_config_reloads", "Config reloads (SIGHUP) by result.", ["result"], registry=r)
         self.queue_jobs = Gauge(
@@ -220,6 +251,12 @@ class Metrics:
             self.queue_paused.labels(q)
         for result in ("ok", "failed"):
             self.reloads.labels(result)
+
+    def schedule(self, name: str) -> ScheduleSeries:
+        return ScheduleSeries(
+            self.schedule_fires.labels(name), self.schedule_skips.labels(name), self.schedule_lateness.labels(name),
+            self.schedule_last_fire.labels(name), self.schedule_next_fire.labels(name),
+        )  # fmt: skip
 
     def queue(self, name: str) -> str:
         return name if name in self.queues else OTHER

@@ -31,6 +31,7 @@ from jobcar.loops import forever, spawn
 from jobcar.metrics import Metrics
 from jobcar.reaper import Reaper
 from jobcar.redis_link import RedisLink, RedisUnavailable
+from jobcar.scheduler import Scheduler
 
 log = logging.getLogger("jobcar.runner")
 
@@ -61,6 +62,7 @@ class Runner:
                              self._draining, alive)  # fmt: skip
         self.heartbeat = Heartbeat(self.attempts, link, self.metrics, config.lease, alive)
         self.reaper = Reaper([q.keys for q in queues], link, self.metrics, config)
+        self.scheduler = Scheduler([q.keys for q in queues], link, self.metrics, config)
         link.reachability.on_recovery = self.leaser.redis_recovered
         self.apply(config, executors)
 
@@ -71,6 +73,7 @@ class Runner:
         self.attempts.apply(config, executors)
         self.leaser.apply(config)
         self.reaper.config = config
+        self.scheduler.apply(config)
         self._changed.set()
 
     @property
@@ -90,6 +93,7 @@ class Runner:
         spawn("heartbeat", forever("heartbeat", self.heartbeat.beat, reachability), self._tasks)
         spawn("reaper", forever("reaper", self.reaper.step, reachability), self._tasks)
         spawn("history", forever("history", self.history.step, reachability), self._tasks)
+        spawn("scheduler", forever("scheduler", self.scheduler.step, reachability), self._tasks)
         try:
             while not self._draining.is_set():
                 try:

@@ -170,7 +170,9 @@ async def test_environment_holds_job_metadata_and_only_allow_listed_variables(
         env_allow=("JOBCAR_TEST_ALLOWED",),
         cwd=str(tmp_path),
     )
-    outcome = await execute(handler, make_job(content_type="application/x-thing", traceparent=TRACEPARENT))
+    job = make_job(content_type="application/x-thing", traceparent=TRACEPARENT, schedule="nightly",
+                   scheduled_at_ms=1_700_000_000_000)  # fmt: skip
+    outcome = await execute(handler, job)
     assert outcome.kind is OutcomeKind.SUCCESS, outcome
     assert outcome.result is not None
     env, cwd, pgid, sid, pid = json.loads(outcome.result)
@@ -183,6 +185,7 @@ async def test_environment_holds_job_metadata_and_only_allow_listed_variables(
     assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z", env["JOBCAR_DEADLINE"])
     assert env["JOBCAR_CONTENT_TYPE"] == "application/x-thing"
     assert env["TRACEPARENT"] == TRACEPARENT
+    assert (env["JOBCAR_SCHEDULE"], env["JOBCAR_SCHEDULED_AT"]) == ("nightly", "2023-11-14T22:13:20.000Z")
     assert env["PATH"] == os.environ["PATH"]
     assert env["TZ"] == "Europe/Paris"
     assert env["JOBCAR_TEST_ALLOWED"] == "passed on"

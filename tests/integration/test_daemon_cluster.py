@@ -18,7 +18,7 @@ from jobcar import Client, State
 from tests.integration.daemon_harness import DaemonProcess, HandlerServer, handler_server, wait_gone, write_config
 from tests.integration.driver import QueueDriver
 from tests.integration.lease_probe import LeaseMonitor, wait_for_a_queued_lease
-from tests.servers import RedisServer
+from tests.servers import RedisServer, wait_for
 
 pytestmark = pytest.mark.cluster
 
@@ -90,3 +90,30 @@ def test_a_multi_queue_daemon_on_cluster_serves_every_queue_and_drains(
     late = client.enqueue("t", "after", queue="b").id
     assert drivers["b"].where(late) is State.PENDING
     assert len(handlers.requests_to("/jobs/t")) == 3, "one request per queue"
+
+
+def test_two_daemons_on_cluster_fire_each_tick_of_schedules_on_different_slots_once(
+    redis_cluster: list[RedisServer], cluster: redis.RedisCluster, handlers: HandlerServer,
+    namespace: str, tmp_path: Path,
+) -> None:  # fmt: skip
+    url = handlers.url("/jobs/t", lambda req: (200, {}, b"ok"))
+    queues = {"alpha": 1, "beta": 1, "gamma": 1}
+    schedules = {f"every-{q}": {"every": "1s", "type": "t", "queue": q} for q in queues}
+    assert len({cluster.keyslot(QueueDriver(cluster, namespace, q).keys.schedules) for q in queues}) == 3
+    daemons = [start(tmp_path, redis_cluster, namespace, url, queues=queues, schedules=schedules) for _ in range(2)]
+    try:
+        client = Client(cluster, namespace=namespace)
+
+        def fired() -> dict[str, int]:
+            return {name: state.fires for name in schedules if (state := client.schedule(name)) is not None}
+
+        wait_for(lambda: all(n >= 4 for n in fired().values()) and len(fired()) == 3, timeout=30, what="4 ticks each")
+    finally:
+        for daemon in daemons:
+            daemon.stop()
+    requests = handlers.requests_to("/jobs/t")
+    ids = [r.headers["jobcar-job-id"] for r in requests if r.headers["jobcar-attempt"] == "1"]
+    assert len(ids) == len(set(ids)), "a tick's job was made twice"
+    for name in schedules:
+        ticks = sorted(int(i.partition("@")[2]) for i in ids if i.startswith(f"{name}@"))
+        assert ticks == list(range(ticks[0], ticks[0] + 1000 * len(ticks), 1000)), (name, ticks)

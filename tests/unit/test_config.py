@@ -856,6 +856,7 @@ def _schema_sections(schema: dict[str, Any]) -> dict[str, dict[str, Any]]:
         "dead_letter": _resolve(schema, top["dead_letter"]),
         "http handler": http,
         "command handler": command,
+        "schedule": _resolve(schema, top["schedules"]["additionalProperties"]),
     }
     for handler in (http, command):
         assert _resolve(schema, handler["properties"]["backoff"]) is sections["backoff"]

@@ -29,7 +29,7 @@ from jobcar.executors.containment import ProcessTree
 from jobcar.executors.guardian import Guardian
 from jobcar.job import Job
 from jobcar.outcome import MAX_ERROR_CHARS, Outcome
-from jobcar.timestamps import rfc3339
+from jobcar.timestamps import rfc3339, rfc3339_ms
 
 __all__ = ["CommandExecutor"]
 
@@ -112,6 +112,9 @@ class CommandExecutor:
         )
         if job.traceparent:
             env["TRACEPARENT"] = job.traceparent
+        if job.scheduled_at_ms is not None:  # a periodic job: which schedule, and which of its ticks
+            env["JOBCAR_SCHEDULE"] = job.schedule or ""
+            env["JOBCAR_SCHEDULED_AT"] = rfc3339_ms(job.scheduled_at_ms) or ""
         return env
 
     async def run(self, job: Job, *, deadline: float, max_attempts: int) -> Outcome:

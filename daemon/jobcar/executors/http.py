@@ -33,7 +33,7 @@ from jobcar.executors.http_client import (
 )
 from jobcar.job import Job
 from jobcar.outcome import Outcome
-from jobcar.timestamps import rfc3339
+from jobcar.timestamps import rfc3339, rfc3339_ms
 
 __all__ = ["HttpExecutor", "sign", "verify_signature"]
 
@@ -149,7 +149,7 @@ class HttpExecutor:
 
     def _request_head(self, job: Job, *, deadline: float, max_attempts: int) -> bytes | None:
         """The request head for one job, or None when a job field would break out of its header."""
-        job_fields = job.content_type + job.id + job.type + job.queue + (job.traceparent or "")
+        job_fields = job.content_type + job.id + job.type + job.queue + (job.traceparent or "") + (job.schedule or "")
         if _UNSAFE_IN_HEADER.search(job_fields):
             return None
         head = (
@@ -159,6 +159,8 @@ class HttpExecutor:
             f"Jobcar-Enqueued-At: {rfc3339(job.created_ms / 1000)}\r\nJobcar-Deadline: {rfc3339(deadline)}\r\n"
         )
         head += f"traceparent: {job.traceparent}\r\n" if job.traceparent else self._default_traceparent
+        if job.scheduled_at_ms is not None:  # a periodic job: which schedule, and which of its ticks
+            head += f"Jobcar-Schedule: {job.schedule}\r\nJobcar-Scheduled-At: {rfc3339_ms(job.scheduled_at_ms)}\r\n"
         if self.handler.signing_secret:
             timestamp = int(time.time())
             signature = sign(self.handler.signing_secret, timestamp, job.payload)
@@ -171,7 +173,7 @@ class HttpExecutor:
             return Outcome.retry("timeout: the job's deadline passed before the request was sent")
         head = self._request_head(job, deadline=deadline, max_attempts=max_attempts)
         if head is None:
-            return Outcome.fail("the job's id, type, queue, content type or traceparent holds a line break")
+            return Outcome.fail("the job's id, type, queue, content type, traceparent or schedule holds a line break")
         # CancelledError is never caught here: the client drops the connection, so the handler sees
         # the client go away.
         try:

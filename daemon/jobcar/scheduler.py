@@ -1,0 +1,102 @@
+"""Periodic jobs: fire the due ticks of the schedules of the queues this daemon serves.
+
+Every daemon of the fleet does this, with no leader: each step is a compare-and-set in `schedule_fire`, so
+a tick another daemon fired already is found moved and skipped here (ADR 0012). A round reads each queue's
+due schedules in Redis time, plans their steps by their catch-up policy (`schedules.plan`), fires them, and
+sleeps until the earliest next tick, at most MAX_SLEEP (so a schedule created or changed elsewhere is seen).
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Final
+
+from jobcar import schedule_store
+from jobcar.config_types import Config
+from jobcar.keys import QueueKeys
+from jobcar.metrics import Metrics
+from jobcar.redis_link import RedisLink, RedisUnavailable
+from jobcar.schedules import DueSchedule, ScheduleSpec, due_call, fire_call, parse_due, parse_fire, plan
+
+log = logging.getLogger("jobcar.scheduler")
+
+#: The longest sleep between two rounds.
+MAX_SLEEP: Final = 1.0
+#: Slept past the earliest tick, which is due once Redis time reaches it.
+TICK_MARGIN: Final = 0.002
+
+
+class Scheduler:
+    def __init__(self, queues: list[QueueKeys], link: RedisLink, metrics: Metrics, config: Config) -> None:
+        self.queues = queues
+        self.link = link
+        self.metrics = metrics
+        self.apply(config)
+        self._sleep = 0.0
+
+    def apply(self, config: Config) -> None:
+        """Take a (re)loaded config: its schedules are written to Redis before the next round."""
+        self.config = config
+        self._unsynced: tuple[ScheduleSpec, ...] | None = config.schedules
+
+    async def step(self) -> None:
+        await self.link.reachability.pause(self._sleep)
+        if self._unsynced is not None:
+            await self.sync(self._unsynced)
+        self._sleep = await self.round()
+
+    async def sync(self, specs: tuple[ScheduleSpec, ...]) -> None:
+        """Make Redis hold the config's schedules (schedule_store.sync_config); an unchanged one keeps its
+        next tick, so a restart neither fires a tick twice nor skips one."""
+        namespace, client = self.config.namespace, self.link.client
+        done = await self.link.call(
+            lambda: schedule_store.run_async(client, schedule_store.sync_config(namespace, specs))
+        )
+        if self._unsynced is specs:
+            self._unsynced = None
+        for name, what in sorted(done.items()):
+            if what != "unchanged":
+                log.info("schedule %s from the config", what, extra={"schedule": name})
+
+    async def round(self) -> float:
+        """Fire every due tick of every served queue; the seconds until the next round."""
+        try:
+            replies = await self.link.scripts([due_call(keys) for keys in self.queues], each_its_own=True)
+        except RedisUnavailable:
+            self._sleep = 0.0  # at once when Redis answers again: ticks came due meanwhile
+            raise
+        sleep = MAX_SLEEP
+        for keys, reply in zip(self.queues, replies, strict=True):
+            if isinstance(reply, Exception):
+                continue  # a refusal, logged by the link: the other queues' schedules fire
+            due = parse_due(reply)
+            for schedule in due.schedules:
+                await self._fire(keys, schedule, due.now_ms)
+            if due.next_in_ms is not None:
+                sleep = min(sleep, due.next_in_ms / 1000 + TICK_MARGIN)
+        return sleep
+
+    async def _fire(self, keys: QueueKeys, due: DueSchedule, now_ms: int) -> None:
+        spec = due.spec
+        series = self.metrics.schedule(spec.name)
+        for step in plan(spec, due.next_ms, now_ms):
+            (reply,) = await self.link.scripts([fire_call(keys, spec, step, self.config.max_payload_bytes)])
+            fired = parse_fire(reply)
+            if fired.outcome in ("moved", "paused", "missing", "early"):
+                return  # another daemon took the step, or the schedule changed: the next round reads it again
+            if step.skipped:
+                series.skipped.inc(step.skipped)
+                log.info("schedule passed over %d tick(s) (catchup %s)", step.skipped, spec.catchup,
+                         extra={"queue": keys.queue, "schedule": spec.name})  # fmt: skip
+            if fired.outcome == "overlap":
+                series.skipped.inc()
+                log.info("schedule tick skipped: its last job is still running (overlap skip)",
+                         extra={"queue": keys.queue, "schedule": spec.name})  # fmt: skip
+            elif fired.outcome == "fired" and step.fire_ms is not None:
+                series.fires.inc()
+                series.lateness.observe(max(0, fired.now_ms - step.fire_ms) / 1000)
+                series.last_fire.set(step.fire_ms / 1000)
+                log.debug("schedule fired", extra={"queue": keys.queue, "schedule": spec.name,
+                                                   "job_id": fired.job_id})  # fmt: skip
+            if step.next_ms is not None:
+                series.next_fire.set(step.next_ms / 1000)
