@@ -11,6 +11,7 @@
                            ?wait=30s: answer once it is done or dead, or after 30 s; header Jobcar-Wait says which)
     DELETE /v1/jobs/{id}   200 canceled or cancel_requested | 404 | 409 already finished, or in several queues
     POST   /v1/drain       202 {"status": "draining"}: a graceful drain, for a preStop hook
+    /v1/schedules...       periodic jobs: api_schedules.py
 
 Every error is JSON {"error": "..."}. Redis refusing a write (OOM under noeviction, a replica...) or unreachable
 is a 503, and the enqueue script was refused whole: nothing is half-written. With `api_token`
@@ -41,6 +42,7 @@ from aiohttp import hdrs, web
 from redis import exceptions as redis_errors
 
 from jobcar.admin import Admin, AmbiguousJob, JobNotFound, job_document
+from jobcar.api_schedules import add_schedule_routes
 from jobcar.browser_guard import cross_site_problem, host_problem
 from jobcar.client import AsyncClient
 from jobcar.config_types import Config
@@ -120,6 +122,7 @@ def build_app(context: ApiContext) -> web.Application:
     app.router.add_get("/v1/jobs/{id:.+}", _get_job)  # `.+`: an id may hold a slash (docs/protocol.md)
     app.router.add_delete("/v1/jobs/{id:.+}", _cancel)
     app.router.add_post("/v1/drain", _drain)
+    add_schedule_routes(app, lambda request: request.app[CONTEXT].client, _not_json)
     return app
 
 

@@ -25,7 +25,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any, Final
 
-from jobcar import __version__
+from jobcar import __version__, cli_schedules
 from jobcar.cli_health import cmd_health, health_arguments
 from jobcar.cli_ops import (
     cancel_arguments,
@@ -413,6 +413,29 @@ COMMANDS: Final[tuple[Command, ...]] = (
         (
             Command("pause", "stop leasing jobs from a queue (enqueues go on)", cmd_queue_pause, queue_arguments),
             Command("resume", "lease jobs from a paused queue again", cmd_queue_resume, queue_arguments),
+        ),
+    ),
+    _group(
+        "schedules",
+        "periodic jobs, fired once per tick by the fleet",
+        (
+            Command(
+                "list",
+                "every schedule with its next and last tick",
+                cli_schedules.cmd_list,
+                cli_schedules.list_arguments,
+            ),
+            Command("show", "one schedule in full", cli_schedules.cmd_show, cli_schedules.name_arguments),
+            Command("set", "create or change a schedule", cli_schedules.cmd_set, cli_schedules.set_arguments),
+            Command("pause", "fire no tick until resumed", cli_schedules.cmd_pause, cli_schedules.name_arguments),
+            Command("resume", "fire again from the next tick", cli_schedules.cmd_resume, cli_schedules.name_arguments),
+            Command(
+                "trigger",
+                "enqueue one job of the schedule now",
+                cli_schedules.cmd_trigger,
+                cli_schedules.name_arguments,
+            ),
+            Command("remove", "delete a schedule", cli_schedules.cmd_remove, cli_schedules.name_arguments),
         ),
     ),
     Command("cancel", "cancel a waiting job, or stop a running one", cmd_cancel, cancel_arguments),

@@ -277,6 +277,49 @@ async def test_priority_deadline_window_and_debounce_are_taken_and_shown(api: Ap
         assert reply.status == 400, (bad, reply.body)
 
 
+async def test_schedules_are_created_read_paused_triggered_and_removed(api: Api) -> None:
+    spec = {"type": "report.build", "cron": "0 3 * * *", "timezone": "Europe/Berlin", "payload": {"r": 1},
+            "catchup": "all", "priority": 4}  # fmt: skip
+    created = await api.call("PUT", "/v1/schedules/nightly", json=spec)
+    assert (created.status, created.body) == (200, {"name": "nightly", "result": "created"})
+    again = await api.call("PUT", "/v1/schedules/nightly", json=spec)
+    assert again.body["result"] == "unchanged"
+    shown = (await api.call("GET", "/v1/schedules/nightly")).body
+    assert (shown["cron"], shown["timezone"], shown["payload"], shown["options"]) == (
+        "0 3 * * *", "Europe/Berlin", {"r": 1}, {"priority": 4},
+    )  # fmt: skip
+    assert shown["next_tick"].endswith(("T01:00:00.000Z", "T02:00:00.000Z"))  # 03:00 in Berlin, CET or CEST
+    listed = (await api.call("GET", "/v1/schedules")).body["schedules"]
+    assert [s["name"] for s in listed] == ["nightly"]
+    paused = await api.call("POST", "/v1/schedules/nightly/pause")
+    assert paused.body == {"name": "nightly", "changed": True}
+    triggered = (await api.call("POST", "/v1/schedules/nightly/trigger")).body
+    job = (await api.get(triggered["job_id"])).body
+    assert (job["schedule"], job["payload"], job["priority"]) == ("nightly", {"r": 1}, 4)
+    assert job["scheduled_at"] is not None
+    resumed = await api.call("POST", "/v1/schedules/nightly/resume")
+    assert resumed.body == {"name": "nightly", "changed": True}
+    removed = await api.call("DELETE", "/v1/schedules/nightly")
+    assert removed.body == {"name": "nightly", "changed": True}
+    gone = [("GET", ""), ("DELETE", ""), ("POST", "/trigger"), ("POST", "/pause")]
+    for method, path in ((method, "/v1/schedules/nightly" + tail) for method, tail in gone):
+        missing = await api.call(method, path)
+        assert (missing.status, missing.body) == (404, {"error": "no such schedule"}), (method, path)
+    bad_specs: list[tuple[dict[str, Any], str]] = [
+        ({"type": "t"}, "give cron"),
+        ({"type": "t", "every": "1m", "at": 1}, "unknown field(s): at"),
+        ({"every": "1m"}, "type is required"),
+        ({"type": "t", "cron": "99 * * * *"}, "cron"),
+    ]
+    for bad, message in bad_specs:
+        refused = await api.call("PUT", "/v1/schedules/bad", json=bad)
+        assert refused.status == 400, bad
+        assert message in refused.body["error"]
+    not_json = await api.call("PUT", "/v1/schedules/bad", data=b"{}", headers={"Content-Type": "text/plain"})
+    assert not_json.status == 415
+    assert (await api.call("GET", "/v1/schedules/nightly", anon=True)).status == 401
+
+
 async def test_a_duplicate_unique_job_is_409_with_the_holder(api: Api) -> None:
     holder = await api.enqueue({"type": "sync.account", "payload": {"a": 1}, "unique_for": "1h", "unique_key": "k"})
     duplicate = await api.enqueue({"type": "sync.account", "payload": {"a": 2}, "unique_for": 60, "unique_key": "k"})

@@ -244,6 +244,32 @@ def test_enqueue_priority_deadline_and_debounce(config: Path, client: Client) ->
     assert "must be a whole number from 0 (first) to 9" in refused.stderr
 
 
+def test_schedules_from_the_command_line(config: Path, client: Client) -> None:
+    def run(*args: str) -> subprocess.CompletedProcess[str]:
+        return cli("schedules", *args, "-c", str(config))
+
+    made = run("set", "backup", "--type", "t.echo", "--every", "1h", "--payload", '{"full": true}', "--json")
+    assert (made.returncode, json.loads(made.stdout)) == (0, {"name": "backup", "result": "created"}), made
+    listed = run("list")
+    assert listed.returncode == 0, listed
+    assert "backup" in listed.stdout
+    assert "every 3600s" in listed.stdout
+    shown = json.loads(run("show", "backup", "--json").stdout)
+    assert (shown["payload"], shown["every_seconds"], shown["origin"]) == ({"full": True}, 3600, "api")
+    assert run("pause", "backup").stdout == "schedule backup paused\n"
+    assert run("pause", "backup").stdout == "schedule backup already paused\n"
+    job_id = run("trigger", "backup").stdout.strip()
+    job = get(client, job_id)
+    assert (job.schedule, job.payload) == ("backup", b'{"full":true}')
+    assert run("resume", "backup").stdout == "schedule backup resumed\n"
+    assert run("remove", "backup").stdout == "schedule backup removed\n"
+    gone = run("show", "backup")
+    assert (gone.returncode, gone.stderr.strip()) == (1, "jobcar: no schedule named 'backup'")
+    bad = run("set", "x", "--type", "t", "--cron", "99 * * * *")
+    assert bad.returncode == 2
+    assert "cron '99 * * * *'" in bad.stderr
+
+
 def test_enqueue_same_id_twice_is_not_an_error(config: Path, client: Client) -> None:
     first = cli("enqueue", "-c", str(config), "t.echo", '{"n": 1}', "--id", "order-17")
     assert (first.returncode, first.stdout, first.stderr) == (0, "order-17\n", "")
