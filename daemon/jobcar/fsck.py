@@ -15,7 +15,7 @@ Repairs touch only keys of the queue's hash tag, so each script stays in one Clu
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Final
 
@@ -52,6 +52,8 @@ class Kind:
     UNIQUE_NO_TTL: Final = "unique_no_ttl"  # a unique lock that never expires
     DEAD_OVER_LIMIT: Final = "dead_over_limit"  # the dead set beyond max_jobs or max_age
     WRONG_TYPE: Final = "wrong_type"  # a key holding another Redis type than jobcar writes there
+    SCHEDULE_MISSING: Final = "schedule_missing"  # a name in the schedules ZSET without its hash
+    SCHEDULE_UNINDEXED: Final = "schedule_unindexed"  # a live schedule whose next tick the ZSET lacks
 
 
 @dataclass(frozen=True, slots=True)
@@ -76,12 +78,46 @@ class Finding:
         }
 
 
+async def _check_schedules(
+    client: AsyncRedis, keys: QueueKeys, zset_usable: bool, found: Callable[..., Awaitable[None]]
+) -> None:
+    """Every schedule neither paused nor finished is in the ZSET at its next tick (else no daemon fires it),
+    and every name there has a hash."""
+    indexed: dict[str, int] = {}
+    if zset_usable:
+        read = client.pipeline(transaction=False)
+        read.zrange(keys.schedules, 0, -1, withscores=True)
+        (members,) = await read.execute()
+        indexed = {as_text(member): int(score) for member, score in members}
+    prefix = keys.schedule("")
+    names = [key[len(prefix) :] for key in await _scan(client, keys.all_schedules())]
+    pipe = client.pipeline(transaction=False)
+    for name in names:
+        pipe.hmget(keys.schedule(name), "next", "paused")
+    replies = await pipe.execute(raise_on_error=False)
+    live: dict[str, int | None] = {}
+    for name, reply in zip(names, replies, strict=True):
+        if isinstance(reply, ResponseError):
+            (kind,) = await _types(client, [keys.schedule(name)])
+            await found(Kind.WRONG_TYPE, keys.schedule(name), f"schedule holds a {kind}, not a hash", "", kind, "hash")
+            continue
+        waits_at, paused = (None if v is None else as_text(v) for v in reply)
+        live[name] = int(waits_at) if waits_at and paused != "1" else None
+    for name, score in sorted(indexed.items()):
+        if name not in live:
+            await found(Kind.SCHEDULE_MISSING, name, "in the schedules ZSET without a schedule hash", score)
+    for name, next_tick in sorted(live.items()):
+        if next_tick is not None and indexed.get(name) != next_tick:
+            await found(Kind.SCHEDULE_UNINDEXED, name, f"waits at tick {next_tick} but the ZSET says "
+                        f"{indexed.get(name, 'nothing')}: no daemon would fire it then", next_tick)  # fmt: skip
+
+
 # -- repairs --------------------------------------------------------------------------------------
 
 
 async def _repair(client: AsyncRedis, keys: QueueKeys, kind: str, *args: str | int) -> int:
     """Run `lua/repair/<kind>.lua`: 1 (or a count) when it repaired, 0 when the condition was gone."""
-    script_keys = (keys.pending, keys.scheduled, keys.active, keys.dead, keys.wake)
+    script_keys = (keys.pending, keys.scheduled, keys.active, keys.dead, keys.wake, keys.schedules)
     (reply,) = await execute_async(client, [call(f"repair/{kind}", script_keys, (keys.prefix, *args))])
     return as_int(reply)
 
@@ -151,6 +187,7 @@ def _set_types(keys: QueueKeys) -> dict[str, tuple[str, str]]:
         State.ACTIVE.value: (keys.active, "zset"),
         State.DEAD.value: (keys.dead, "zset"),
         "wake": (keys.wake, "list"),
+        "schedules": (keys.schedules, "zset"),
     }
 
 
@@ -315,6 +352,8 @@ async def check_queue(
                 await found(Kind.WRONG_TYPE, key, f"holds a {kind}, not a string", "", kind, "string")
             elif int(pttl) == -1:
                 await found(Kind.UNIQUE_NO_TTL, key, "held without a TTL", REPAIR_TTL_MS)
+
+    await _check_schedules(client, keys, "schedules" in usable, found)
 
     # Batch counters: only their type can be wrong (a batch key of another type counts nothing).
     batches = await _scan(client, keys.all_batches())

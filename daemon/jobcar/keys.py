@@ -94,6 +94,10 @@ class QueueKeys:
         """A SCAN pattern matching every debounce key of the queue."""
         return _glob_escape(self.debounce("")) + "*"
 
+    def all_schedules(self) -> str:
+        """A SCAN pattern matching every schedule hash of the queue."""
+        return _glob_escape(self.schedule("")) + "*"
+
     def all_batches(self) -> str:
         """A SCAN pattern matching every batch's counters of the queue."""
         return _glob_escape(self.batch("")) + "*"

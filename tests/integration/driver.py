@@ -113,6 +113,18 @@ class QueueDriver:
         assert sets == [job.state], f"{job_id}: hash says {job.state}, sets say {sets}"
         return job.state
 
-    def snapshot(self) -> dict[bytes, bytes]:
-        """Every key of the queue, DUMPed: to prove a rejected call changed nothing."""
-        return {k: self.redis.dump(k) for k in self.redis.scan_iter(match=self.keys.prefix + "*")}  # type: ignore[misc]
+    def snapshot(self) -> dict[bytes, object]:
+        """Every key of the queue with its type, content and whether it expires: to prove a rejected call
+        changed nothing. (Not DUMP: a large hash's DUMP follows its dict's order, which a read may rehash.)"""
+        read = {
+            b"string": self.redis.get,
+            b"hash": lambda k: sorted(self.redis.hgetall(k).items()),
+            b"list": lambda k: self.redis.lrange(k, 0, -1),
+            b"zset": lambda k: self.redis.zrange(k, 0, -1, withscores=True),
+            b"set": lambda k: sorted(self.redis.smembers(k)),
+        }
+        snapshot: dict[bytes, object] = {}
+        for key in self.redis.scan_iter(match=self.keys.prefix + "*"):
+            kind = self.redis.type(key)
+            snapshot[key] = (kind, read[kind](key), self.redis.pttl(key) > 0)
+        return snapshot

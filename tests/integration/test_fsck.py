@@ -177,6 +177,27 @@ def _debounce_gone(q: QueueDriver) -> None:
     assert q.redis.exists(q.keys.debounce("k")) == 0
 
 
+def _schedule_missing(q: QueueDriver) -> tuple[str, str]:
+    q.redis.zadd(q.keys.schedules, {"ghost": 1000})
+    return "schedule_missing", "ghost"
+
+
+def _schedule_missing_check(q: QueueDriver) -> None:
+    assert q.redis.zscore(q.keys.schedules, "ghost") is None
+
+
+def _schedule_unindexed(q: QueueDriver) -> tuple[str, str]:
+    q.producer.upsert_schedule("hourly", type="t", every="1h")
+    q.redis.zrem(q.keys.schedules, "hourly")
+    return "schedule_unindexed", "hourly"
+
+
+def _schedule_indexed_again(q: QueueDriver) -> None:
+    state = q.producer.schedule("hourly")
+    assert state is not None
+    assert q.redis.zscore(q.keys.schedules, "hourly") == state.next_ms
+
+
 def _unique_missing(q: QueueDriver) -> tuple[str, str]:
     q.redis.set(q.keys.unique("k"), "ghost", px=3_600_000)
     return "stale_unique", q.keys.unique("k")
@@ -241,6 +262,8 @@ CASES = {
     "duplicate across priorities": Case(_duplicate_across_priorities, _duplicate_across_check),
     "unique window without ttl": Case(_window_no_ttl, _window_ttl_check),
     "debounce key of another type": Case(_debounce_wrong_type, _debounce_gone),
+    "schedule in the ZSET without a hash": Case(_schedule_missing, _schedule_missing_check),
+    "schedule missing from the ZSET": Case(_schedule_unindexed, _schedule_indexed_again),
     "unique lock of a missing job": Case(_unique_missing, _unique_gone),
     "unique lock of a dead job": Case(_unique_finished, _unique_gone),
     "unique lock without ttl": Case(_unique_no_ttl, _unique_ttl_check),
@@ -291,6 +314,9 @@ def test_a_healthy_queue_in_every_state_has_no_findings(q: QueueDriver, run: Run
     (window,) = (leased.token for leased in q.lease(1).jobs)
     assert q.ack("window", window) == 1
     enqueue_id(q, "debounced", debounce=600)
+    q.producer.upsert_schedule("live", type="t", every="1h")
+    q.producer.upsert_schedule("paused", type="t", every="1h")
+    q.producer.change_schedule("paused", "pause")
     assert q.ack("done", done, retention_ms=60_000) == 1
     assert q.retry("retried", retried, delay_ms=3_600_000) == 1
     assert q.kill("dead", dead) == 1
