@@ -20,8 +20,9 @@ from jobcar.schedules import DueSchedule, ScheduleSpec, due_call, fire_call, par
 
 log = logging.getLogger("jobcar.scheduler")
 
-#: The longest sleep between two rounds.
-MAX_SLEEP: Final = 1.0
+#: The longest sleep between two rounds: how soon a schedule created or changed elsewhere is seen when no
+#: tick of the queue's schedules comes sooner (one read per queue and round: an idle daemon's cost).
+MAX_SLEEP: Final = 5.0
 #: Slept past the earliest tick, which is due once Redis time reaches it.
 TICK_MARGIN: Final = 0.002
 
@@ -70,20 +71,29 @@ class Scheduler:
             if isinstance(reply, Exception):
                 continue  # a refusal, logged by the link: the other queues' schedules fire
             due = parse_due(reply)
+            waits = [] if due.next_in_ms is None else [due.next_in_ms]
             for schedule in due.schedules:
-                await self._fire(keys, schedule, due.now_ms)
-            if due.next_in_ms is not None:
-                sleep = min(sleep, due.next_in_ms / 1000 + TICK_MARGIN)
+                # The schedules just fired wait at their next tick, which the read did not see.
+                next_ms = await self._fire(keys, schedule, due.now_ms)
+                if next_ms is not None:
+                    waits.append(next_ms - due.now_ms)
+            if waits:
+                sleep = min(sleep, max(0, min(waits)) / 1000 + TICK_MARGIN)
         return sleep
 
-    async def _fire(self, keys: QueueKeys, due: DueSchedule, now_ms: int) -> None:
+    async def _fire(self, keys: QueueKeys, due: DueSchedule, now_ms: int) -> int | None:
+        """Take the schedule's steps; the tick it then waits at (None: none left, or someone else moved it
+        and the next round reads where to)."""
         spec = due.spec
         series = self.metrics.schedule(spec.name)
-        for step in plan(spec, due.next_ms, now_ms):
+        steps = plan(spec, due.next_ms, now_ms)
+        for step in steps:
             (reply,) = await self.link.scripts([fire_call(keys, spec, step, self.config.max_payload_bytes)])
             fired = parse_fire(reply)
             if fired.outcome in ("moved", "paused", "missing", "early"):
-                return  # another daemon took the step, or the schedule changed: the next round reads it again
+                # Another daemon took the step, or the schedule changed: the next round reads it again, by
+                # the tick the step would have moved to (every daemon computes the same), or at once.
+                return steps[-1].next_ms if fired.outcome == "moved" else now_ms
             if step.skipped:
                 series.skipped.inc(step.skipped)
                 log.info("schedule passed over %d tick(s) (catchup %s)", step.skipped, spec.catchup,
@@ -100,3 +110,4 @@ class Scheduler:
                                                    "job_id": fired.job_id})  # fmt: skip
             if step.next_ms is not None:
                 series.next_fire.set(step.next_ms / 1000)
+        return steps[-1].next_ms if steps else None
