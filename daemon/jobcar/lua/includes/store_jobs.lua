@@ -7,17 +7,19 @@
 -- Storing new jobs, shared by enqueue and the scripts that create jobs of their own (a schedule's fire).
 -- A record is ARGV values back to back:
 --   id, type, payload, run_at_ms ("0": none), delay_ms ("0": none), unique_key ("": none),
---   unique_ttl_ms, n, then n field/value pairs of optional fields (OPTIONAL below)
+--   unique_ttl_ms, n, then n field/value pairs of optional fields (optional_fields below)
 -- `parse_records(first)` checks every record from ARGV[first] to the end and returns them, or an error
 -- reply; `refuse_wrong_types` and `store_jobs` then write them. A script calls all three before any write
 -- of its own: a script that fails half-way keeps the writes it already made.
 
--- Optional fields: true for those stored in the job hash as given; the others are read here.
-local OPTIONAL = {content_type = true, max_attempts = true, timeout = true, traceparent = true, meta = true,
-  batch = true, priority = true, expires_at = true, expires_in = false, unique_mode = false,
-  debounce_key = false, debounce_ms = false, debounce_max_ms = false}
-local POSITIVE = {max_attempts = true, timeout = true, expires_at = true, expires_in = true, debounce_ms = true,
-  debounce_max_ms = true}
+-- Optional field -> how it is handled: "store" (kept in the job hash as given) or "read" (read here),
+-- with "+" when it must be a positive number. Built only for a record that has optional fields: a script's
+-- whole body runs on every call, and most records have none.
+local function optional_fields()
+  return {content_type = 'store', max_attempts = 'store+', timeout = 'store+', traceparent = 'store',
+    meta = 'store', batch = 'store', priority = 'store', expires_at = 'store+', expires_in = 'read+',
+    unique_mode = 'read', debounce_key = 'read', debounce_ms = 'read+', debounce_max_ms = 'read+'}
+end
 -- A debounced job's key outlives its run time by this much, so a job promoted late is still found.
 local DEBOUNCE_LOCK_MARGIN_MS = 600000
 
@@ -25,10 +27,11 @@ local function malformed(i, what)
   return redis.error_reply('ERR jobcar enqueue: ' .. what .. ' at ARGV[' .. i .. ']')
 end
 
--- Each record as a table: at (its first ARGV index), fields (name, value... to store), priority,
+-- Each record as a table: at (its first ARGV index), fields (name, value... to store; only when given), priority,
 -- expires_in, window (the unique key is held for its whole TTL), debounce_key, debounce_ms, debounce_max_ms.
 local function parse_records(first)
   local records = {}
+  local kinds = nil
   local i = first
   while i <= #ARGV do
     local nextra = tonumber(ARGV[i + 7])
@@ -39,13 +42,18 @@ local function parse_records(first)
     if ARGV[i + 5] ~= '' and not ((tonumber(ARGV[i + 6]) or 0) > 0) then
       return malformed(i, 'a unique key needs a positive unique_ttl_ms')
     end
-    local record = {at = i, fields = {}}
+    local record = {at = i}
+    if nextra > 0 then
+      kinds = kinds or optional_fields()
+      record.fields = {}
+    end
     for f = i + 8, i + 7 + 2 * nextra, 2 do
       local name, value = ARGV[f], ARGV[f + 1]
-      if OPTIONAL[name] == nil then
+      local kind = kinds[name]
+      if not kind then
         return redis.error_reply('ERR jobcar enqueue: unknown job field "' .. name .. '"')
       end
-      if POSITIVE[name] and not ((tonumber(value) or 0) >= 1) then
+      if kind:sub(-1) == '+' and not ((tonumber(value) or 0) >= 1) then
         return redis.error_reply('ERR jobcar enqueue: ' .. name .. ' must be a positive number')
       end
       if name == 'meta' and not pcall(cjson.decode, value) then
@@ -57,7 +65,7 @@ local function parse_records(first)
       if name == 'unique_mode' and value ~= 'until_done' and value ~= 'window' then
         return redis.error_reply('ERR jobcar enqueue: unique_mode must be until_done or window')
       end
-      if OPTIONAL[name] then
+      if kind:sub(1, 5) == 'store' then
         record.fields[#record.fields + 1] = name
         record.fields[#record.fields + 1] = value
       end
@@ -128,7 +136,7 @@ local function debounce_into_waiting(prefix, record, now, scheduled, lock)
   local until_ms = tonumber(found[3])
   if until_ms and run_at > until_ms then run_at = until_ms end
   local content_type = nil
-  for f = 1, #record.fields, 2 do
+  for f = 1, #(record.fields or {}), 2 do
     if record.fields[f] == 'content_type' then content_type = record.fields[f + 1] end
   end
   redis.call('HSET', holder_key, 'payload', ARGV[record.at + 2], 'run_at', run_at)
@@ -182,7 +190,7 @@ local function store_jobs(prefix, records, now, pending, scheduled, wake_key)
       local state = 'pending'
       if run_at > now then state = 'scheduled' end
       redis.call('HSET', job_key, 'type', job_type, 'payload', payload, 'state', state, 'created', now)
-      if #record.fields > 0 then redis.call('HSET', job_key, unpack(record.fields)) end
+      if record.fields and #record.fields > 0 then redis.call('HSET', job_key, unpack(record.fields)) end
       if record.expires_in then redis.call('HSET', job_key, 'expires_at', now + record.expires_in) end
       if record.debounce_key then
         redis.call('HSET', job_key, 'debounce', record.debounce_key)
@@ -207,7 +215,8 @@ local function store_jobs(prefix, records, now, pending, scheduled, wake_key)
           runnable[list] = {}
           lists[#lists + 1] = list
         end
-        table.insert(runnable[list], id)
+        local ids = runnable[list]
+        ids[#ids + 1] = id
       end
       if record.batch then add_to_batch(prefix, record.batch, 'total', 1) end
       replies[#replies + 1] = state
