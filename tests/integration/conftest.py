@@ -14,7 +14,7 @@ import pytest
 import redis
 
 from jobcar import Client
-from tests.integration.daemon_harness import DaemonProcess
+from tests.integration.daemon_harness import DaemonProcess, HandlerServer, handler_server
 from tests.integration.daemon_harness import write_config as write_daemon_config
 from tests.integration.driver import QueueDriver
 from tests.integration.test_cli import write_config
@@ -76,3 +76,10 @@ def pids_file(tmp_path: Path) -> Iterator[Path]:
             for kill in (os.killpg, os.kill):
                 with contextlib.suppress(ProcessLookupError, PermissionError):
                     kill(int(pid), signal.SIGKILL)
+
+
+@pytest.fixture
+def handlers() -> Iterator[HandlerServer]:
+    """A real HTTP handler on loopback (daemon_harness.HandlerServer) for the test's daemons to call."""
+    with handler_server() as server:
+        yield server

@@ -204,6 +204,11 @@ class HandlerServer:
             return [r for r in self.received if r.path == path]
 
 
+def answer_ok(req: Received) -> tuple[int, dict[str, str], bytes]:
+    """A route that answers every job 200 "ok"."""
+    return 200, {}, b"ok"
+
+
 @contextmanager
 def handler_server() -> Iterator[HandlerServer]:
     server = HandlerServer()

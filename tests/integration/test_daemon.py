@@ -5,10 +5,8 @@ from __future__ import annotations
 import tempfile
 import threading
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
-import pytest
 import redis
 
 from jobcar import Client, State, transitions
@@ -18,7 +16,6 @@ from tests.integration.daemon_harness import (
     DaemonProcess,
     HandlerServer,
     Received,
-    handler_server,
     wait_gone,
     wait_state,
     write_config,
@@ -26,12 +23,6 @@ from tests.integration.daemon_harness import (
 from tests.integration.driver import QueueDriver
 from tests.integration.lease_probe import LeaseMonitor, queued_behind_waits, wait_for_a_queued_lease
 from tests.servers import RedisServer, wait_for
-
-
-@pytest.fixture
-def handlers() -> Iterator[HandlerServer]:
-    with handler_server() as server:
-        yield server
 
 
 def ok(req: Received) -> tuple[int, dict[str, str], bytes]:

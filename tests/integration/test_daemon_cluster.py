@@ -15,7 +15,7 @@ import pytest
 import redis
 
 from jobcar import Client, State
-from tests.integration.daemon_harness import DaemonProcess, HandlerServer, handler_server, wait_gone, write_config
+from tests.integration.daemon_harness import DaemonProcess, HandlerServer, wait_gone, write_config
 from tests.integration.driver import QueueDriver
 from tests.integration.lease_probe import LeaseMonitor, wait_for_a_queued_lease
 from tests.servers import RedisServer, wait_for
@@ -28,12 +28,6 @@ def cluster(redis_cluster: list[RedisServer]) -> Iterator[redis.RedisCluster]:
     client = redis.RedisCluster(host="127.0.0.1", port=redis_cluster[0].port)
     yield client
     client.close()
-
-
-@pytest.fixture
-def handlers() -> Iterator[HandlerServer]:
-    with handler_server() as server:
-        yield server
 
 
 def start(tmp_path: Path, nodes: list[RedisServer], namespace: str, url: str, **top: object) -> DaemonProcess:

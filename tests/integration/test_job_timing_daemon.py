@@ -6,27 +6,14 @@ import json
 import random
 import threading
 import time
-from collections.abc import Iterator
-
-import pytest
 
 from jobcar import State
 from jobcar.transitions import pause_call
 from tests.integration.conftest import StartDaemon
-from tests.integration.daemon_harness import HandlerServer, Received, handler_server, wait_state
+from tests.integration.daemon_harness import HandlerServer, answer_ok, wait_state
 from tests.integration.driver import QueueDriver
 from tests.integration.test_operations import listen_url, scrape, value
 from tests.servers import wait_for
-
-
-@pytest.fixture
-def handlers() -> Iterator[HandlerServer]:
-    with handler_server() as server:
-        yield server
-
-
-def ok(req: Received) -> tuple[int, dict[str, str], bytes]:
-    return 200, {}, b"ok"
 
 
 def seen(handlers: HandlerServer, path: str) -> list[dict[str, int]]:
@@ -49,7 +36,7 @@ def test_concurrent_producers_jobs_run_in_priority_order_fifo_within_each(
         thread.start()
     for thread in threads:
         thread.join()
-    daemon = start_daemon({"work": {"url": handlers.url("/work", ok)}}, concurrency=1)
+    daemon = start_daemon({"work": {"url": handlers.url("/work", answer_ok)}}, concurrency=1)
     q.run(pause_call(q.keys, False))
     wait_for(lambda: len(handlers.requests_to("/work")) == 60, timeout=30, what=f"60 runs\n{daemon.log_tail()}")
     runs = seen(handlers, "/work")
@@ -68,7 +55,7 @@ def test_expired_jobs_never_reach_the_handler(
     lasting = [q.enqueue("work", {"n": n}, expires_in=600).id for n in range(5, 10)]
     deadline = max(q.job(i).expires_at_ms for i in expiring)  # type: ignore[union-attr]
     wait_for(lambda: q.now_ms() > deadline, timeout=10, what="the deadlines to pass")
-    daemon = start_daemon({"work": {"url": handlers.url("/work", ok)}})
+    daemon = start_daemon({"work": {"url": handlers.url("/work", answer_ok)}})
     q.run(pause_call(q.keys, False))
     for job_id in expiring:
         job = wait_state(q, job_id, State.DEAD, daemon)
@@ -83,7 +70,7 @@ def test_expired_jobs_never_reach_the_handler(
 def test_a_steady_stream_of_debounced_enqueues_still_runs_every_max_wait(
     start_daemon: StartDaemon, handlers: HandlerServer, q: QueueDriver
 ) -> None:
-    start_daemon({"refresh": {"url": handlers.url("/refresh", ok)}})
+    start_daemon({"refresh": {"url": handlers.url("/refresh", answer_ok)}})
     # An enqueue every 50 ms, far inside the 1 s quiet period: debounce alone would never let it run.
     n = 0
     end = time.monotonic() + 3.0

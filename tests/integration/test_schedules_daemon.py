@@ -9,7 +9,6 @@ import json
 import random
 import signal
 import time
-from collections.abc import Iterator
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -17,19 +16,15 @@ from typing import Any
 import pytest
 
 from jobcar.client import Client
-from tests.integration.daemon_harness import DaemonProcess, HandlerServer, Received, handler_server, write_config
+from tests.integration.daemon_harness import (
+    DaemonProcess,
+    HandlerServer,
+    Received,
+    answer_ok,
+    write_config,
+)
 from tests.integration.driver import QueueDriver
 from tests.servers import RedisServer, wait_for
-
-
-@pytest.fixture
-def handlers() -> Iterator[HandlerServer]:
-    with handler_server() as server:
-        yield server
-
-
-def ok(req: Received) -> tuple[int, dict[str, str], bytes]:
-    return 200, {}, b"ok"
 
 
 def tick_of(req: Received) -> int:
@@ -52,7 +47,7 @@ def schedule_config(
 def test_three_daemons_killed_and_restarted_for_two_minutes_fire_every_tick_once(
     redis_server: RedisServer, namespace: str, tmp_path: Path, handlers: HandlerServer
 ) -> None:
-    url = handlers.url("/tick", ok)
+    url = handlers.url("/tick", answer_ok)
     config = schedule_config(tmp_path, redis_server, namespace, url, {"beat": {"every": "1s", "type": "tick"}})
     daemons = [DaemonProcess(config).start() for _ in range(3)]
     picks = random.Random(18)
@@ -96,7 +91,7 @@ def test_three_daemons_killed_and_restarted_for_two_minutes_fire_every_tick_once
 def test_after_the_whole_fleet_was_down_none_latest_and_all_do_as_documented(
     redis_server: RedisServer, namespace: str, tmp_path: Path, handlers: HandlerServer
 ) -> None:
-    paths = {policy: handlers.url(f"/{policy}", ok) for policy in ("none", "latest", "all")}
+    paths = {policy: handlers.url(f"/{policy}", answer_ok) for policy in ("none", "latest", "all")}
     schedules = {policy: {"every": "1s", "type": policy, "catchup": policy, "catchup_window": "1h"}
                  for policy in paths}  # fmt: skip
     config = write_config(tmp_path, redis_server.url, namespace, {p: {"url": u} for p, u in paths.items()},
@@ -152,7 +147,7 @@ def test_overlap_skip_never_runs_two_at_once(
 def test_a_schedule_changed_then_removed_while_daemons_run(
     redis_server: RedisServer, namespace: str, tmp_path: Path, handlers: HandlerServer
 ) -> None:
-    url = handlers.url("/tick", ok)
+    url = handlers.url("/tick", answer_ok)
     config = write_config(tmp_path, redis_server.url, namespace, {"tick": {"url": url}})
     daemons = [DaemonProcess(config).start() for _ in range(2)]
     with redis_server.client() as r:

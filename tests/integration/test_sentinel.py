@@ -13,7 +13,6 @@ import json
 import signal
 import threading
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -26,16 +25,10 @@ from jobcar.client import AsyncClient
 from jobcar.keys import QueueKeys
 from jobcar.spark import _PartitionWriter
 from jobcar.transport import NotReplicated
-from tests.integration.daemon_harness import DaemonProcess, HandlerServer, handler_server, write_config
+from tests.integration.daemon_harness import DaemonProcess, HandlerServer, write_config
 from tests.servers import SentinelGroup, wait_for
 
 TYPE = "t.sentinel"
-
-
-@pytest.fixture
-def handlers() -> Iterator[HandlerServer]:
-    with handler_server() as server:
-        yield server
 
 
 def config_file(tmp_path: Path, url: str, namespace: str, **redis_settings: object) -> Path:
