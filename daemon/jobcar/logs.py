@@ -13,7 +13,7 @@ from typing import Final, TextIO
 
 from jobcar.timestamps import rfc3339
 
-FIELDS: Final = ("queue", "job_id", "type", "attempt", "duration_s", "outcome", "status")
+FIELDS: Final = ("queue", "job_id", "type", "attempt", "duration_s", "outcome", "status", "schedule")
 
 
 class JsonFormatter(logging.Formatter):
