@@ -314,14 +314,16 @@ class Admin:
         return [as_text(m) for m in await self.redis.zrange(sets[state], start, start + count - 1)]
 
     async def _pending_ids(self, keys: QueueKeys, start: int, count: int) -> list[str]:
-        """Pending ids `start` to `start + count` in lease order: by priority, each list from its right end."""
+        """Pending ids `start` to `start + count` in lease order: the jobs a limit let go, then by priority,
+        each list from its right end."""
+        lists = (keys.released, *keys.pending_lists[:-1])
         pipe = self.redis.pipeline(transaction=False)
-        for key in keys.pending_lists:
+        for key in lists:
             pipe.llen(key)
         # A list of another type (fsck reports it) counts as empty.
         lengths = [n if isinstance(n, int) else 0 for n in await pipe.execute(raise_on_error=False)]
         ids: list[str] = []
-        for key, length in zip(keys.pending_lists, lengths, strict=True):
+        for key, length in zip(lists, lengths, strict=True):
             if start >= length:
                 start -= length
                 continue
@@ -371,6 +373,7 @@ def job_document(job: Job, lease_deadline_ms: int | None = None) -> dict[str, An
         "batch": job.batch, "meta": job.meta, "priority": job.priority,
         "expires_at": rfc3339_ms(job.expires_at_ms), "debounce_key": job.debounce_key,
         "schedule": job.schedule, "scheduled_at": rfc3339_ms(job.scheduled_at_ms),
+        "key": job.limit_key, "held_for": job.held_for,
         "errors": [{"attempt": e.attempt, "at": rfc3339_ms(e.at_ms), "error": e.error} for e in job.errors],
     }  # fmt: skip
     try:

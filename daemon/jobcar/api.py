@@ -70,7 +70,7 @@ SHUTDOWN_TIMEOUT: Final = 5.0  # for in-flight requests when the listener is cle
 
 #: Request fields passed on to AsyncClient.enqueue as they are ("id" as job_id): the client validates them.
 _PLAIN: Final = ("queue", "id", "unique_key", "traceparent", "batch", "meta", "max_attempts", "priority", "unique_mode",
-                  "debounce_key")  # fmt: skip
+                  "debounce_key", "key")  # fmt: skip
 _DURATIONS: Final = ("delay", "unique_for", "timeout", "expires_in", "debounce", "debounce_max_wait")
 _MOMENTS: Final = ("run_at", "expires_at")
 JOB_FIELDS: Final = frozenset({"type", "payload", "payload_base64", "content_type", *_MOMENTS, *_PLAIN, *_DURATIONS})

@@ -268,6 +268,7 @@ def _enqueue_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--debounce-max-wait", type=duration, metavar="DURATION", help="run by then however many enqueues come"
     )
+    parser.add_argument("--key", metavar="K", help="the job's key for its type's per-key limits (a tenant, ...)")
     parser.add_argument("--timeout", type=duration, metavar="DURATION", help="the handler's timeout for this job")
     parser.add_argument(
         "--content-type", metavar="T", help="send the payload bytes as they are, with this Content-Type"
@@ -343,7 +344,7 @@ def cmd_enqueue(args: argparse.Namespace) -> int:
             "job_id": args.job_id, "timeout": args.timeout, "content_type": content_type,
             "priority": args.priority, "expires_in": args.expires_in, "expires_at": args.expires_at,
             "unique_mode": args.unique_mode, "debounce": args.debounce, "debounce_key": args.debounce_key,
-            "debounce_max_wait": args.debounce_max_wait,
+            "debounce_max_wait": args.debounce_max_wait, "key": args.key,
         }  # fmt: skip
         info = asyncio.run(enqueue(payload, options))
     except PayloadTooLarge as exc:

@@ -85,22 +85,22 @@ def cmd_stats(args: argparse.Namespace) -> int:
         print_json(
             [
                 {"queue": s.queue, "pending": s.pending, "scheduled": s.scheduled, "active": s.active,
-                 "dead": s.dead, "paused": s.paused, "latency_seconds": s.latency_s,
+                 "held": s.held, "dead": s.dead, "paused": s.paused, "latency_seconds": s.latency_s,
                  "processed_last_minute": m["done"] + m["failed"], "failed_last_minute": m["failed"],
                  "processed_last_hour": h["done"] + h["failed"], "failed_last_hour": h["failed"]}
                 for s, (m, h) in zip(stats, counts, strict=True)
             ]
         )  # fmt: skip
         return EX_OK
-    header = ("QUEUE", "PENDING", "SCHEDULED", "ACTIVE", "DEAD", "PAUSED", "LATENCY", "DONE/1M", "FAILED/1M",
+    header = ("QUEUE", "PENDING", "SCHEDULED", "ACTIVE", "HELD", "DEAD", "PAUSED", "LATENCY", "DONE/1M", "FAILED/1M",
               "DONE/1H", "FAILED/1H")  # fmt: skip
     rows = [
-        (s.queue, str(s.pending), str(s.scheduled), str(s.active), str(s.dead), "yes" if s.paused else "no",
-         "-" if s.oldest_ready_ms is None else span(s.latency_s), str(m["done"]), str(m["failed"]),
-         str(h["done"]), str(h["failed"]))
+        (s.queue, str(s.pending), str(s.scheduled), str(s.active), str(s.held), str(s.dead),
+         "yes" if s.paused else "no", "-" if s.oldest_ready_ms is None else span(s.latency_s),
+         str(m["done"]), str(m["failed"]), str(h["done"]), str(h["failed"]))
         for s, (m, h) in zip(stats, counts, strict=True)
     ]  # fmt: skip
-    print("\n".join(table(header, rows, numeric={1, 2, 3, 4, 6, 7, 8, 9, 10})))
+    print("\n".join(table(header, rows, numeric={1, 2, 3, 4, 5, 7, 8, 9, 10, 11})))
     return EX_OK
 
 
@@ -210,6 +210,8 @@ def _job_lines(job: Job, lease_deadline_ms: int | None, now_ms: int) -> list[str
         ("expires", when(job.expires_at_ms)),
         ("unique key", None if job.unique_key is None else printable(job.unique_key) + _window(job)),
         ("debounce key", None if job.debounce_key is None else printable(job.debounce_key)),
+        ("key", None if job.limit_key is None else printable(job.limit_key)),
+        ("held for", None if job.held_for is None else "a slot of limit group " + printable(job.held_for)),
         ("schedule", None if job.schedule is None else printable(job.schedule)),
         ("scheduled for", when(job.scheduled_at_ms)),
         ("traceparent", job.traceparent),

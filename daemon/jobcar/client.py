@@ -226,7 +226,8 @@ class Client(_Shell[SyncRedis]):
 
     def enqueue(self, type: str, payload: Payload = None, **options: Any) -> JobInfo:
         """Enqueue one job. Options: queue, delay, run_at, max_attempts, unique_for, unique_key, job_id,
-        timeout, content_type, traceparent, meta, batch (see the README and docs/protocol.md).
+        timeout, content_type, traceparent, meta, batch, priority, expires_in, expires_at, unique_mode,
+        debounce, debounce_key, debounce_max_wait, key (see the README and docs/protocol.md).
 
         With `job_id`, enqueue is add-if-absent: when that id exists, nothing is written and the
         existing job is returned with status EXISTS. With `unique_for`, a job whose unique key is

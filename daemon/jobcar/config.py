@@ -36,6 +36,7 @@ from jobcar.config_types import (
     Defaults,
     Handler,
     HttpHandler,
+    Limits,
     RedisSettings,
 )
 from jobcar.config_values import boolean, choice, duration, integer, optional_string, parse_int, size, string
@@ -324,9 +325,41 @@ _DEAD_LETTER_FIELDS: Final[Mapping[str, Converter]] = {
     "max_age": duration(0.0, exclusive=True),
 }
 
+#: Where a per-key limit reads a job's key: the producer's key=, a meta entry or a payload field.
+_LIMIT_KEY: Final = re.compile(r"key|meta\.[A-Za-z0-9_.:-]{1,100}|payload\.[A-Za-z0-9_-]{1,100}")
+
+
+def _limit_key(r: Reader, node: yaml.Node, path: KeyPath) -> str:
+    text = r.text(node, "a key source")
+    if not _LIMIT_KEY.fullmatch(text):
+        raise Invalid(f"must be key (the producer's key=), meta.<name> or payload.<field>, not {text!r}")
+    return text
+
+
+_LIMITS_FIELDS: Final[Mapping[str, Converter]] = {
+    "concurrency": integer(1),
+    "per_key": integer(1),
+    "key": _limit_key,
+}
+
+
+def _limits(r: Reader, node: yaml.Node, path: KeyPath) -> Limits:
+    reported = len(r.problems)
+    values = r.fields(r.entries(node, path, _LIMITS_FIELDS), path, _LIMITS_FIELDS)
+    if len(r.problems) > reported:
+        return Limits()  # the config is rejected anyway; a missing value was reported as wrong, not absent
+    if "concurrency" not in values and "per_key" not in values:
+        raise Invalid("needs concurrency (fleet-wide, for the type) or per_key (fleet-wide, for each key), or both")
+    if "key" in values and "per_key" not in values:
+        raise Invalid("has key but no per_key: the key only matters for a per-key limit")
+    limits: Limits = Limits(**values)
+    return limits
+
+
 _HANDLER_FIELDS: Final[Mapping[str, Converter]] = {
     **_DEFAULTS_FIELDS,
     "concurrency": integer(1, optional=True),
+    "limits": _limits,
 }
 _HTTP_FIELDS: Final[Mapping[str, Converter]] = {
     "url": _url,
@@ -482,6 +515,7 @@ KNOWN_KEYS: Final[Mapping[str, tuple[str, ...]]] = {
     "http handler": tuple(_HTTP_FIELDS),
     "command handler": tuple(_COMMAND_FIELDS),
     "schedule": tuple(_SCHEDULE_FIELDS),
+    "limits": tuple(_LIMITS_FIELDS),
 }
 
 

@@ -6,6 +6,7 @@ rest of the daemon never parses "30s" or "1MiB".
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, field
 from enum import StrEnum
 
@@ -41,6 +42,19 @@ class Defaults:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class Limits:
+    """A job type's concurrency limits across every daemon of the namespace, held in Redis (ADR 0014)."""
+
+    #: At most this many jobs of the type run at once, fleet-wide.
+    concurrency: int | None = None
+    #: At most this many jobs of one key run at once, fleet-wide.
+    per_key: int | None = None
+    #: Where a job's key comes from: "key" (the producer's `key=`), "meta.<name>" or "payload.<name>" (a
+    #: top-level field of a JSON object payload).
+    key: str = "key"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class HandlerBase:
     type: str
     timeout: float
@@ -49,6 +63,8 @@ class HandlerBase:
     max_retry_after: float
     #: At most this many jobs of this type run at once in this daemon (None: only the global limit).
     concurrency: int | None = None
+    #: Fleet-wide limits, enforced in Redis by the lease (None: none).
+    limits: Limits | None = None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -125,3 +141,20 @@ class Config:
     handlers: dict[str, Handler] = field(default_factory=dict)
     #: Periodic jobs: kept in Redis by every daemon of the fleet, fired by any (scheduler.py).
     schedules: tuple[ScheduleSpec, ...] = ()
+
+
+def limit_rules(config: Config) -> str:
+    """The handlers' fleet-wide limits as the lease and reap scripts take them: a JSON object type -> rule
+    ("{}" for none, which the scripts pass over at no cost)."""
+    rules: dict[str, dict[str, object]] = {}
+    for job_type, handler in config.handlers.items():
+        if handler.limits is None:
+            continue
+        rule: dict[str, object] = {}
+        if handler.limits.concurrency is not None:
+            rule["total"] = handler.limits.concurrency
+        if handler.limits.per_key is not None:
+            rule["per_key"] = handler.limits.per_key
+            rule["key"] = handler.limits.key
+        rules[job_type] = rule
+    return json.dumps(rules, separators=(",", ":"), sort_keys=True)

@@ -54,6 +54,7 @@ class Kind:
     WRONG_TYPE: Final = "wrong_type"  # a key holding another Redis type than jobcar writes there
     SCHEDULE_MISSING: Final = "schedule_missing"  # a name in the schedules ZSET without its hash
     SCHEDULE_UNINDEXED: Final = "schedule_unindexed"  # a live schedule whose next tick the ZSET lacks
+    LEAKED_SLOT: Final = "leaked_slot"  # a concurrency slot held for a job that is not active
 
 
 @dataclass(frozen=True, slots=True)
@@ -213,6 +214,28 @@ async def _read_sets(
     }
 
 
+async def _members(client: AsyncRedis, key: str) -> set[bytes | str]:
+    """A SET's members; a key of another type reads as empty (the scripts pass over it the same way)."""
+    try:
+        members: set[bytes | str] = await client.smembers(key)
+    except ResponseError:
+        return set()
+    return members
+
+
+async def _limit_groups(client: AsyncRedis, keys: QueueKeys) -> list[str]:
+    return sorted(as_text(m) for m in await _members(client, keys.limit_groups))
+
+
+async def _held_ids(client: AsyncRedis, keys: QueueKeys, groups: list[str]) -> list[str]:
+    """The ids in the held lists of `groups`; a list of another type reads as empty."""
+    pipe = client.pipeline(transaction=False)
+    for group in groups:
+        pipe.lrange(keys.held(group), 0, -1)
+    replies = await pipe.execute(raise_on_error=False)
+    return [as_text(m) for reply in replies if not isinstance(reply, ResponseError) for m in reply]
+
+
 async def _redis_now_ms(client: AsyncRedis) -> int:
     pipe = client.pipeline(transaction=False)
     pipe.execute_command("TIME")
@@ -265,6 +288,13 @@ async def check_queue(
     for name, members in zsets.items():
         for job_id, _ in members:
             sets.setdefault(job_id, []).append(name)
+    # A held list may keep ids whose hash moved on (the lease drops them when it reaches them): only the
+    # held hashes found in their group's list count as listed.
+    groups = await _limit_groups(client, keys)
+    for job_id in await _held_ids(client, keys, groups):
+        job = hashes.get(job_id)
+        if job is not None and job.state == State.HELD.value and State.HELD.value not in sets.get(job_id, []):
+            sets.setdefault(job_id, []).append(State.HELD.value)
 
     # Ids in the sets: several sets, no hash, duplicates in pending, a state that disagrees.
     for job_id in sorted(sets):
@@ -300,7 +330,7 @@ async def check_queue(
             await found(Kind.ACTIVE_WITHOUT_LEASE, job_id, "active without a lease token")
 
     # Hashes in no set.
-    runnable = {s.value for s in STORED_IN_SETS}
+    runnable = {s.value for s in (*STORED_IN_SETS, State.HELD)}
     for job_id, job in sorted(hashes.items()):
         if job_id in sets:
             continue
@@ -354,6 +384,14 @@ async def check_queue(
                 await found(Kind.UNIQUE_NO_TTL, key, "held without a TTL", REPAIR_TTL_MS)
 
     await _check_schedules(client, keys, "schedules" in usable, found)
+
+    # Concurrency slots: each held for an active job (the reaper gives back the others too, ADR 0014).
+    for group in groups:
+        for job_id in sorted(as_text(m) for m in await _members(client, keys.running(group))):
+            job = hashes.get(job_id)
+            if job is None or job.state != State.ACTIVE.value:
+                what = "has no job hash" if job is None else f"is {job.state or 'in no state'}"
+                await found(Kind.LEAKED_SLOT, job_id, f"holds a slot of limit group {group} but {what}", group)
 
     # Batch counters: only their type can be wrong (a batch key of another type counts nothing).
     batches = await _scan(client, keys.all_batches())

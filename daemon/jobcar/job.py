@@ -24,6 +24,7 @@ class State(StrEnum):
     DEAD = "dead"
     DONE = "done"  # only seen while a finished job's result is retained
     CANCELED = "canceled"  # only seen in replies: a canceled job is deleted
+    HELD = "held"  # over a concurrency limit: waits in its limit group's list until a slot is free
 
 
 #: States a job ends in while its hash is kept: a waiter stops at these (a job that succeeds without a kept
@@ -85,7 +86,7 @@ class Job:
     jobcar changes after building it.
 
     Not a frozen dataclass, unlike the small records around it: the daemon builds one per leased job,
-    and a frozen one sets each of its 27 fields through `object.__setattr__`, three times the cost
+    and a frozen one sets each of its 29 fields through `object.__setattr__`, three times the cost
     (ADR 0006)."""
 
     id: str
@@ -122,6 +123,10 @@ class Job:
     #: The schedule that fired this job and the tick it fired for (ms), for a periodic job.
     schedule: str | None = None
     scheduled_at_ms: int | None = None
+    #: The producer's key for its type's per-key limits (`key=`).
+    limit_key: str | None = None
+    #: While held: the limit group it waits for ("<type>" or "<type>#<key>").
+    held_for: str | None = None
 
     @property
     def last_error(self) -> str | None:
@@ -175,6 +180,8 @@ class Job:
             debounce_key=_opt_str(get(b"debounce")),
             schedule=_opt_str(get(b"schedule")),
             scheduled_at_ms=_opt_int(get(b"scheduled_at")),
+            limit_key=_opt_str(get(b"key")),
+            held_for=_opt_str(get(b"held")) if get(b"state") == b"held" else None,
         )
 
 

@@ -41,8 +41,14 @@ class QueueKeys:
 
     @property
     def pending_lists(self) -> tuple[str, ...]:
-        """The pending lists in lease order: `pending` holds priority 0 (the default), `pending:<p>` 1 to 9."""
-        return (self.pending, *(f"{self.pending}:{p}" for p in range(1, MAX_PRIORITY + 1)))
+        """The pending lists: `pending` holds priority 0 (the default), `pending:<p>` 1 to 9, and
+        `pending:released` the jobs a concurrency limit held and let go, which the lease takes first."""
+        return (self.pending, *(f"{self.pending}:{p}" for p in range(1, MAX_PRIORITY + 1)), self.released)
+
+    @property
+    def released(self) -> str:
+        """The jobs a concurrency limit held and let go, FIFO, leased before every other pending job."""
+        return f"{self.pending}:released"
 
     def job(self, job_id: str) -> str:
         return f"{self.prefix}job:{job_id}"
@@ -66,6 +72,19 @@ class QueueKeys:
     def schedules(self) -> str:
         """The ZSET of the queue's schedules by their next tick (ms): what the daemons fire."""
         return f"{self.prefix}schedules"
+
+    @property
+    def limit_groups(self) -> str:
+        """The SET of the limit groups ("<type>" or "<type>#<key>") with a slot taken or a job held (ADR 0014)."""
+        return f"{self.prefix}limit_groups"
+
+    def running(self, group: str) -> str:
+        """The SET of the ids holding a slot of a limit group."""
+        return f"{self.prefix}running:{group}"
+
+    def held(self, group: str) -> str:
+        """The LIST of the jobs waiting for a slot of a limit group, oldest at the right."""
+        return f"{self.prefix}held:{group}"
 
     def batch(self, batch_id: str) -> str:
         return f"{self.prefix}batch:{batch_id}"

@@ -24,7 +24,7 @@ from redis.asyncio.connection import AbstractConnection
 
 from jobcar.app_health import HealthGate
 from jobcar.attempts import Attempts
-from jobcar.config_types import Config
+from jobcar.config_types import Config, limit_rules
 from jobcar.heartbeat import AliveKey
 from jobcar.keys import QueueKeys
 from jobcar.metrics import Metrics
@@ -111,6 +111,7 @@ class Leaser:
         self._lease_ms = int(config.lease * 1000)
         self._max_attempts_by_type = json.dumps({t: h.max_attempts for t, h in config.handlers.items()})
         self._dead_letter = dead_letter_limits(config)
+        self._limits = limit_rules(config)
 
     def free_slots(self) -> int:
         return self.config.concurrency - len(self.attempts.running) - sum(q.reserved for q in self.queues)
@@ -145,7 +146,7 @@ class Leaser:
 
     def _lease(self, queue: QueueState, count: int, alive_key: str | None = None) -> ScriptCall:
         return lease_call(queue.keys, count, self._lease_ms, self.config.defaults.max_attempts,
-                          self._max_attempts_by_type, alive_key, self._dead_letter)  # fmt: skip
+                          self._max_attempts_by_type, alive_key, self._dead_letter, self._limits)  # fmt: skip
 
     async def _take(self, queue: QueueState, count: int, reply: Reply) -> None:
         """Start the jobs a lease of `count` returned, and mark the queue idle if it ran short."""

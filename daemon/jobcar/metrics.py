@@ -29,12 +29,14 @@ from prometheus_client.utils import floatToGoString
 
 from jobcar import __version__, keys, transitions, transport
 from jobcar.config_types import Config
-from jobcar.job import STORED_IN_SETS
+from jobcar.job import STORED_IN_SETS, State
 
 #: How a finished attempt ended, as recorded in Redis.
 OUTCOMES: Final = ("done", "retried", "dead", "canceled", "returned", "lease_lost")
 OTHER: Final = "other"
 STATS_CACHE_SECONDS: Final = 1.0
+#: The states jobcar_queue_jobs counts: the state sets, and jobs held by a concurrency limit.
+GAUGED_STATES: Final = (*STORED_IN_SETS, State.HELD)
 DURATION_BUCKETS: Final = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300, 900, 3600)
 LATENESS_BUCKETS: Final = (0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 60, 300)
 WAIT_BUCKETS: Final = (0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 1, 5, 10, 60, 300, 900, 3600, 14400, 86400)
@@ -245,7 +247,7 @@ class Metrics:
             for t in types:
                 self.flow.job(q, t)
         for q in self.queues:
-            for state in STORED_IN_SETS:
+            for state in GAUGED_STATES:
                 self.queue_jobs.labels(q, state.value)
             self.queue_latency.labels(q)
             self.queue_paused.labels(q)
@@ -283,7 +285,7 @@ class Metrics:
             replies = await transport.execute_async(client, [transitions.stats_call(k) for k in keys])
             for k, reply in zip(keys, replies, strict=True):
                 stats = transitions.parse_stats(k, reply)
-                for state in STORED_IN_SETS:
+                for state in GAUGED_STATES:
                     self.queue_jobs.labels(k.queue, state.value).set(getattr(stats, state.value))
                 self.queue_latency.labels(k.queue).set(stats.latency_s)
                 self.queue_paused.labels(k.queue).set(1 if stats.paused else 0)

@@ -9,7 +9,7 @@ from __future__ import annotations
 import logging
 from typing import Final
 
-from jobcar.config_types import Config
+from jobcar.config_types import Config, limit_rules
 from jobcar.keys import QueueKeys
 from jobcar.metrics import Metrics
 from jobcar.recording import dead_letter_limits
@@ -40,12 +40,10 @@ class Reaper:
 
     async def reap(self) -> dict[str, dict[str, str]]:
         """One pass over every queue: queue -> {job id: where it went ("pending", "dead" or "missing")}."""
-        calls = [
-            reap_call(
-                keys, default_max_attempts=self.config.defaults.max_attempts, dead=dead_letter_limits(self.config)
-            )
-            for keys in self.queues
-        ]
+        limits = limit_rules(self.config)
+        dead = dead_letter_limits(self.config)
+        default_max_attempts = self.config.defaults.max_attempts
+        calls = [reap_call(k, default_max_attempts=default_max_attempts, dead=dead, limits=limits) for k in self.queues]
         try:
             replies = await self.link.scripts(calls, each_its_own=True)
         except RedisUnavailable:

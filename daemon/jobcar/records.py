@@ -39,9 +39,12 @@ MAX_META_BYTES: Final = 4096
 ENQUEUE_OPTIONS: Final = frozenset(
     {"queue", "delay", "run_at", "max_attempts", "unique_for", "unique_key", "job_id", "timeout",
      "content_type", "traceparent", "meta", "batch", "priority", "expires_in", "expires_at", "unique_mode",
-     "debounce", "debounce_key", "debounce_max_wait"}
+     "debounce", "debounce_key", "debounce_max_wait", "key"}
 )  # fmt: skip
 UNIQUE_MODES: Final = ("until_done", "window")
+#: A job's key for its type's per-key limits (`key=`): a tenant, an account, a host.
+MAX_LIMIT_KEY: Final = 200
+LIMIT_KEY_PATTERN: Final = re.compile(rf"[^\x00-\x1f\x7f]{{1,{MAX_LIMIT_KEY}}}")
 
 
 def _unserialisable(value: object) -> object:
@@ -253,6 +256,9 @@ def build_record(job_type: str, payload: Payload, max_payload_bytes: int, **opti
     priority = 0 if options.get("priority") is None else _priority(options["priority"])
     expires_at_ms, expires_in_ms = _expiry(options, delay_ms)
     debounce_key, debounce_ms, debounce_max_ms = _debounce(options, job_type)
+    key = options.get("key")
+    if key is not None and not (isinstance(key, str) and LIMIT_KEY_PATTERN.fullmatch(key)):
+        raise InvalidJob(f"key must be 1 to {MAX_LIMIT_KEY} characters without control characters, got {key!r}")
 
     return EnqueueRecord(
         id=job_id,
@@ -276,6 +282,7 @@ def build_record(job_type: str, payload: Payload, max_payload_bytes: int, **opti
         debounce_key=debounce_key,
         debounce_ms=debounce_ms,
         debounce_max_ms=debounce_max_ms,
+        key=key,
     )
 
 

@@ -57,6 +57,7 @@ class EnqueueRecord:
     debounce_key: str | None = None
     debounce_ms: int | None = None
     debounce_max_ms: int | None = None
+    key: str | None = None  # for per-key limits
 
     def args(self) -> list[Arg]:
         """The record as the scripts that store jobs read it (`lua/includes/store_jobs.lua`)."""
@@ -74,6 +75,7 @@ class EnqueueRecord:
             ("traceparent", self.traceparent),
             ("meta", json.dumps(dict(self.meta), separators=(",", ":")) if self.meta else None),
             ("batch", self.batch),
+            ("key", self.key),
         )
         # Checked first, so that a job without them (enqueue_many's usual job) pays little (ADR 0006).
         if self.priority or self.expires_at_ms or self.expires_in_ms or self.unique_window or self.debounce_key:
@@ -175,17 +177,19 @@ def lease_call(
     max_attempts_by_type: str = "{}",
     alive_key: str | None = None,
     dead: DeadLetterLimits = DeadLetterLimits(),
+    limits: str = "{}",
 ) -> ScriptCall:
     """`max_attempts_by_type` is a JSON object type -> max_attempts (encode it once per config). With
     `alive_key`, the lease takes nothing unless that key exists (ADR 0005). `dead` trims the dead set when
-    the lease moves an expired job there."""
+    the lease moves an expired job there. `limits` are the fleet-wide concurrency limits
+    (`config_types.limit_rules`)."""
     token_base = secrets.token_hex(8)
     script_keys = (keys.pending, keys.scheduled, keys.active, keys.wake, keys.paused)
     return call(
         "lease",
         script_keys if alive_key is None else (*script_keys, alive_key),
         (keys.prefix, count, lease_ms, token_base, default_max_attempts, max_attempts_by_type, dead.max_jobs,
-         dead.max_age_ms),
+         dead.max_age_ms, limits),
     )  # fmt: skip
 
 
@@ -334,12 +338,19 @@ def kill_call(
 
 
 def reap_call(
-    keys: QueueKeys, *, limit: int = 1000, default_max_attempts: int = 10, dead: DeadLetterLimits = DeadLetterLimits()
+    keys: QueueKeys,
+    *,
+    limit: int = 1000,
+    default_max_attempts: int = 10,
+    dead: DeadLetterLimits = DeadLetterLimits(),
+    limits: str = "{}",
 ) -> ScriptCall:
+    """`limits` as for `lease_call`: the pass also gives back slots whose jobs left active and lets held
+    jobs go up to their groups' free slots."""
     return call(
         "reap",
         (keys.active, keys.pending, keys.dead, keys.wake),
-        (keys.prefix, limit, dead.max_jobs, dead.max_age_ms, default_max_attempts),
+        (keys.prefix, limit, dead.max_jobs, dead.max_age_ms, default_max_attempts, limits),
     )
 
 
@@ -399,6 +410,8 @@ class QueueStats:
     paused: bool
     #: When the longest-waiting runnable job became runnable (None: nothing waits).
     oldest_ready_ms: int | None
+    #: Jobs waiting for a slot of a fleet-wide concurrency limit (ADR 0014).
+    held: int = 0
 
     @property
     def latency_s(self) -> float:
@@ -411,7 +424,7 @@ def stats_call(keys: QueueKeys) -> ScriptCall:
 
 
 def parse_stats(keys: QueueKeys, reply: Reply) -> QueueStats:
-    now, pending, scheduled, active, dead, paused, oldest = (as_int(x) for x in as_list(reply))
+    now, pending, scheduled, active, dead, paused, oldest, held = (as_int(x) for x in as_list(reply))
     return QueueStats(
         queue=keys.queue,
         now_ms=now,
@@ -421,6 +434,7 @@ def parse_stats(keys: QueueKeys, reply: Reply) -> QueueStats:
         dead=dead,
         paused=paused == 1,
         oldest_ready_ms=None if oldest < 0 else oldest,
+        held=held,
     )
 
 

@@ -209,6 +209,40 @@ def answer_ok(req: Received) -> tuple[int, dict[str, str], bytes]:
     return 200, {}, b"ok"
 
 
+class Gauge:
+    """A handler route that holds each request `seconds` and records how many it held at once, over time."""
+
+    def __init__(self, seconds: float) -> None:
+        self.seconds = seconds
+        self.lock = threading.Lock()
+        self.now = 0
+        self.most = 0
+        self.timeline: list[tuple[float, int]] = []  # (monotonic time, requests held) at each change
+        self.done: list[Received] = []
+
+    def __call__(self, req: Received) -> tuple[int, dict[str, str], bytes]:
+        self.enter()
+        time.sleep(self.seconds)
+        self.leave(req)
+        return 200, {}, b"ok"
+
+    def enter(self) -> None:
+        with self.lock:
+            self.now += 1
+            self.most = max(self.most, self.now)
+            self.timeline.append((time.monotonic(), self.now))
+
+    def leave(self, req: Received) -> None:
+        with self.lock:
+            self.now -= 1
+            self.timeline.append((time.monotonic(), self.now))
+            self.done.append(req)
+
+    def finished_ids(self) -> set[str]:
+        with self.lock:
+            return {r.headers["jobcar-job-id"] for r in self.done}
+
+
 @contextmanager
 def handler_server() -> Iterator[HandlerServer]:
     server = HandlerServer()

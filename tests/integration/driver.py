@@ -17,9 +17,9 @@ from jobcar.transitions import DeadLetterLimits, LeaseResult
 #: active and dead, and its hash.
 _READ_JOB_AND_SETS = """
 local in_pending = 0
-for p = 0, 9 do
+for p = 0, 10 do
   local list = KEYS[1]
-  if p > 0 then list = list .. ':' .. p end
+  if p == 10 then list = list .. ':released' elseif p > 0 then list = list .. ':' .. p end
   for _, id in ipairs(redis.call('LRANGE', list, 0, -1)) do
     if id == ARGV[1] then in_pending = in_pending + 1 end
   end
@@ -44,10 +44,11 @@ class QueueDriver:
         options.setdefault("queue", self.keys.queue)
         return self.producer.enqueue(job_type, payload, **options)
 
-    def lease(self, count: int = 10, lease_ms: int = 30_000, max_attempts: int = 3, by_type: str = "{}") -> LeaseResult:
-        return transitions.parse_lease(
-            self.keys, self.run(transitions.lease_call(self.keys, count, lease_ms, max_attempts, by_type))
-        )
+    def lease(
+        self, count: int = 10, lease_ms: int = 30_000, max_attempts: int = 3, by_type: str = "{}", limits: str = "{}"
+    ) -> LeaseResult:
+        call = transitions.lease_call(self.keys, count, lease_ms, max_attempts, by_type, limits=limits)
+        return transitions.parse_lease(self.keys, self.run(call))
 
     def lease_one(self, **kwargs: Any) -> transitions.LeasedJob:
         result = self.lease(count=1, **kwargs)
@@ -73,8 +74,10 @@ class QueueDriver:
     def kill(self, job_id: str, token: str, reason: str = "bad") -> int:
         return int(self.run(transitions.kill_call(self.keys, job_id, token, reason, self.dead_limits)))
 
-    def reap(self, default_max_attempts: int = 3) -> dict[str, str]:
-        call = transitions.reap_call(self.keys, default_max_attempts=default_max_attempts, dead=self.dead_limits)
+    def reap(self, default_max_attempts: int = 3, limits: str = "{}") -> dict[str, str]:
+        call = transitions.reap_call(
+            self.keys, default_max_attempts=default_max_attempts, dead=self.dead_limits, limits=limits
+        )
         return transitions.parse_reap(self.run(call)).moved
 
     def now_ms(self) -> int:

@@ -259,9 +259,9 @@ async def test_a_caller_chosen_id_is_add_if_absent(api: Api) -> None:
 
 
 async def test_priority_deadline_window_and_debounce_are_taken_and_shown(api: Api) -> None:
-    body = {"type": "t", "priority": 3, "expires_in": "1h", "unique_for": "1m", "unique_mode": "window"}
+    body = {"type": "t", "priority": 3, "expires_in": "1h", "unique_for": "1m", "unique_mode": "window", "key": "acme"}
     job = (await api.get((await api.enqueue(body)).body["id"])).body
-    assert (job["priority"], job["unique_mode"]) == (3, "window")
+    assert (job["priority"], job["unique_mode"], job["key"], job["held_for"]) == (3, "window", "acme", None)
     assert 3500 < time_of(job["expires_at"]) - time.time() <= 3600
     at = (await api.enqueue({"type": "t", "expires_at": "2999-01-02T03:04:05Z"})).body["id"]
     assert (await api.get(at)).body["expires_at"] == "2999-01-02T03:04:05.000Z"
@@ -272,7 +272,7 @@ async def test_priority_deadline_window_and_debounce_are_taken_and_shown(api: Ap
     assert (second.status, second.body) == (200, {**first.body, "status": "debounced"})
     waiting = (await api.get(first.body["id"])).body
     assert (waiting["payload"], waiting["debounce_key"]) == (2, "user-7")
-    for bad in ({"priority": 10}, {"priority": True}, {"expires_at": "tomorrow"}, {"debounce": "soon"}):
+    for bad in ({"priority": 10}, {"priority": True}, {"expires_at": "tomorrow"}, {"debounce": "soon"}, {"key": ""}):
         reply = await api.enqueue({"type": "t", **bad})
         assert reply.status == 400, (bad, reply.body)
 

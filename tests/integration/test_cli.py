@@ -230,10 +230,10 @@ def test_enqueue_options_are_stored(config: Path, client: Client, capsys: pytest
 
 def test_enqueue_priority_deadline_and_debounce(config: Path, client: Client) -> None:
     first = cli("enqueue", "-c", str(config), "t.echo", "1", "--priority", "4", "--expires-in", "1h", "--debounce",
-                "30s", "--debounce-key", "k", "--debounce-max-wait", "2m")  # fmt: skip
+                "30s", "--debounce-key", "k", "--debounce-max-wait", "2m", "--key", "tenant 7")  # fmt: skip
     assert first.returncode == 0, first
     job = get(client, first.stdout.strip())
-    assert (job.priority, job.debounce_key, job.state) == (4, "k", State.SCHEDULED)
+    assert (job.priority, job.debounce_key, job.state, job.limit_key) == (4, "k", State.SCHEDULED, "tenant 7")
     assert job.expires_at_ms is not None
     second = cli("enqueue", "-c", str(config), "t.echo", "2", "--debounce", "30s", "--debounce-key", "k")
     assert (second.returncode, second.stdout) == (0, first.stdout)

@@ -111,11 +111,11 @@ def test_stats_counts_each_state_of_each_queue(run: Run, client: Client, config:
     assert (code, err) == (0, "")
     rows = table(out)
     assert list(rows) == ["default", "low", "extra"]  # the config's queues first, then the others
-    assert rows["default"][1:6] == ["2", "1", "1", "1", "no"]
-    assert rows["default"][6].endswith("s")
-    assert rows["low"][1:7] == ["0", "0", "0", "0", "no", "-"]  # nothing waits: no latency
-    assert rows["low"][7:] == ["0", "0", "0", "0"]  # attempts done and failed in the last minute and hour
-    assert rows["extra"][1:6] == ["1", "0", "0", "0", "no"]
+    assert rows["default"][1:7] == ["2", "1", "1", "0", "1", "no"]  # pending scheduled active held dead paused
+    assert rows["default"][7].endswith("s")
+    assert rows["low"][1:8] == ["0", "0", "0", "0", "0", "no", "-"]  # nothing waits: no latency
+    assert rows["low"][8:] == ["0", "0", "0", "0"]  # attempts done and failed in the last minute and hour
+    assert rows["extra"][1:7] == ["1", "0", "0", "0", "0", "no"]
     # Aligned: the numbers and the latency are right-aligned, so every row is as long as the header.
     assert len({len(line) for line in out.splitlines()}) == 1, out
 
@@ -123,11 +123,12 @@ def test_stats_counts_each_state_of_each_queue(run: Run, client: Client, config:
     assert isinstance(stats, list)
     by_queue = {s["queue"]: s for s in stats}
     assert set(by_queue["default"]) == {
-        "queue", "pending", "scheduled", "active", "dead", "paused", "latency_seconds", "processed_last_minute",
+        "queue", "pending", "scheduled", "active", "held", "dead", "paused", "latency_seconds", "processed_last_minute",
         "failed_last_minute", "processed_last_hour", "failed_last_hour",
     }  # fmt: skip
     default = by_queue["default"]
-    assert (default["pending"], default["scheduled"], default["active"], default["dead"]) == (2, 1, 1, 1)
+    assert (default["pending"], default["scheduled"], default["active"]) == (2, 1, 1)
+    assert (default["held"], default["dead"]) == (0, 1)
     assert default["paused"] is False
     assert 0 <= default["latency_seconds"] < 60
     assert by_queue["low"]["latency_seconds"] == 0
@@ -391,7 +392,7 @@ def test_pause_and_resume_show_in_stats(run: Run, client: Client, config: Path) 
 
     assert run("queue", "pause", "low") == (0, "queue low paused: its jobs wait until `jobcar queue resume low`\n", "")
     assert paused() == {"default": False, "low": True}
-    assert table(run("stats")[1])["low"][5] == "yes"
+    assert table(run("stats")[1])["low"][6] == "yes"
     assert run("queue", "pause", "low") == (0, "queue low was already paused\n", "")
     # A paused queue leases nothing (what the daemon sees).
     enqueue(client, 1, queue="low")

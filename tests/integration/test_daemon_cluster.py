@@ -15,7 +15,7 @@ import pytest
 import redis
 
 from jobcar import Client, State
-from tests.integration.daemon_harness import DaemonProcess, HandlerServer, wait_gone, write_config
+from tests.integration.daemon_harness import DaemonProcess, Gauge, HandlerServer, wait_gone, write_config
 from tests.integration.driver import QueueDriver
 from tests.integration.lease_probe import LeaseMonitor, wait_for_a_queued_lease
 from tests.servers import RedisServer, wait_for
@@ -111,3 +111,21 @@ def test_two_daemons_on_cluster_fire_each_tick_of_schedules_on_different_slots_o
     for name in schedules:
         ticks = sorted(int(i.partition("@")[2]) for i in ids if i.startswith(f"{name}@"))
         assert ticks == list(range(ticks[0], ticks[0] + 1000 * len(ticks), 1000)), (name, ticks)
+
+
+def test_two_daemons_on_cluster_hold_a_fleet_wide_limit(
+    redis_cluster: list[RedisServer], cluster: redis.RedisCluster, handlers: HandlerServer,
+    namespace: str, tmp_path: Path,
+) -> None:  # fmt: skip
+    gauge = Gauge(0.05)
+    handler = {"url": handlers.url("/jobs/t", gauge), "limits": {"concurrency": 3, "per_key": 1}}
+    redis_config = {"url": redis_cluster[0].url, "cluster": True}
+    config = write_config(tmp_path, "", namespace, {"t": handler}, redis=redis_config)
+    jobs = Client(cluster, namespace=namespace).enqueue_many([("t", n, {"key": f"k{n % 4}"}) for n in range(40)])
+    daemons = [DaemonProcess(config).start() for _ in range(2)]
+    try:
+        wait_for(lambda: gauge.finished_ids() == {j.id for j in jobs}, timeout=60, what="every job to finish")
+    finally:
+        for daemon in daemons:
+            daemon.stop()
+    assert gauge.most == 3

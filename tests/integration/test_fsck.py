@@ -147,6 +147,38 @@ def _orphan_priority_check(q: QueueDriver) -> None:
     assert q.redis.lrange(q.keys.pending_lists[6], 0, -1) == [b"p"], "back in its own priority's list"
 
 
+#: A limit of one running job of type t (ADR 0014), as the daemon passes it to the lease.
+ONE_AT_A_TIME = '{"t": {"total": 1}}'
+
+
+def _orphan_held(q: QueueDriver) -> tuple[str, str]:
+    enqueue_id(q, "running")
+    enqueue_id(q, "h")
+    assert [leased.job.id for leased in q.lease(limits=ONE_AT_A_TIME).jobs] == ["running"]
+    q.redis.delete(q.keys.held("t"))  # the held list lost
+    return "orphan_hash", "h"
+
+
+def _held_back_to_pending(q: QueueDriver) -> None:
+    assert q.where("h") is State.PENDING
+    assert q.lease(limits=ONE_AT_A_TIME).jobs == [], "held again: its group is still full"
+    assert q.redis.lrange(q.keys.held("t"), 0, -1) == [b"h"]
+
+
+def _leaked_slot(q: QueueDriver) -> tuple[str, str]:
+    enqueue_id(q, "gone")
+    enqueue_id(q, "h")
+    assert [leased.job.id for leased in q.lease(limits=ONE_AT_A_TIME).jobs] == ["gone"]
+    q.redis.delete(q.keys.job("gone"))
+    q.redis.zrem(q.keys.active, "gone")
+    return "leaked_slot", "gone"
+
+
+def _slot_given_back(q: QueueDriver) -> None:
+    assert not q.redis.exists(q.keys.running("t"))
+    assert q.where("h") is State.PENDING, "the held job takes the slot"
+
+
 def _duplicate_across_priorities(q: QueueDriver) -> tuple[str, str]:
     enqueue_id(q, "x", priority=2)
     q.redis.lpush(q.keys.pending_lists[8], "x")
@@ -260,6 +292,8 @@ CASES = {
     "duplicate pending": Case(_duplicate_pending, _duplicate_check),
     "orphan pending hash of a priority": Case(_orphan_priority, _orphan_priority_check),
     "duplicate across priorities": Case(_duplicate_across_priorities, _duplicate_across_check),
+    "held hash out of its list": Case(_orphan_held, _held_back_to_pending),
+    "slot of a job that is gone": Case(_leaked_slot, _slot_given_back),
     "unique window without ttl": Case(_window_no_ttl, _window_ttl_check),
     "debounce key of another type": Case(_debounce_wrong_type, _debounce_gone),
     "schedule in the ZSET without a hash": Case(_schedule_missing, _schedule_missing_check),
@@ -308,6 +342,11 @@ def test_a_healthy_queue_in_every_state_has_no_findings(q: QueueDriver, run: Run
         enqueue_id(q, job_id)
     enqueue_id(q, "unique", unique_for=600, unique_key="k")
     done, retried, dead, _active, _unique = (leased.token for leased in q.lease(5).jobs)
+    # A limit group with a slot taken and a job held (ADR 0014).
+    enqueue_id(q, "limited", key="k")
+    enqueue_id(q, "held", key="k")
+    one_per_key = '{"t": {"per_key": 1}}'
+    assert [leased.job.id for leased in q.lease(2, limits=one_per_key).jobs] == ["limited"]
     # Jobs of other priorities, a unique window outliving its job, a debounced job waiting.
     enqueue_id(q, "low", priority=9)
     enqueue_id(q, "window", unique_for=600, unique_key="w", unique_mode="window")

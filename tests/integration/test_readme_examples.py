@@ -78,6 +78,7 @@ RUN = {
     ("README.md", "from jobcar import Client\n\njobs = Client.from_config"),
     ("README.md", "redis:\n  url:"),
     ("README.md", "schedules:\n  nightly-report"),
+    ("README.md", "handlers:\n  crm.sync"),
     ("handlers/README.md", "handlers:\n  image.resize"),
     ("handlers/README.md", "handlers:\n  text.count"),
 }
@@ -182,7 +183,8 @@ def test_the_cli_enqueue_examples(quickstart: Quickstart) -> None:
 @pytest.mark.parametrize(
     ("doc", "start"),
     [("README.md", "redis:\n  url:"), ("README.md", "schedules:\n  nightly-report"),
-     ("handlers/README.md", "handlers:\n  image.resize"), ("handlers/README.md", "handlers:\n  text.count")],
+     ("README.md", "handlers:\n  crm.sync"), ("handlers/README.md", "handlers:\n  image.resize"),
+     ("handlers/README.md", "handlers:\n  text.count")],
 )  # fmt: skip
 def test_the_config_examples_pass_jobcar_check(doc: str, start: str, tmp_path: Path) -> None:
     path = tmp_path / "jobcar.yaml"

@@ -22,6 +22,7 @@ from jobcar.config_types import (
     DeadLetter,
     Defaults,
     HttpHandler,
+    Limits,
     RedisSettings,
 )
 from jobcar.units import interpolate, parse_duration, parse_size
@@ -159,6 +160,7 @@ def test_every_key_can_be_set() -> None:
             backoff: {strategy: constant}
             max_retry_after: 30s
             concurrency: 1
+            limits: {concurrency: 4, per_key: 1, key: payload.tenant}
             headers: {X-Tenant: acme}
             signing_secret: hush
             max_response_bytes: 1MiB
@@ -205,6 +207,7 @@ def test_every_key_can_be_set() -> None:
                 backoff=Backoff(strategy=BackoffStrategy.CONSTANT, base=0.5, max=120.0),
                 max_retry_after=30.0,
                 concurrency=1,
+                limits=Limits(concurrency=4, per_key=1, key="payload.tenant"),
                 headers={"X-Tenant": "acme"},
                 signing_secret="hush",
                 max_response_bytes=1024 * 1024,
@@ -610,6 +613,28 @@ _NAME_RULE = "use 1 to 100 letters, digits, '.', '_' or '-', starting with a let
             id="header-injection",
         ),
         pytest.param(
+            "handlers:\n  a:\n    url: http://h/\n    limits: {key: meta.tenant}\n",
+            "jobcar.yaml:4:13 handlers.a.limits: needs concurrency (fleet-wide, for the type) or per_key "
+            "(fleet-wide, for each key), or both",
+            id="limits-empty",
+        ),
+        pytest.param(
+            "handlers:\n  a:\n    url: http://h/\n    limits: {concurrency: 2, key: meta.tenant}\n",
+            "jobcar.yaml:4:13 handlers.a.limits: has key but no per_key: the key only matters for a per-key limit",
+            id="limits-key-without-per-key",
+        ),
+        pytest.param(
+            "handlers:\n  a:\n    url: http://h/\n    limits: {per_key: 2, key: headers.x}\n",
+            "jobcar.yaml:4:31 handlers.a.limits.key: must be key (the producer's key=), meta.<name> or "
+            "payload.<field>, not 'headers.x'",
+            id="limits-key-source",
+        ),
+        pytest.param(
+            "handlers:\n  a:\n    url: http://h/\n    limits: {per_key: 0}\n",
+            "jobcar.yaml:4:23 handlers.a.limits.per_key: must be at least 1, not 0",
+            id="limits-per-key",
+        ),
+        pytest.param(
             "listen: 9321\n",
             "jobcar.yaml:1:9 listen: must be host:port, like 127.0.0.1:9321 or [::1]:9321, not '9321'",
             id="listen",
@@ -815,6 +840,7 @@ def test_the_loader_accepts_exactly_the_dataclass_fields() -> None:
     assert set(KNOWN_KEYS["dead_letter"]) == _field_names(DeadLetter)
     assert set(KNOWN_KEYS["http handler"]) == _field_names(HttpHandler, without=("type",))
     assert set(KNOWN_KEYS["command handler"]) == _field_names(CommandHandler, without=("type",))
+    assert set(KNOWN_KEYS["limits"]) == _field_names(Limits)
 
 
 def _schema() -> dict[str, Any]:
@@ -857,9 +883,11 @@ def _schema_sections(schema: dict[str, Any]) -> dict[str, dict[str, Any]]:
         "http handler": http,
         "command handler": command,
         "schedule": _resolve(schema, top["schedules"]["additionalProperties"]),
+        "limits": _resolve(schema, http["properties"]["limits"]),
     }
     for handler in (http, command):
         assert _resolve(schema, handler["properties"]["backoff"]) is sections["backoff"]
+        assert _resolve(schema, handler["properties"]["limits"]) is sections["limits"]
     return sections
 
 

@@ -11,7 +11,8 @@
 --   that long), result bytes to keep with the job (already bounded by the caller; "" for none). While
 --   the server is out of memory the result is not kept: the job is done, and its `result_dropped` field
 --   says why (this script runs under OOM so that jobs still finish; a result would grow a full server).
--- Touches <prefix>unique:<key> (released), <prefix>batch:<batch> (done or canceled += 1).
+-- Touches <prefix>unique:<key> (released), <prefix>batch:<batch> (done or canceled += 1), the job's limit
+-- slots (given back: includes/release_slots.lua).
 -- Returns one integer per job, in order: 1 finished, 0 lease lost (nothing changed for that job).
 
 --- @include "now_ms"
@@ -21,6 +22,7 @@
 --- @include "call_in_chunks"
 --- @include "out_of_memory"
 --- @include "wrong_type"
+--- @include "release_slots"
 
 local refused = wrong_type({KEYS[1], 'zset'})
 if refused then return refused end
@@ -30,11 +32,12 @@ local finished, ended = {}, {}
 for n = 1, #KEYS - 1 do
   local job_key, at = KEYS[1 + n], 5 * n - 3
   local id, token, final, retention = ARGV[at], ARGV[at + 1], ARGV[at + 2], tonumber(ARGV[at + 3])
-  local held, fields = holds_lease(job_key, token, 'unique', 'batch')
+  local held, fields = holds_lease(job_key, token, 'unique', 'batch', 'slots')
   if held then
     ended[#ended + 1] = id
     if fields[3] then release_lock(prefix, fields[3], id) end
     if fields[4] then add_to_batch(prefix, fields[4], final, 1) end
+    release_slots(prefix, job_key, id, fields[5])
     if retention > 0 then
       redis.call('HSET', job_key, 'state', final, 'finished', now_ms())
       redis.call('HDEL', job_key, 'token', 'cancel')

@@ -9,7 +9,7 @@
 -- ARGV[2] id
 -- Touches <prefix>unique:<key> (released), <prefix>batch:<batch> (canceled += 1).
 -- Returns {result, state before}:
---   {"canceled", "pending"|"scheduled"}  deleted
+--   {"canceled", "pending"|"scheduled"|"held"}  deleted (a held job leaves its limit group's list)
 --   {"cancel_requested", "active"}       flagged; the running daemon finishes it
 --   {"not_cancelable", "dead"|"done"|"canceled"}  already finished; nothing changed
 --   {"missing", ""}                      no such job
@@ -17,6 +17,7 @@
 --- @include "release_unique"
 --- @include "pending_key"
 --- @include "count_in_batch"
+--- @include "unpark"
 
 local prefix, id = ARGV[1], ARGV[2]
 local state = redis.call('HGET', KEYS[3], 'state')
@@ -26,9 +27,17 @@ if state == 'active' then
   return {'cancel_requested', state}
 end
 if state == 'pending' then
-  redis.call('LREM', pending_key(KEYS[1], redis.call('HGET', KEYS[3], 'priority')), -1, id)
+  if redis.call('LREM', pending_key(KEYS[1], redis.call('HGET', KEYS[3], 'priority')), -1, id) == 0 then
+    redis.pcall('LREM', KEYS[1] .. ':released', -1, id)  -- let go by a limit (ADR 0014)
+  end
 elseif state == 'scheduled' then
   redis.call('ZREM', KEYS[2], id)
+elseif state == 'held' then
+  local group = redis.call('HGET', KEYS[3], 'held')
+  if group then
+    redis.pcall('LREM', prefix .. 'held:' .. group, -1, id)
+    forget_idle_group(prefix, group)
+  end
 else
   return {'not_cancelable', state}
 end

@@ -9,13 +9,15 @@
 -- ARGV[3] lease token
 -- ARGV[4] reason, recorded in the job's error history
 -- ARGV[5] dead set max jobs, ARGV[6] dead set max age ms
--- Touches <prefix>unique:<key> (released), <prefix>batch:<batch> (dead += 1), trimmed jobs' hashes.
+-- Touches <prefix>unique:<key> (released), <prefix>batch:<batch> (dead += 1), trimmed jobs' hashes, the
+-- job's limit slots (given back: includes/release_slots.lua).
 -- Returns 1 when moved, 0 when the lease was lost (nothing changed).
 
 --- @include "now_ms"
 --- @include "holds_lease"
 --- @include "move_to_dead"
 --- @include "wrong_type"
+--- @include "release_slots"
 
 local refused = wrong_type({KEYS[1], 'zset', KEYS[2], 'zset'})
 if refused then return refused end
@@ -23,5 +25,6 @@ if refused then return refused end
 local prefix, id, token = ARGV[1], ARGV[2], ARGV[3]
 if not holds_lease(KEYS[3], token) then return 0 end
 redis.call('ZREM', KEYS[1], id)
+release_slots(prefix, KEYS[3], id, redis.call('HGET', KEYS[3], 'slots'))
 move_to_dead(prefix, KEYS[2], KEYS[3], id, now_ms(), ARGV[4], tonumber(ARGV[5]), tonumber(ARGV[6]))
 return 1

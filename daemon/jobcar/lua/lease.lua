@@ -18,10 +18,17 @@
 -- ARGV[5] default max_attempts, stored on a job that has none of its own
 -- ARGV[6] JSON object type -> max_attempts overriding ARGV[5] for those types ("{}" for none)
 -- ARGV[7] dead set max jobs, ARGV[8] dead set max age ms (trimming when an expired job dies)
+-- ARGV[9] (optional) JSON object type -> limit rule, the fleet-wide concurrency limits (ADR 0014):
+--         {"total": n, "per_key": m, "key": "key" | "meta.<name>" | "payload.<name>"}, each part optional
 -- Pending jobs are taken by priority: `pending` (0) first, then `pending:1` to `pending:9`; FIFO within one.
+-- Jobs a limit held and let go (`pending:released`, FIFO) come before all of them: they had their turn.
 -- A job never started whose `expires_at` has passed is not leased: it moves to <prefix>dead (a ZSET) with
 -- the reason "expired: ...".
--- Touches <prefix>job:<id> HASH: state=active, attempt+1, token, started, max_attempts (if absent).
+-- A job over a limit of its type is not leased: it waits in <prefix>held:<group> in state "held" until a
+-- slot of that group is given back, and the lease takes the next pending job instead (no head-of-line
+-- blocking), passing over at most MAX_HELD such jobs per call.
+-- Touches <prefix>job:<id> HASH: state=active, attempt+1, token, started, max_attempts (if absent), slots
+-- (the JSON array of the limit groups whose slots it took); <prefix>running:<group> SET (the job's id).
 -- Returns {now_ms, next_due_in_ms (-1: nothing scheduled), stopped, dropped, expired, job...}
 --   stopped: 0 leased as asked, 1 the queue is paused, 2 KEYS[6] is absent (nothing was changed)
 --   dropped: array of {id, why} for ids popped that are not runnable and were dropped from the list:
@@ -37,6 +44,7 @@
 --- @include "pending_key"
 --- @include "pending_lists"
 --- @include "move_to_dead"
+--- @include "limit_groups"
 
 local prefix = ARGV[1]
 local dead = prefix .. 'dead'
@@ -48,6 +56,9 @@ local lease_ms = tonumber(ARGV[3])
 local token_base = ARGV[4]
 local default_max = ARGV[5]
 local max_by_type = cjson.decode(ARGV[6])
+-- nil without limits: a fleet without them pays nothing for them.
+local limits = ARGV[9] and ARGV[9] ~= '{}' and cjson.decode(ARGV[9]) or nil
+local MAX_HELD = 1000
 local now = now_ms()
 
 local function next_due_in()
@@ -91,18 +102,19 @@ local function put(job, at, name, value)
   end
 end
 
--- The lower priorities' lists, checked only when one exists: a queue without priorities pays one EXISTS.
+-- The other lists, checked only when one exists: a queue without priorities or limits pays one EXISTS.
 local lists = pending_lists(KEYS[1])
-local levels = redis.call('EXISTS', unpack(lists, 2))
+local others = redis.call('EXISTS', unpack(lists, 2))
+local lease_order = {lists[#lists], unpack(lists, 1, #lists - 1)}
 
--- Up to `count` ids from the pending lists in priority order; a list of another type is passed over.
+-- Up to `count` ids from the pending lists in lease order; a list of another type is passed over.
 local function pop_by_priority(count)
-  local ids = redis.call('RPOP', KEYS[1], count) or {}
-  if levels == 0 then return ids end
-  for i = 2, #lists do
+  if others == 0 then return redis.call('RPOP', KEYS[1], count) or {} end
+  local ids = {}
+  for _, list in ipairs(lease_order) do
     if #ids >= count then break end
-    if redis.call('TYPE', lists[i]).ok == 'list' then
-      for _, id in ipairs(redis.call('RPOP', lists[i], count - #ids) or {}) do ids[#ids + 1] = id end
+    if redis.call('TYPE', list).ok == 'list' then
+      for _, id in ipairs(redis.call('RPOP', list, count - #ids) or {}) do ids[#ids + 1] = id end
     end
   end
   return ids
@@ -114,58 +126,111 @@ local dropped = reply[4]
 local expired = reply[5]
 local deadline = now + lease_ms
 local leased = 0
+local held = 0
 local deadlines = {}  -- score, id, score, id...: one ZADD for the batch (chunks of 1,000 keep pairs whole)
-if count > 0 then
-  local ids = pop_by_priority(count)
-  if ids then
-    for _, id in ipairs(ids) do
-      local job_key = prefix .. 'job:' .. id
-      -- One read and one write per job: the hash as stored, then the lease's fields. The reply is that
-      -- read with the written values put in place (or appended, for fields the hash did not have).
-      local job = redis.pcall('HGETALL', job_key)
-      if job.err then
-        dropped[#dropped + 1] = {id, 'its key holds a ' .. redis.call('TYPE', job_key).ok .. ', not a job hash'}
-      elseif #job == 0 then
-        dropped[#dropped + 1] = {id, 'no job hash'}
-      else
-        local at = {}  -- field name -> index of its value in job
-        for i = 1, #job, 2 do at[job[i]] = i + 1 end
-        local expires_at = at.expires_at and tonumber(job[at.expires_at])
-        -- A deadline counts until the first start: a job that ran once is retried whatever the time.
-        if expires_at and expires_at <= now and not tonumber(at.attempt and job[at.attempt]) then
-          move_to_dead(prefix, dead, job_key, id, now, 'expired: not started by its deadline (' ..
-            (now - expires_at) .. ' ms ago)', tonumber(ARGV[7]), tonumber(ARGV[8]))
-          expired[#expired + 1] = id
-        else
-          leased = leased + 1
-          local token = token_base .. '.' .. leased
-          -- An attempt count that is not a number (a hash written by hand) counts as none.
-          local attempt = tostring((tonumber(at.attempt and job[at.attempt]) or 0) + 1)
-          put(job, at, 'state', 'active')
-          put(job, at, 'token', token)
-          put(job, at, 'started', started)
-          put(job, at, 'attempt', attempt)
-          if at.max_attempts then
-            redis.call('HSET', job_key, 'state', 'active', 'token', token, 'started', started, 'attempt', attempt)
-          else
-            local max_attempts = tostring(max_by_type[job[at.type]] or default_max)
-            put(job, at, 'max_attempts', max_attempts)
-            redis.call('HSET', job_key, 'state', 'active', 'token', token, 'started', started, 'attempt', attempt,
-              'max_attempts', max_attempts)
-          end
-          deadlines[#deadlines + 1] = deadline
-          deadlines[#deadlines + 1] = id
-          table.insert(job, 1, token)
-          table.insert(job, 1, id)
-          reply[#reply + 1] = job
-        end
-      end
+local running = {}  -- limit group -> its slots taken, read once per call
+
+-- The first of `groups` with no free slot, or nil.
+local function full_group(groups)
+  for _, group in ipairs(groups) do
+    local name, limit = group[1], group[2]
+    if not running[name] then
+      local taken = redis.pcall('SCARD', prefix .. 'running:' .. name)
+      -- A slot set of another type (fsck reports it) limits nothing rather than stopping the lease.
+      running[name] = type(taken) == 'number' and taken or -math.huge
     end
+    if running[name] >= limit then return name end
   end
+  return nil
+end
+
+-- A job held before (and let go by a slot given back) is older than the group's other held jobs: it goes
+-- back to the head of the list, a new one to its tail.
+local function hold(job_key, id, group, again)
+  redis.call('HSET', job_key, 'state', 'held', 'held', group)
+  redis.call(again and 'RPUSH' or 'LPUSH', prefix .. 'held:' .. group, id)
+  redis.call('SADD', prefix .. 'limit_groups', group)
+  held = held + 1
+end
+
+-- The slots of `groups`, taken for the job; the JSON array of their names (stored as its `slots`).
+local function take_slots(groups, id)
+  local names = {}
+  for _, group in ipairs(groups) do
+    local name = group[1]
+    redis.pcall('SADD', prefix .. 'running:' .. name, id)
+    redis.call('SADD', prefix .. 'limit_groups', name)
+    running[name] = running[name] + 1
+    names[#names + 1] = name
+  end
+  return cjson.encode(names)
+end
+
+local function lease_job(id)
+  local job_key = prefix .. 'job:' .. id
+  -- One read and one write per job: the hash as stored, then the lease's fields. The reply is that
+  -- read with the written values put in place (or appended, for fields the hash did not have).
+  local job = redis.pcall('HGETALL', job_key)
+  if job.err then
+    dropped[#dropped + 1] = {id, 'its key holds a ' .. redis.call('TYPE', job_key).ok .. ', not a job hash'}
+    return
+  elseif #job == 0 then
+    dropped[#dropped + 1] = {id, 'no job hash'}
+    return
+  end
+  local at = {}  -- field name -> index of its value in job
+  for i = 1, #job, 2 do at[job[i]] = i + 1 end
+  local expires_at = at.expires_at and tonumber(job[at.expires_at])
+  -- A deadline counts until the first start: a job that ran once is retried whatever the time.
+  if expires_at and expires_at <= now and not tonumber(at.attempt and job[at.attempt]) then
+    move_to_dead(prefix, dead, job_key, id, now, 'expired: not started by its deadline (' ..
+      (now - expires_at) .. ' ms ago)', tonumber(ARGV[7]), tonumber(ARGV[8]))
+    expired[#expired + 1] = id
+    return
+  end
+  local rule = limits and at.type and limits[job[at.type]]
+  local slots
+  if rule then
+    local groups = limit_groups(rule, job[at.type], job, at)
+    local full = full_group(groups)
+    if full then return hold(job_key, id, full, at.held) end
+    if #groups > 0 then slots = take_slots(groups, id) end
+  end
+  leased = leased + 1
+  local token = token_base .. '.' .. leased
+  -- An attempt count that is not a number (a hash written by hand) counts as none.
+  local attempt = tostring((tonumber(at.attempt and job[at.attempt]) or 0) + 1)
+  put(job, at, 'state', 'active')
+  put(job, at, 'token', token)
+  put(job, at, 'started', started)
+  put(job, at, 'attempt', attempt)
+  if at.max_attempts then
+    redis.call('HSET', job_key, 'state', 'active', 'token', token, 'started', started, 'attempt', attempt)
+  else
+    local max_attempts = tostring(max_by_type[job[at.type]] or default_max)
+    put(job, at, 'max_attempts', max_attempts)
+    redis.call('HSET', job_key, 'state', 'active', 'token', token, 'started', started, 'attempt', attempt,
+      'max_attempts', max_attempts)
+  end
+  if slots then redis.call('HSET', job_key, 'slots', slots) end
+  if at.held then redis.call('HDEL', job_key, 'held') end
+  deadlines[#deadlines + 1] = deadline
+  deadlines[#deadlines + 1] = id
+  table.insert(job, 1, token)
+  table.insert(job, 1, id)
+  reply[#reply + 1] = job
+end
+
+-- Without limits one pass, as asked; with them, more passes while jobs were held back instead of leased.
+if count > 0 then
+  repeat
+    local ids = pop_by_priority(count - leased)
+    for _, id in ipairs(ids) do lease_job(id) end
+  until #ids == 0 or leased >= count or not limits or held >= MAX_HELD
 end
 
 call_in_chunks('ZADD', KEYS[3], deadlines)
-if redis.call('LLEN', KEYS[1]) == 0 and (levels == 0 or redis.call('EXISTS', unpack(lists, 2)) == 0) then
+if redis.call('LLEN', KEYS[1]) == 0 and (others == 0 or redis.call('EXISTS', unpack(lists, 2)) == 0) then
   redis.call('DEL', KEYS[4])
 end
 reply[2] = next_due_in()

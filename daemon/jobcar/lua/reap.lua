@@ -10,10 +10,14 @@
 -- ARGV[2] the most jobs to reap in this call
 -- ARGV[3] dead set max jobs, ARGV[4] dead set max age ms
 -- ARGV[5] default max_attempts for a job that has none stored
+-- ARGV[6] (optional) the concurrency limits as the lease takes them (JSON type -> rule, ADR 0014): each
+--         group of <prefix>limit_groups drops the slots of jobs no longer active (a job hash deleted
+--         while it ran) and lets held jobs go back to pending up to its free slots, all of them when
+--         the config has no limit for the group any more
 -- Returns {next_expiry_in_ms, {id, result, id, result...}}: the time until the earliest lease left in the
 -- active set expires (-1: none; 0: more expired than this call's limit), so the caller can sleep until
 -- exactly then; result is "pending", "dead" or "missing" (an id in the active set without a job hash:
--- removed from the set and reported).
+-- removed from the set and reported). A reaped job's limit slots are given back.
 -- State and deadline are read inside this script, at Redis time, so a job acked or renewed a moment
 -- ago is never reaped, and two reapers running at once cannot recover the same lease twice.
 
@@ -23,6 +27,7 @@
 --- @include "move_to_pending"
 --- @include "move_to_dead"
 --- @include "wrong_type"
+--- @include "release_slots"
 
 local refused = wrong_type({KEYS[1], 'zset', KEYS[2], 'list', KEYS[3], 'zset'})
 if refused then return refused end
@@ -35,13 +40,14 @@ local requeued = false
 for _, id in ipairs(expired) do
   local job_key = prefix .. 'job:' .. id
   redis.call('ZREM', KEYS[1], id)
-  local fields = redis.pcall('HMGET', job_key, 'type', 'attempt', 'max_attempts')
+  local fields = redis.pcall('HMGET', job_key, 'type', 'attempt', 'max_attempts', 'slots')
   local result
   if fields.err then
     result = 'missing'  -- its key holds something else than a job: the id leaves the set, fsck reports the key
   elseif not fields[1] then
     result = 'missing'
   else
+    release_slots(prefix, job_key, id, fields[4])
     local attempt = tonumber(fields[2] or '0') or 0
     local max_attempts = tonumber(fields[3] or ARGV[5]) or tonumber(ARGV[5])
     if attempt >= max_attempts then
@@ -62,6 +68,31 @@ for _, id in ipairs(expired) do
   reply[#reply + 1] = result
 end
 if requeued then wake(KEYS[4]) end
+
+-- The held jobs' safety net: slots lost with a job's hash come back, and a limit raised or removed in the
+-- config lets its held jobs go (a release frees one at a time).
+local MAX_UNPARKED = 1000
+local limits = ARGV[6] and cjson.decode(ARGV[6])
+if limits then
+  local groups = redis.pcall('SMEMBERS', prefix .. 'limit_groups')
+  if groups.err then groups = {} end
+  for _, group in ipairs(groups) do
+    local running = prefix .. 'running:' .. group
+    local members = redis.pcall('SMEMBERS', running)
+    if not members.err then
+      for _, id in ipairs(members) do
+        local state = redis.pcall('HGET', prefix .. 'job:' .. id, 'state')
+        if state ~= 'active' then redis.call('SREM', running, id) end
+      end
+      local job_type, key = string.match(group, '^(.-)#(.*)$')
+      local rule = limits[job_type or group]
+      local limit = rule and (key and rule.per_key or (not key and rule.total)) or nil
+      local free = MAX_UNPARKED
+      if limit then free = math.min(free, limit - redis.call('SCARD', running)) end
+      if free > 0 then unpark(prefix, group, free) else forget_idle_group(prefix, group) end
+    end
+  end
+end
 local earliest = redis.call('ZRANGE', KEYS[1], 0, 0, 'WITHSCORES')
 local next_expiry_in = -1
 if #earliest > 0 then next_expiry_in = math.max(0, tonumber(earliest[2]) - now) end

@@ -18,7 +18,8 @@
 -- ARGV[7] dead set max jobs, ARGV[8] dead set max age ms (trimming when the job dies)
 -- ARGV[9] how many attempts a job may give back in its life ("0": no limit); past it, a give-back
 --         spends the attempt after all, so a handler answering 429 forever cannot park a job forever
--- Touches <prefix>job:<id> HASH (errors, attempt, deferrals, state, run_at).
+-- Touches <prefix>job:<id> HASH (errors, attempt, deferrals, state, run_at), the job's limit slots (given
+-- back: includes/release_slots.lua).
 -- Returns 1 retried (scheduled or pending), 2 attempts spent: moved to dead, 0 lease lost (nothing changed).
 
 --- @include "now_ms"
@@ -28,6 +29,7 @@
 --- @include "move_to_pending"
 --- @include "move_to_dead"
 --- @include "wrong_type"
+--- @include "release_slots"
 
 local refused = wrong_type({KEYS[1], 'zset', KEYS[2], 'list', KEYS[3], 'zset', KEYS[4], 'zset'})
 if refused then return refused end
@@ -42,6 +44,7 @@ local now = now_ms()
 local attempt = tonumber(redis.call('HGET', job_key, 'attempt') or '0') or 0
 local max_attempts = tonumber(redis.call('HGET', job_key, 'max_attempts') or '1') or 1
 redis.call('ZREM', KEYS[1], id)
+release_slots(prefix, job_key, id, redis.call('HGET', job_key, 'slots'))
 local spend = ARGV[6] == '1'
 local max_free = tonumber(ARGV[9])
 if not spend and max_free > 0 and redis.call('HINCRBY', job_key, 'deferrals', 1) > max_free then

@@ -8,9 +8,10 @@
 -- KEYS[5] paused     STRING
 -- ARGV[1] the queue's key prefix
 -- Pending counts every priority's list (`pending`, `pending:1` to `pending:9`).
--- Returns {now_ms, pending, scheduled, active, dead, paused (0/1), oldest_ready_ms (-1: none)}
+-- Returns {now_ms, pending, scheduled, active, dead, paused (0/1), oldest_ready_ms (-1: none), held}
 --   oldest_ready_ms: when the job that has waited longest became runnable: the oldest pending job,
 --   or a scheduled job already due but not yet promoted (no daemon is leasing), whichever is older.
+--   held: jobs waiting for a concurrency limit's slot, in the lists of <prefix>limit_groups (ADR 0014).
 
 --- @include "now_ms"
 --- @include "pending_lists"
@@ -34,5 +35,13 @@ local head = redis.call('ZRANGE', KEYS[2], 0, 0, 'WITHSCORES')
 if #head > 0 and tonumber(head[2]) <= now and (oldest < 0 or tonumber(head[2]) < oldest) then
   oldest = tonumber(head[2])
 end
+local held = 0
+local groups = redis.pcall('SMEMBERS', prefix .. 'limit_groups')
+if not groups.err then
+  for _, group in ipairs(groups) do
+    local n = redis.pcall('LLEN', prefix .. 'held:' .. group)
+    if type(n) == 'number' then held = held + n end
+  end
+end
 return {now, pending, redis.call('ZCARD', KEYS[2]), redis.call('ZCARD', KEYS[3]),
-  redis.call('ZCARD', KEYS[4]), redis.call('EXISTS', KEYS[5]), oldest}
+  redis.call('ZCARD', KEYS[4]), redis.call('EXISTS', KEYS[5]), oldest, held}

@@ -1,8 +1,8 @@
 --- @include "pending_lists"
 
 -- The state sets that hold a job id, by name, for fsck's repairs (KEYS[1..4]: pending scheduled active
--- dead; every priority's pending list counts as pending). A repair re-checks with it, atomically, what the
--- check saw before it writes anything.
+-- dead; every priority's pending list counts as pending; ARGV[1] the key prefix, for a held job's list).
+-- A repair re-checks with it, atomically, what the check saw before it writes anything.
 local function job_sets(id)
   local found = {}
   for _, list in ipairs(pending_lists(KEYS[1])) do
@@ -14,5 +14,10 @@ local function job_sets(id)
   if redis.call('ZSCORE', KEYS[2], id) then found[#found + 1] = 'scheduled' end
   if redis.call('ZSCORE', KEYS[3], id) then found[#found + 1] = 'active' end
   if redis.call('ZSCORE', KEYS[4], id) then found[#found + 1] = 'dead' end
+  local group = redis.pcall('HGET', ARGV[1] .. 'job:' .. id, 'held')
+  if type(group) == 'string' then
+    local list = ARGV[1] .. 'held:' .. group
+    if redis.call('TYPE', list).ok == 'list' and redis.call('LPOS', list, id) then found[#found + 1] = 'held' end
+  end
   return found
 end

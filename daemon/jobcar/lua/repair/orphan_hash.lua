@@ -1,5 +1,6 @@
 #!lua flags=allow-oom
--- repair/orphan_hash: a job hash in no state set goes where its state says.
+-- repair/orphan_hash: a job hash in no state set goes where its state says; a held one (its limit group's
+-- list lost it) goes back to pending, where the lease holds it again if its group is still full.
 -- KEYS[1..5] the queue's pending scheduled active dead wake; ARGV[1] its key prefix, ARGV[2] the job id.
 -- ARGV[3] the state the check saw.
 -- Returns 1 when it repaired, 0 when what it repairs no longer holds (nothing written).
@@ -14,7 +15,8 @@ local job = ARGV[1] .. 'job:' .. id
 local state = redis.call('HGET', job, 'state')
 if state ~= ARGV[3] or #job_sets(id) > 0 then return 0 end
 local now = now_ms()
-if state == 'pending' then
+if state == 'pending' or state == 'held' then
+  redis.call('HSET', job, 'state', 'pending')
   redis.call('LPUSH', pending_key(KEYS[1], redis.call('HGET', job, 'priority')), id)
   wake(KEYS[5])
 elseif state == 'scheduled' then

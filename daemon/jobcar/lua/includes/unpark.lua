@@ -1,0 +1,39 @@
+--- @include "wake"
+
+-- Fleet-wide concurrency limits (ADR 0014). A group is a job type ("<type>", its total) or a type and a
+-- key ("<type>#<key>", its per-key limit). <prefix>running:<group> (a SET of job ids) holds the group's
+-- slots, taken by the lease and given back by whatever takes the job out of active; a job the lease finds
+-- over a limit waits in <prefix>held:<group> (a LIST, oldest at the right) in state "held". The SET
+-- <prefix>limit_groups names every group with a slot taken or a job held.
+
+-- Drop `group` from <prefix>limit_groups once nothing of it runs or waits.
+local function forget_idle_group(prefix, group)
+  if redis.call('EXISTS', prefix .. 'running:' .. group, prefix .. 'held:' .. group) == 0 then
+    redis.call('SREM', prefix .. 'limit_groups', group)
+  end
+end
+
+-- Move up to n held jobs of `group`, oldest first, to <prefix>pending:released, which the lease takes before
+-- the other pending lists (FIFO: a job let go twice before a lease keeps its place). An id whose hash is
+-- gone or no longer held (canceled, repaired) leaves the list uncounted.
+-- A held list of another type (fsck reports it) moves nothing. Returns how many moved.
+local function unpark(prefix, group, n)
+  local held = prefix .. 'held:' .. group
+  local moved = 0
+  while moved < n do
+    local id = redis.pcall('RPOP', held)
+    if type(id) ~= 'string' then break end
+    local job_key = prefix .. 'job:' .. id
+    local state = redis.pcall('HGET', job_key, 'state')
+    if state == 'held' then
+      -- `held` stays until the job is leased: held again before that, it goes back to the head of its
+      -- group's list (it is the oldest), not to the tail.
+      redis.call('HSET', job_key, 'state', 'pending')
+      redis.call('LPUSH', prefix .. 'pending:released', id)
+      moved = moved + 1
+    end
+  end
+  if moved > 0 then wake(prefix .. 'wake') end
+  forget_idle_group(prefix, group)
+  return moved
+end

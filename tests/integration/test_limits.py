@@ -1,0 +1,165 @@
+"""Fleet-wide concurrency limits (ADR 0014) as transitions, on standalone and Cluster: the lease takes a
+slot or holds the job, whatever takes a job out of active gives the slot back, and the reaper's pass is
+the safety net."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import redis
+
+from jobcar.job import State
+from jobcar.transitions import CancelResult, cancel_call, parse_cancel, parse_stats, stats_call
+from tests.integration.driver import QueueDriver
+
+
+@pytest.fixture
+def q(any_redis: redis.Redis | redis.RedisCluster, namespace: str) -> QueueDriver:
+    return QueueDriver(any_redis, namespace)
+
+
+def rules(**by_type: dict[str, object]) -> str:
+    return json.dumps(by_type)
+
+
+TOTAL_2 = rules(a={"total": 2})
+PER_TENANT = rules(a={"per_key": 1, "key": "payload.tenant"})
+
+
+def lease(q: QueueDriver, limits: str, count: int = 100) -> list[str]:
+    return [leased.job.id for leased in q.lease(count=count, limits=limits).jobs]
+
+
+def held(q: QueueDriver, group: str) -> list[str]:
+    """The group's held jobs, oldest first."""
+    return [i.decode() for i in reversed(q.redis.lrange(q.keys.held(group), 0, -1))]
+
+
+def running(q: QueueDriver, group: str) -> set[str]:
+    return {i.decode() for i in q.redis.smembers(q.keys.running(group))}
+
+
+def token(q: QueueDriver, job_id: str) -> str:
+    job = q.job(job_id)
+    assert job is not None
+    assert job.token is not None
+    return job.token
+
+
+def stats_held(q: QueueDriver) -> int:
+    return parse_stats(q.keys, q.run(stats_call(q.keys))).held
+
+
+def test_a_type_over_its_total_is_held_and_other_types_run_past_it(q: QueueDriver) -> None:
+    a = [q.enqueue("a", n).id for n in range(5)]
+    b = [q.enqueue("b", n).id for n in range(2)]
+    assert lease(q, TOTAL_2) == [a[0], a[1], *b], "no head-of-line blocking: b runs past a's held jobs"
+    assert held(q, "a") == a[2:]
+    assert running(q, "a") == {a[0], a[1]}
+    assert q.job(a[2]).state is State.HELD  # type: ignore[union-attr]
+    assert q.job(a[2]).held_for == "a"  # type: ignore[union-attr]
+    assert stats_held(q) == 3
+    assert lease(q, TOTAL_2) == [], "still full"
+
+    assert q.ack(a[0], token(q, a[0])) == 1
+    assert held(q, "a") == a[3:], "the slot given back lets the oldest held job go"
+    assert q.where(a[2]) is State.PENDING
+    assert q.redis.exists(q.keys.wake), "idle daemons are woken for it"
+    assert lease(q, TOTAL_2) == [a[2]]
+    assert running(q, "a") == {a[1], a[2]}
+    assert q.job(a[2]).held_for is None  # type: ignore[union-attr]
+
+
+def test_every_way_out_of_active_gives_the_slot_back(q: QueueDriver) -> None:
+    a = [q.enqueue("a", n).id for n in range(6)]
+    assert lease(q, TOTAL_2) == a[:2]
+    assert q.retry(a[0], token(q, a[0]), delay_ms=60_000) == 1
+    assert lease(q, TOTAL_2) == [a[2]]
+    assert q.kill(a[1], token(q, a[1])) == 1
+    assert lease(q, TOTAL_2) == [a[3]]
+    assert running(q, "a") == {a[2], a[3]}
+
+    # A lease that expires: the reaper gives its slot back with the job.
+    q.redis.zadd(q.keys.active, {a[3]: 1})  # its daemon died long ago
+    assert q.reap(limits=TOTAL_2) == {a[3]: "pending"}
+    assert running(q, "a") == {a[2]}
+    assert lease(q, TOTAL_2) == [a[4]], "the held job let go runs before the reaped one, back at pending's tail"
+    assert held(q, "a") == [a[5], a[3]]
+    assert q.redis.hget(q.keys.job(a[4]), "slots") == b'["a"]'
+
+
+def test_per_key_limits_hold_one_tenant_without_blocking_another(q: QueueDriver) -> None:
+    jobs = [q.enqueue("a", {"tenant": t, "n": n}).id for n, t in enumerate("xxxyxy")]
+    x, y = [jobs[0], jobs[1], jobs[2], jobs[4]], [jobs[3], jobs[5]]
+    assert lease(q, PER_TENANT) == [x[0], y[0]]
+    assert held(q, "a#x") == x[1:]
+    assert held(q, "a#y") == y[1:]
+    assert q.redis.smembers(q.keys.limit_groups) == {b"a#x", b"a#y"}
+    assert q.ack(y[0], token(q, y[0])) == 1
+    assert lease(q, PER_TENANT) == [y[1]]
+    assert q.ack(y[1], token(q, y[1])) == 1
+    assert q.redis.smembers(q.keys.limit_groups) == {b"a#x"}, "a group with nothing running or held is dropped"
+
+
+def test_keys_come_from_the_producer_meta_or_payload_and_a_total_caps_them_all(q: QueueDriver) -> None:
+    by_key = rules(a={"per_key": 1, "total": 3})
+    k1, k1b, k2 = q.enqueue("a", 1, key="k1").id, q.enqueue("a", 2, key="k1").id, q.enqueue("a", 3, key="k2").id
+    free = q.enqueue("a", 4).id  # no key: the total only
+    over = q.enqueue("a", 5, key="k3").id
+    assert lease(q, by_key) == [k1, k2, free]
+    assert held(q, "a#k1") == [k1b]
+    assert held(q, "a") == [over], "the type's total is full"
+    assert json.loads(q.redis.hget(q.keys.job(k1), "slots")) == ["a", "a#k1"]  # type: ignore[arg-type]
+
+    by_meta = rules(m={"per_key": 1, "key": "meta.tenant"})
+    first = q.enqueue("m", 1, meta={"tenant": "t"}).id
+    second = q.enqueue("m", 2, meta={"tenant": "t"}).id
+    assert lease(q, by_meta) == [first]
+    assert held(q, "m#t") == [second]
+
+    long_key = "k" * 300
+    by_payload = rules(p={"per_key": 1, "key": "payload.account"})
+    one, two = (q.enqueue("p", {"account": long_key}).id for _ in range(2))
+    assert lease(q, by_payload) == [one]
+    (group,) = {g.decode() for g in q.redis.smembers(q.keys.limit_groups)} - {"a", "a#k1", "a#k2", "m#t"}
+    assert group.startswith("p#sha1:"), "a long key is named by its digest"
+    assert held(q, group) == [two]
+
+
+def test_a_held_job_can_be_canceled(q: QueueDriver) -> None:
+    a = [q.enqueue("a", n).id for n in range(3)]
+    assert lease(q, TOTAL_2) == a[:2]
+    assert parse_cancel(q.run(cancel_call(q.keys, a[2]))) == (CancelResult.CANCELED, State.HELD)
+    assert held(q, "a") == []
+    assert q.job(a[2]) is None
+    assert stats_held(q) == 0
+
+
+def test_the_reapers_pass_lets_held_jobs_go_when_a_limit_is_raised_or_removed(q: QueueDriver) -> None:
+    a = [q.enqueue("a", n).id for n in range(6)]
+    assert lease(q, TOTAL_2) == a[:2]
+    assert q.reap(limits=TOTAL_2) == {}
+    assert held(q, "a") == a[2:], "within the limit: nothing moves"
+    assert q.reap(limits=rules(a={"total": 3})) == {}
+    assert held(q, "a") == a[3:], "raised to 3: one more may run"
+    assert q.reap(limits="{}") == {}
+    assert held(q, "a") == [], "no limit any more: every held job goes"
+    assert [q.where(i) for i in a[2:]] == [State.PENDING] * 4
+
+
+def test_a_slot_whose_job_hash_vanished_comes_back_on_the_reapers_pass(q: QueueDriver) -> None:
+    a = [q.enqueue("a", n).id for n in range(3)]
+    assert lease(q, TOTAL_2) == a[:2]
+    q.redis.delete(q.keys.job(a[0]))  # an operator deleted a running job's hash
+    assert q.reap(limits=TOTAL_2) == {}
+    assert running(q, "a") == {a[1]}
+    assert held(q, "a") == []
+    assert lease(q, TOTAL_2) == [a[2]]
+
+
+def test_without_limits_nothing_of_them_is_written(q: QueueDriver) -> None:
+    job = q.enqueue("a", 1).id
+    assert lease(q, "{}") == [job]
+    assert q.redis.hget(q.keys.job(job), "slots") is None
+    assert not q.redis.exists(q.keys.limit_groups)
