@@ -1,0 +1,134 @@
+"""What do fleet-wide limits cost when they do not bind, and how fair is a per-key limit?
+
+    .venv/bin/python bench/limits.py [--jobs 20000] [--runs 3]
+
+Throughput: each round enqueues --jobs jobs of one type into a paused queue, spread over 100 tenants
+(`meta.tenant`), starts a `jobcar run` (concurrency 50, the no-op HTTP app as its handler), resumes the
+queue and times until every job is done. Once without `limits`, once with limits that never bind
+(`concurrency: 100000, per_key: 100000, key: meta.tenant`: every job takes two slots and gives them
+back). Rounds alternate; medians of --runs.
+
+Fairness: tenant a enqueues 10,000 jobs, then tenant b 20, of a type with `per_key: 2`; a daemon runs
+them (results kept, so each job's `finished` time can be read) until b's are done. Prints how many of a's
+jobs finished before b's last one (FIFO would be all 10,000).
+"""
+
+from __future__ import annotations
+
+import argparse
+import platform
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from tests.integration.daemon_harness import DaemonProcess, write_config
+from tests.servers import RedisServer, find_server_binary, free_port, wait_for
+
+import jobcar
+from jobcar import Client, transitions, transport
+from jobcar.keys import QueueKeys
+
+UNBINDING = {"concurrency": 100_000, "per_key": 100_000, "key": "meta.tenant"}
+TENANTS = 100
+
+
+def unfinished(client: Any, keys: QueueKeys) -> int:
+    stats = transitions.parse_stats(keys, transport.execute(client, [transitions.stats_call(keys)])[0])
+    return stats.pending + stats.scheduled + stats.active + stats.held
+
+
+def throughput(server: RedisServer, tmp: Path, url: str, jobs: int, limits: dict[str, Any] | None) -> float:
+    namespace = f"b{time.monotonic_ns()}"
+    keys = QueueKeys.of(namespace, "default")
+    handler: dict[str, Any] = {"url": url, **({"limits": limits} if limits else {})}
+    config = write_config(tmp, server.url, namespace, {"bench": handler}, concurrency=50, log_level="info",
+                          lease="30s")  # fmt: skip
+    with server.client() as client:
+        client.flushdb()
+        transport.execute(client, [transitions.pause_call(keys, True)])
+        Client(client, namespace=namespace).enqueue_many(
+            [("bench", {"n": n}, {"meta": {"tenant": f"t{n % TENANTS}"}}) for n in range(jobs)]
+        )
+        daemon = DaemonProcess(config).start()
+        try:
+            started = time.perf_counter()
+            transport.execute(client, [transitions.pause_call(keys, False)])
+            wait_for(lambda: unfinished(client, keys) == 0, timeout=600, what="every job")
+            elapsed = time.perf_counter() - started
+        finally:
+            daemon.stop()
+        client.flushdb()
+    return jobs / elapsed
+
+
+def fairness(server: RedisServer, tmp: Path, url: str) -> int:
+    namespace = f"f{time.monotonic_ns()}"
+    handler = {"url": url, "limits": {"per_key": 2, "key": "meta.tenant"}}
+    config = write_config(tmp, server.url, namespace, {"bench": handler}, concurrency=10, log_level="info",
+                          result_ttl="1h")  # fmt: skip
+    keys = QueueKeys.of(namespace, "default")
+    with server.client() as client:
+        client.flushdb()
+        producer = Client(client, namespace=namespace)
+        a = [i.id for i in producer.enqueue_many([("bench", n, {"meta": {"tenant": "a"}}) for n in range(10_000)])]
+        b = [i.id for i in producer.enqueue_many([("bench", n, {"meta": {"tenant": "b"}}) for n in range(20)])]
+        daemon = DaemonProcess(config).start()
+        try:
+            wait_for(lambda: all(client.hget(keys.job(i), "state") == b"done" for i in b), timeout=120, what="b")
+        finally:
+            daemon.stop()
+        b_last = max(int(client.hget(keys.job(i), "finished")) for i in b)  # type: ignore[arg-type]
+        pipe = client.pipeline(transaction=False)
+        for job_id in a:
+            pipe.hget(keys.job(job_id), "finished")
+        a_before = sum(1 for f in pipe.execute() if f is not None and int(f) <= b_last)
+        client.flushdb()
+    return a_before
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--jobs", type=int, default=20_000)
+    parser.add_argument("--runs", type=int, default=3)
+    args = parser.parse_args()
+    binary = find_server_binary()
+    figures: dict[str, list[float]] = {"none": [], "unbinding": []}
+    with tempfile.TemporaryDirectory() as directory:
+        tmp = Path(directory)
+        server = RedisServer(binary, tmp / "redis").start()
+        app_port = free_port()
+        app = subprocess.Popen([sys.executable, str(Path(__file__).with_name("noop_app.py")), str(app_port)])
+        try:
+            url = f"http://127.0.0.1:{app_port}/noop"
+            for _ in range(args.runs):
+                for name, limits in (("none", None), ("unbinding", UNBINDING)):
+                    rate = throughput(server, tmp, url, args.jobs, limits)
+                    figures[name].append(rate)
+                    print(f"  limits {name}: {rate:,.0f} jobs/s", flush=True)
+            fair = fairness(server, tmp, url)
+            with server.client() as c:
+                version = c.info("server").get("redis_version")
+        finally:
+            app.terminate()
+            app.wait()
+            server.stop()
+    print(
+        f"jobcar {jobcar.__version__}, server {binary} {version}, Python {platform.python_version()}, "
+        f"{args.jobs} jobs per round over {TENANTS} tenants, medians of {args.runs} (min-max)"
+    )
+    for name, label in (("none", "no limits"), ("unbinding", "limits that never bind")):
+        v = figures[name]
+        print(f"{label:<26}{statistics.median(v):>10,.0f} jobs/s ({min(v):,.0f}-{max(v):,.0f})")
+    ratio = statistics.median(figures["unbinding"]) / statistics.median(figures["none"])
+    print(f"{'ratio':<26}{ratio:>10.2f}")
+    print(f"fairness: {fair} of tenant a's 10,000 jobs finished before tenant b's 20 had (per_key 2; FIFO: 10,000)")
+
+
+if __name__ == "__main__":
+    main()
