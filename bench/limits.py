@@ -16,6 +16,7 @@ jobs finished before b's last one (FIFO would be all 10,000).
 from __future__ import annotations
 
 import argparse
+import json
 import platform
 import statistics
 import subprocess
@@ -96,6 +97,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--jobs", type=int, default=20_000)
     parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument("--limits", type=json.loads, default=UNBINDING, help="the handler's limits, as JSON")
     args = parser.parse_args()
     binary = find_server_binary()
     figures: dict[str, list[float]] = {"none": [], "unbinding": []}
@@ -107,7 +109,7 @@ def main() -> None:
         try:
             url = f"http://127.0.0.1:{app_port}/noop"
             for _ in range(args.runs):
-                for name, limits in (("none", None), ("unbinding", UNBINDING)):
+                for name, limits in (("none", None), ("unbinding", args.limits)):
                     rate = throughput(server, tmp, url, args.jobs, limits)
                     figures[name].append(rate)
                     print(f"  limits {name}: {rate:,.0f} jobs/s", flush=True)
@@ -122,6 +124,7 @@ def main() -> None:
         f"jobcar {jobcar.__version__}, server {binary} {version}, Python {platform.python_version()}, "
         f"{args.jobs} jobs per round over {TENANTS} tenants, medians of {args.runs} (min-max)"
     )
+    print(f"limits: {json.dumps(args.limits)}")
     for name, label in (("none", "no limits"), ("unbinding", "limits that never bind")):
         v = figures[name]
         print(f"{label:<26}{statistics.median(v):>10,.0f} jobs/s ({min(v):,.0f}-{max(v):,.0f})")

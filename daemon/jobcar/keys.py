@@ -75,7 +75,7 @@ class QueueKeys:
 
     @property
     def limit_groups(self) -> str:
-        """The SET of the limit groups ("<type>" or "<type>#<key>") with a slot taken or a job held (ADR 0014)."""
+        """The SET of the limit groups ("<type>" or "<type>#<key>") that held a job, until idle (ADR 0014)."""
         return f"{self.prefix}limit_groups"
 
     def running(self, group: str) -> str:

@@ -99,7 +99,8 @@ def test_per_key_limits_hold_one_tenant_without_blocking_another(q: QueueDriver)
     assert q.ack(y[0], token(q, y[0])) == 1
     assert lease(q, PER_TENANT) == [y[1]]
     assert q.ack(y[1], token(q, y[1])) == 1
-    assert q.redis.smembers(q.keys.limit_groups) == {b"a#x"}, "a group with nothing running or held is dropped"
+    assert q.reap(limits=PER_TENANT) == {}
+    assert q.redis.smembers(q.keys.limit_groups) == {b"a#x"}, "the reaper's pass drops a group with nothing left"
 
 
 def test_keys_come_from_the_producer_meta_or_payload_and_a_total_caps_them_all(q: QueueDriver) -> None:

@@ -37,10 +37,10 @@ for n = 1, #KEYS - 1 do
     ended[#ended + 1] = id
     if fields[3] then release_lock(prefix, fields[3], id) end
     if fields[4] then add_to_batch(prefix, fields[4], final, 1) end
-    release_slots(prefix, job_key, id, fields[5])
+    release_slots(prefix, id, fields[5])
     if retention > 0 then
       redis.call('HSET', job_key, 'state', final, 'finished', now_ms())
-      redis.call('HDEL', job_key, 'token', 'cancel')
+      redis.call('HDEL', job_key, 'token', 'cancel', 'slots')
       if ARGV[at + 4] ~= '' then
         if out_of_memory() then
           redis.call('HSET', job_key, 'result_dropped', 'redis was out of memory')

@@ -25,6 +25,6 @@ if refused then return refused end
 local prefix, id, token = ARGV[1], ARGV[2], ARGV[3]
 if not holds_lease(KEYS[3], token) then return 0 end
 redis.call('ZREM', KEYS[1], id)
-release_slots(prefix, KEYS[3], id, redis.call('HGET', KEYS[3], 'slots'))
+release_slots(prefix, id, redis.call('HGET', KEYS[3], 'slots'))
 move_to_dead(prefix, KEYS[2], KEYS[3], id, now_ms(), ARGV[4], tonumber(ARGV[5]), tonumber(ARGV[6]))
 return 1

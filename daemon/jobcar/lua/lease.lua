@@ -129,6 +129,16 @@ local leased = 0
 local held = 0
 local deadlines = {}  -- score, id, score, id...: one ZADD for the batch (chunks of 1,000 keep pairs whole)
 local running = {}  -- limit group -> its slots taken, read once per call
+local indexed = {}  -- limit groups added to <prefix>limit_groups by this call
+
+-- Only a group that held a job is indexed: a slot set of a group that never filled needs no sweep (a slot
+-- leaked there binds nothing until the group is full, and then its held jobs index it).
+local function index_group(name)
+  if not indexed[name] then
+    redis.call('SADD', prefix .. 'limit_groups', name)
+    indexed[name] = true
+  end
+end
 
 -- The first of `groups` with no free slot, or nil.
 local function full_group(groups)
@@ -149,7 +159,7 @@ end
 local function hold(job_key, id, group, again)
   redis.call('HSET', job_key, 'state', 'held', 'held', group)
   redis.call(again and 'RPUSH' or 'LPUSH', prefix .. 'held:' .. group, id)
-  redis.call('SADD', prefix .. 'limit_groups', group)
+  index_group(group)
   held = held + 1
 end
 
@@ -159,7 +169,6 @@ local function take_slots(groups, id)
   for _, group in ipairs(groups) do
     local name = group[1]
     redis.pcall('SADD', prefix .. 'running:' .. name, id)
-    redis.call('SADD', prefix .. 'limit_groups', name)
     running[name] = running[name] + 1
     names[#names + 1] = name
   end
@@ -204,15 +213,22 @@ local function lease_job(id)
   put(job, at, 'token', token)
   put(job, at, 'started', started)
   put(job, at, 'attempt', attempt)
-  if at.max_attempts then
+  if at.max_attempts and not slots then
     redis.call('HSET', job_key, 'state', 'active', 'token', token, 'started', started, 'attempt', attempt)
   else
-    local max_attempts = tostring(max_by_type[job[at.type]] or default_max)
-    put(job, at, 'max_attempts', max_attempts)
-    redis.call('HSET', job_key, 'state', 'active', 'token', token, 'started', started, 'attempt', attempt,
-      'max_attempts', max_attempts)
+    local fields = {'state', 'active', 'token', token, 'started', started, 'attempt', attempt}
+    if not at.max_attempts then
+      local max_attempts = tostring(max_by_type[job[at.type]] or default_max)
+      put(job, at, 'max_attempts', max_attempts)
+      fields[#fields + 1] = 'max_attempts'
+      fields[#fields + 1] = max_attempts
+    end
+    if slots then
+      fields[#fields + 1] = 'slots'
+      fields[#fields + 1] = slots
+    end
+    redis.call('HSET', job_key, unpack(fields))
   end
-  if slots then redis.call('HSET', job_key, 'slots', slots) end
   if at.held then redis.call('HDEL', job_key, 'held') end
   deadlines[#deadlines + 1] = deadline
   deadlines[#deadlines + 1] = id

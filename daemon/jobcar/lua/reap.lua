@@ -47,7 +47,7 @@ for _, id in ipairs(expired) do
   elseif not fields[1] then
     result = 'missing'
   else
-    release_slots(prefix, job_key, id, fields[4])
+    release_slots(prefix, id, fields[4])
     local attempt = tonumber(fields[2] or '0') or 0
     local max_attempts = tonumber(fields[3] or ARGV[5]) or tonumber(ARGV[5])
     if attempt >= max_attempts then
@@ -89,7 +89,8 @@ if limits then
       local limit = rule and (key and rule.per_key or (not key and rule.total)) or nil
       local free = MAX_UNPARKED
       if limit then free = math.min(free, limit - redis.call('SCARD', running)) end
-      if free > 0 then unpark(prefix, group, free) else forget_idle_group(prefix, group) end
+      if free > 0 then unpark(prefix, group, free) end
+      forget_idle_group(prefix, group)
     end
   end
 end

@@ -44,7 +44,7 @@ local now = now_ms()
 local attempt = tonumber(redis.call('HGET', job_key, 'attempt') or '0') or 0
 local max_attempts = tonumber(redis.call('HGET', job_key, 'max_attempts') or '1') or 1
 redis.call('ZREM', KEYS[1], id)
-release_slots(prefix, job_key, id, redis.call('HGET', job_key, 'slots'))
+release_slots(prefix, id, redis.call('HGET', job_key, 'slots'))
 local spend = ARGV[6] == '1'
 local max_free = tonumber(ARGV[9])
 if not spend and max_free > 0 and redis.call('HINCRBY', job_key, 'deferrals', 1) > max_free then
@@ -58,7 +58,7 @@ end
 
 record_error(job_key, attempt, now, ARGV[5])
 if not spend then redis.call('HINCRBY', job_key, 'attempt', -1) end
-redis.call('HDEL', job_key, 'token', 'started')
+redis.call('HDEL', job_key, 'token', 'started', 'slots')
 if delay > 0 then
   local run_at = now + delay
   redis.call('HSET', job_key, 'state', 'scheduled', 'run_at', run_at)

@@ -8,7 +8,7 @@ local function move_to_dead(prefix, dead_key, job_key, id, now, reason, dead_max
   local attempt = tonumber(redis.call('HGET', job_key, 'attempt') or '0')
   record_error(job_key, attempt, now, reason)
   redis.call('HSET', job_key, 'state', 'dead', 'finished', now)
-  redis.call('HDEL', job_key, 'token', 'cancel')
+  redis.call('HDEL', job_key, 'token', 'cancel', 'slots')
   redis.call('ZADD', dead_key, now, id)
   release_unique(prefix, job_key, id)
   count_in_batch(prefix, job_key, 'dead', 1)

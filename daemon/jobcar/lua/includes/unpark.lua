@@ -4,9 +4,10 @@
 -- key ("<type>#<key>", its per-key limit). <prefix>running:<group> (a SET of job ids) holds the group's
 -- slots, taken by the lease and given back by whatever takes the job out of active; a job the lease finds
 -- over a limit waits in <prefix>held:<group> (a LIST, oldest at the right) in state "held". The SET
--- <prefix>limit_groups names every group with a slot taken or a job held.
+-- <prefix>limit_groups names every group that held a job, until the reaper's pass finds it idle.
 
--- Drop `group` from <prefix>limit_groups once nothing of it runs or waits.
+-- Drop `group` from <prefix>limit_groups once nothing of it runs or waits (the reaper's pass and cancel:
+-- a release leaves it, to stay two commands per group).
 local function forget_idle_group(prefix, group)
   if redis.call('EXISTS', prefix .. 'running:' .. group, prefix .. 'held:' .. group) == 0 then
     redis.call('SREM', prefix .. 'limit_groups', group)
@@ -34,6 +35,5 @@ local function unpark(prefix, group, n)
     end
   end
   if moved > 0 then wake(prefix .. 'wake') end
-  forget_idle_group(prefix, group)
   return moved
 end
