@@ -213,21 +213,21 @@ local function lease_job(id)
   put(job, at, 'token', token)
   put(job, at, 'started', started)
   put(job, at, 'attempt', attempt)
-  if at.max_attempts and not slots then
-    redis.call('HSET', job_key, 'state', 'active', 'token', token, 'started', started, 'attempt', attempt)
+  -- The job's first lease stores its max_attempts; a limited job's lease its slots (no table built for the
+  -- others: this runs for every job).
+  local max_attempts = nil
+  if not at.max_attempts then
+    max_attempts = tostring(max_by_type[job[at.type]] or default_max)
+    put(job, at, 'max_attempts', max_attempts)
+  end
+  if slots then
+    redis.call('HSET', job_key, 'state', 'active', 'token', token, 'started', started, 'attempt', attempt,
+      'slots', slots, 'max_attempts', max_attempts or job[at.max_attempts])
+  elseif max_attempts then
+    redis.call('HSET', job_key, 'state', 'active', 'token', token, 'started', started, 'attempt', attempt,
+      'max_attempts', max_attempts)
   else
-    local fields = {'state', 'active', 'token', token, 'started', started, 'attempt', attempt}
-    if not at.max_attempts then
-      local max_attempts = tostring(max_by_type[job[at.type]] or default_max)
-      put(job, at, 'max_attempts', max_attempts)
-      fields[#fields + 1] = 'max_attempts'
-      fields[#fields + 1] = max_attempts
-    end
-    if slots then
-      fields[#fields + 1] = 'slots'
-      fields[#fields + 1] = slots
-    end
-    redis.call('HSET', job_key, unpack(fields))
+    redis.call('HSET', job_key, 'state', 'active', 'token', token, 'started', started, 'attempt', attempt)
   end
   if at.held then redis.call('HDEL', job_key, 'held') end
   deadlines[#deadlines + 1] = deadline
