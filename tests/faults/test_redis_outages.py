@@ -325,6 +325,7 @@ def settle_and_check(
 
 
 @pytest.mark.slow
+@pytest.mark.soak
 def test_redis_blackholed_for_30_s_the_daemon_stays_up_and_completes_every_job_once(
     durable_redis: RedisServer, namespace: str, tmp_path: Path
 ) -> None:
@@ -355,6 +356,7 @@ def test_redis_blackholed_for_30_s_the_daemon_stays_up_and_completes_every_job_o
 
 
 @pytest.mark.slow
+@pytest.mark.soak
 def test_redis_sigstopped_for_30_s_the_daemon_stays_up_and_completes_every_job_once(
     durable_redis: RedisServer, namespace: str, tmp_path: Path
 ) -> None:
