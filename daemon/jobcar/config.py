@@ -37,6 +37,7 @@ from jobcar.config_types import (
     Handler,
     HttpHandler,
     Limits,
+    Rate,
     RedisSettings,
 )
 from jobcar.config_values import boolean, choice, duration, integer, optional_string, parse_int, size, string
@@ -45,6 +46,7 @@ from jobcar.listen import exposure_problem, parse_listen
 from jobcar.names import NAME_PATTERN, NAME_RULE, TYPE_PATTERN, TYPE_RULE
 from jobcar.redis_url import is_sentinel_url, redis_url_problem
 from jobcar.schedules import CATCHUP, OVERLAP, ScheduleSpec, make_spec
+from jobcar.units import parse_duration
 from jobcar.yaml_reader import Converter, Invalid, KeyPath, Reader, is_null, line_col, syntax_error
 
 __all__ = ["KNOWN_KEYS", "ConfigError", "load_config", "parse_config"]
@@ -336,9 +338,33 @@ def _limit_key(r: Reader, node: yaml.Node, path: KeyPath) -> str:
     return text
 
 
+_RATE: Final = re.compile(r"\s*([0-9][0-9_]*)\s*/\s*(\S+)\s*")
+
+
+def _rate(r: Reader, node: yaml.Node, path: KeyPath) -> Rate:
+    """`<count>/<period>`: 100/s, 5/m, 1000/1h, 3/500ms."""
+    text = r.text(node, "a rate")
+    match = _RATE.fullmatch(text)
+    try:
+        if not match:
+            raise ValueError
+        count = parse_int(match[1], 1)
+        unit = match[2]
+        period = parse_duration(f"1{unit}" if unit.isalpha() else unit)
+    except (ValueError, Invalid):
+        raise Invalid(f"must be a count per period, like 100/s, 5/m or 3/500ms, not {text!r}") from None
+    if not 0.001 <= period <= 86400 or count / period > 1_000_000:
+        raise Invalid(f"must be from 1 per day to a million per second, with a period of 1ms to 1d, not {text!r}")
+    return Rate(count, period)
+
+
 _LIMITS_FIELDS: Final[Mapping[str, Converter]] = {
     "concurrency": integer(1),
     "per_key": integer(1),
+    "rate": _rate,
+    "burst": integer(1),
+    "per_key_rate": _rate,
+    "per_key_burst": integer(1),
     "key": _limit_key,
 }
 
@@ -348,10 +374,13 @@ def _limits(r: Reader, node: yaml.Node, path: KeyPath) -> Limits:
     values = r.fields(r.entries(node, path, _LIMITS_FIELDS), path, _LIMITS_FIELDS)
     if len(r.problems) > reported:
         return Limits()  # the config is rejected anyway; a missing value was reported as wrong, not absent
-    if "concurrency" not in values and "per_key" not in values:
-        raise Invalid("needs concurrency (fleet-wide, for the type) or per_key (fleet-wide, for each key), or both")
-    if "key" in values and "per_key" not in values:
-        raise Invalid("has key but no per_key: the key only matters for a per-key limit")
+    if not values.keys() & {"concurrency", "per_key", "rate", "per_key_rate"}:
+        raise Invalid("needs concurrency or rate (fleet-wide, for the type), per_key or per_key_rate (for each key)")
+    if "key" in values and not values.keys() & {"per_key", "per_key_rate"}:
+        raise Invalid("has key but no per_key or per_key_rate: the key only matters for a per-key limit")
+    for burst, rate in (("burst", "rate"), ("per_key_burst", "per_key_rate")):
+        if burst in values and rate not in values:
+            raise Invalid(f"has {burst} but no {rate}")
     limits: Limits = Limits(**values)
     return limits
 

@@ -41,6 +41,14 @@ class Defaults:
     max_retry_after: float = 3600.0
 
 
+@dataclass(frozen=True, slots=True)
+class Rate:
+    """At most `count` starts per `period` seconds, evenly spaced (GCRA), `burst` of them at once."""
+
+    count: int
+    period: float
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Limits:
     """A job type's concurrency limits across every daemon of the namespace, held in Redis (ADR 0014)."""
@@ -49,6 +57,12 @@ class Limits:
     concurrency: int | None = None
     #: At most this many jobs of one key run at once, fleet-wide.
     per_key: int | None = None
+    #: At most this many starts of the type per period, fleet-wide; `burst` of them at once.
+    rate: Rate | None = None
+    burst: int = 1
+    #: The same for each key.
+    per_key_rate: Rate | None = None
+    per_key_burst: int = 1
     #: Where a job's key comes from: "key" (the producer's `key=`), "meta.<name>" or "payload.<name>" (a
     #: top-level field of a JSON object payload).
     key: str = "key"
@@ -155,6 +169,13 @@ def limit_rules(config: Config) -> str:
             rule["total"] = handler.limits.concurrency
         if handler.limits.per_key is not None:
             rule["per_key"] = handler.limits.per_key
+        if handler.limits.rate is not None:
+            rule["rate"] = [handler.limits.rate.count, round(handler.limits.rate.period * 1000)]
+            rule["burst"] = handler.limits.burst
+        if handler.limits.per_key_rate is not None:
+            rule["key_rate"] = [handler.limits.per_key_rate.count, round(handler.limits.per_key_rate.period * 1000)]
+            rule["key_burst"] = handler.limits.per_key_burst
+        if handler.limits.per_key is not None or handler.limits.per_key_rate is not None:
             rule["key"] = handler.limits.key
         rules[job_type] = rule
     return json.dumps(rules, separators=(",", ":"), sort_keys=True)

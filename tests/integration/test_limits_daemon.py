@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import bisect
 import json
 import signal
 import time
@@ -10,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from jobcar.client import Client
-from tests.integration.daemon_harness import DaemonProcess, Gauge, HandlerServer, Received, write_config
+from tests.integration.daemon_harness import DaemonProcess, Gauge, HandlerServer, Received, answer_ok, write_config
 from tests.integration.driver import QueueDriver
 from tests.servers import RedisServer, wait_for
 
@@ -102,3 +103,31 @@ def test_per_key_limits_and_a_total_hold_across_two_daemons(
                 daemon.stop()
     assert [per_tenant[t].most for t in "xyz"] == [2, 2, 2]
     assert total.most == 5
+
+
+@pytest.mark.soak
+def test_a_rate_limit_holds_across_three_daemons_for_twenty_seconds(
+    redis_server: RedisServer, namespace: str, tmp_path: Path, handlers: HandlerServer
+) -> None:
+    rate, burst, seconds = 50, 5, 20
+    handler = {"url": handlers.url("/rated", answer_ok), "limits": {"rate": f"{rate}/s", "burst": burst}}
+    config = write_config(tmp_path, redis_server.url, namespace, {"rated": handler}, result_ttl="1h")
+    with redis_server.client() as r:
+        q = QueueDriver(r, namespace)
+        ids = [info.id for info in q.producer.enqueue_many([("rated", n) for n in range(rate * seconds * 2)])]
+        daemons = [DaemonProcess(config).start() for _ in range(3)]
+        try:
+            first = q.now_ms()
+            wait_for(lambda: q.now_ms() - first >= seconds * 1000, timeout=seconds + 30, what=f"{seconds} s of work")
+        finally:
+            for daemon in daemons:
+                daemon.stop()
+        # Lease times in Redis time, as the script took them (the handler's receive times add network jitter).
+        starts = sorted(job.started_ms for i in ids if (job := q.job(i)) is not None and job.started_ms is not None)
+    span = (starts[-1] - starts[0]) / 1000
+    observed = (len(starts) - burst) / span
+    densest = max(bisect.bisect_left(starts, t + 1000) - n for n, t in enumerate(starts))
+    print(f"{len(starts)} starts in {span:.1f} s: {observed:.1f}/s after the burst (limit {rate}/s), {densest} in the "
+          "densest second")  # fmt: skip
+    assert abs(observed - rate) <= rate * 0.1
+    assert densest <= rate + burst, "GCRA: any second holds at most a burst more than the rate"

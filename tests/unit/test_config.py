@@ -23,6 +23,7 @@ from jobcar.config_types import (
     Defaults,
     HttpHandler,
     Limits,
+    Rate,
     RedisSettings,
 )
 from jobcar.units import interpolate, parse_duration, parse_size
@@ -160,7 +161,8 @@ def test_every_key_can_be_set() -> None:
             backoff: {strategy: constant}
             max_retry_after: 30s
             concurrency: 1
-            limits: {concurrency: 4, per_key: 1, key: payload.tenant}
+            limits: {concurrency: 4, per_key: 1, key: payload.tenant, rate: 100/s, burst: 10, per_key_rate: 3/500ms,
+                     per_key_burst: 2}
             headers: {X-Tenant: acme}
             signing_secret: hush
             max_response_bytes: 1MiB
@@ -207,7 +209,15 @@ def test_every_key_can_be_set() -> None:
                 backoff=Backoff(strategy=BackoffStrategy.CONSTANT, base=0.5, max=120.0),
                 max_retry_after=30.0,
                 concurrency=1,
-                limits=Limits(concurrency=4, per_key=1, key="payload.tenant"),
+                limits=Limits(
+                    concurrency=4,
+                    per_key=1,
+                    key="payload.tenant",
+                    rate=Rate(100, 1.0),
+                    burst=10,
+                    per_key_rate=Rate(3, 0.5),
+                    per_key_burst=2,
+                ),
                 headers={"X-Tenant": "acme"},
                 signing_secret="hush",
                 max_response_bytes=1024 * 1024,
@@ -614,14 +624,32 @@ _NAME_RULE = "use 1 to 100 letters, digits, '.', '_' or '-', starting with a let
         ),
         pytest.param(
             "handlers:\n  a:\n    url: http://h/\n    limits: {key: meta.tenant}\n",
-            "jobcar.yaml:4:13 handlers.a.limits: needs concurrency (fleet-wide, for the type) or per_key "
-            "(fleet-wide, for each key), or both",
+            "jobcar.yaml:4:13 handlers.a.limits: needs concurrency or rate (fleet-wide, for the type), per_key or "
+            "per_key_rate (for each key)",
             id="limits-empty",
         ),
         pytest.param(
             "handlers:\n  a:\n    url: http://h/\n    limits: {concurrency: 2, key: meta.tenant}\n",
-            "jobcar.yaml:4:13 handlers.a.limits: has key but no per_key: the key only matters for a per-key limit",
+            "jobcar.yaml:4:13 handlers.a.limits: has key but no per_key or per_key_rate: the key only matters for a "
+            "per-key limit",
             id="limits-key-without-per-key",
+        ),
+        pytest.param(
+            "handlers:\n  a:\n    url: http://h/\n    limits: {rate: 100/fortnight}\n",
+            "jobcar.yaml:4:20 handlers.a.limits.rate: must be a count per period, like 100/s, 5/m or 3/500ms, "
+            "not '100/fortnight'",
+            id="limits-rate",
+        ),
+        pytest.param(
+            "handlers:\n  a:\n    url: http://h/\n    limits: {rate: 5/2d}\n",
+            "jobcar.yaml:4:20 handlers.a.limits.rate: must be from 1 per day to a million per second, with a period "
+            "of 1ms to 1d, not '5/2d'",
+            id="limits-rate-period",
+        ),
+        pytest.param(
+            "handlers:\n  a:\n    url: http://h/\n    limits: {concurrency: 1, burst: 3}\n",
+            "jobcar.yaml:4:13 handlers.a.limits: has burst but no rate",
+            id="limits-burst-without-rate",
         ),
         pytest.param(
             "handlers:\n  a:\n    url: http://h/\n    limits: {per_key: 2, key: headers.x}\n",

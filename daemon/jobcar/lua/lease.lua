@@ -18,15 +18,18 @@
 -- ARGV[5] default max_attempts, stored on a job that has none of its own
 -- ARGV[6] JSON object type -> max_attempts overriding ARGV[5] for those types ("{}" for none)
 -- ARGV[7] dead set max jobs, ARGV[8] dead set max age ms (trimming when an expired job dies)
--- ARGV[9] (optional) JSON object type -> limit rule, the fleet-wide concurrency limits (ADR 0014):
---         {"total": n, "per_key": m, "key": "key" | "meta.<name>" | "payload.<name>"}, each part optional
+-- ARGV[9] (optional) JSON object type -> limit rule, the fleet-wide limits (ADR 0014): {"total": n,
+--         "per_key": m, "rate": [count, period_ms], "burst": b, "key_rate": [count, period_ms],
+--         "key_burst": b, "key": "key" | "meta.<name>" | "payload.<name>"}, each part optional
 -- Pending jobs are taken by priority: `pending` (0) first, then `pending:1` to `pending:9`; FIFO within one.
 -- Jobs a limit held and let go (`pending:released`, FIFO) come before all of them: they had their turn.
 -- A job never started whose `expires_at` has passed is not leased: it moves to <prefix>dead (a ZSET) with
 -- the reason "expired: ...".
 -- A job over a limit of its type is not leased: it waits in <prefix>held:<group> in state "held" until a
 -- slot of that group is given back, and the lease takes the next pending job instead (no head-of-line
--- blocking), passing over at most MAX_HELD such jobs per call.
+-- blocking), passing over at most MAX_HELD such jobs per call. A job over a rate limit is held the same
+-- way, and its group is put in <prefix>throttled (a ZSET group -> when its next job may start), which
+-- this script reads first: the due groups' held jobs go to `pending:released`, as many as may start.
 -- Touches <prefix>job:<id> HASH: state=active, attempt+1, token, started, max_attempts (if absent), slots
 -- (the JSON array of the limit groups whose slots it took); <prefix>running:<group> SET (the job's id).
 -- Returns {now_ms, next_due_in_ms (-1: nothing scheduled), stopped, dropped, expired, job...}
@@ -45,6 +48,8 @@
 --- @include "pending_lists"
 --- @include "move_to_dead"
 --- @include "limit_groups"
+--- @include "gcra"
+--- @include "unpark"
 
 local prefix = ARGV[1]
 local dead = prefix .. 'dead'
@@ -61,10 +66,19 @@ local limits = ARGV[9] and ARGV[9] ~= '{}' and cjson.decode(ARGV[9]) or nil
 local MAX_HELD = 1000
 local now = now_ms()
 
+local throttled = prefix .. 'throttled'
+
+-- When the caller should lease again without a wake: the earliest scheduled job, or with limits the
+-- earliest time a rate-limited group may start its next held job.
 local function next_due_in()
   local head = redis.call('ZRANGE', KEYS[2], 0, 0, 'WITHSCORES')
-  if #head == 0 then return -1 end
-  return math.max(0, tonumber(head[2]) - now)
+  local due = head[2] and tonumber(head[2])
+  if limits then
+    local rated = redis.pcall('ZRANGE', throttled, 0, 0, 'WITHSCORES')
+    if not rated.err and rated[2] and (not due or tonumber(rated[2]) < due) then due = tonumber(rated[2]) end
+  end
+  if not due then return -1 end
+  return math.max(0, math.ceil(due - now))
 end
 
 if KEYS[6] and redis.call('EXISTS', KEYS[6]) == 0 then
@@ -90,6 +104,24 @@ if #due > 0 then
     end
   end
   redis.call('ZREM', KEYS[2], unpack(due))
+end
+
+-- Rate-limited groups whose next start is due let their held jobs go, as many as may start now; a group
+-- the rules no longer limit lets them all go. Before the pending lists are read: they are leased next.
+if limits then
+  local groups = redis.pcall('ZRANGEBYSCORE', throttled, '-inf', now, 'LIMIT', 0, 100)
+  if not groups.err and #groups > 0 then
+    redis.call('ZREM', throttled, unpack(groups))
+    for _, group in ipairs(groups) do
+      local interval, burst = rate_of(limits, group)
+      local n = MAX_HELD
+      if interval then
+        local _, tat = gcra_wait(prefix, group, interval, burst, now)
+        n = math.max(1, math.floor((now + interval * (burst - 1) - tat) / interval) + 1)
+      end
+      unpark(prefix, group, n)
+    end
+  end
 end
 
 -- Set a field in an HGETALL reply `job` whose value indexes are `at` (name -> index), or append it.
@@ -137,6 +169,33 @@ local function index_group(name)
   if not indexed[name] then
     redis.call('SADD', prefix .. 'limit_groups', name)
     indexed[name] = true
+  end
+end
+
+-- A rate group with held jobs is due again at `at` (ms); an earlier time already set stays.
+local function throttle(group, at)
+  redis.call('ZADD', throttled, 'LT', at, group)
+end
+
+-- The first of `rates` that allows no start now, with when it will; nil, and each group's TAT, when all do.
+local function throttling_group(rates)
+  local tats = {}
+  for i, rate in ipairs(rates) do
+    local wait, tat = gcra_wait(prefix, rate[1], rate[2], rate[3], now)
+    if wait > 0 then return rate[1], now + wait end
+    tats[i] = tat
+  end
+  return nil, tats
+end
+
+-- Take a start of each rate group; a job held before (let go when its group was due) schedules the next
+-- due time of its groups that still hold jobs.
+local function take_starts(rates, tats, again)
+  for i, rate in ipairs(rates) do
+    local next_tat = gcra_take(prefix, rate[1], rate[2], tats[i], now)
+    if again and redis.call('EXISTS', prefix .. 'held:' .. rate[1]) == 1 then
+      throttle(rate[1], next_tat - rate[2] * (rate[3] - 1))
+    end
   end
 end
 
@@ -200,9 +259,18 @@ local function lease_job(id)
   local rule = limits and at.type and limits[job[at.type]]
   local slots
   if rule then
-    local groups = limit_groups(rule, job[at.type], job, at)
+    local groups, rates = limit_groups(rule, job[at.type], job, at)
     local full = full_group(groups)
     if full then return hold(job_key, id, full, at.held) end
+    if #rates > 0 then
+      local rated, due_or_tats = throttling_group(rates)
+      if rated then
+        hold(job_key, id, rated, at.held)
+        return throttle(rated, due_or_tats)
+      end
+      local tats = due_or_tats
+      take_starts(rates, tats, at.held)
+    end
     if #groups > 0 then slots = take_slots(groups, id) end
   end
   leased = leased + 1

@@ -10,10 +10,11 @@
 -- ARGV[2] the most jobs to reap in this call
 -- ARGV[3] dead set max jobs, ARGV[4] dead set max age ms
 -- ARGV[5] default max_attempts for a job that has none stored
--- ARGV[6] (optional) the concurrency limits as the lease takes them (JSON type -> rule, ADR 0014): each
---         group of <prefix>limit_groups drops the slots of jobs no longer active (a job hash deleted
---         while it ran) and lets held jobs go back to pending up to its free slots, all of them when
---         the config has no limit for the group any more
+-- ARGV[6] (optional) the limits as the lease takes them (JSON type -> rule, ADR 0014): each group of
+--         <prefix>limit_groups drops the slots of jobs no longer active (a job hash deleted while it ran)
+--         and lets held jobs go back to pending up to its free slots, all of them when the config has no
+--         limit for the group any more; a rate group still limited is put in <prefix>throttled if it is
+--         missing there
 -- Returns {next_expiry_in_ms, {id, result, id, result...}}: the time until the earliest lease left in the
 -- active set expires (-1: none; 0: more expired than this call's limit), so the caller can sleep until
 -- exactly then; result is "pending", "dead" or "missing" (an id in the active set without a job hash:
@@ -28,6 +29,7 @@
 --- @include "move_to_dead"
 --- @include "wrong_type"
 --- @include "release_slots"
+--- @include "gcra"
 
 local refused = wrong_type({KEYS[1], 'zset', KEYS[2], 'list', KEYS[3], 'zset'})
 if refused then return refused end
@@ -84,12 +86,18 @@ if limits then
         local state = redis.pcall('HGET', prefix .. 'job:' .. id, 'state')
         if state ~= 'active' then redis.call('SREM', running, id) end
       end
-      local job_type, key = string.match(group, '^(.-)#(.*)$')
-      local rule = limits[job_type or group]
-      local limit = rule and (key and rule.per_key or (not key and rule.total)) or nil
-      local free = MAX_UNPARKED
-      if limit then free = math.min(free, limit - redis.call('SCARD', running)) end
-      if free > 0 then unpark(prefix, group, free) end
+      if string.sub(group, 1, 1) == '@' and rate_of(limits, group) then
+        -- Still rate-limited: its held jobs go when the lease finds the group due; a group missing from
+        -- the throttled ZSET is due now.
+        redis.call('ZADD', prefix .. 'throttled', 'NX', now, group)
+      else
+        local job_type, key = string.match(group, '^(.-)#(.*)$')
+        local rule = limits[job_type or group]
+        local limit = rule and (key and rule.per_key or (not key and rule.total)) or nil
+        local free = MAX_UNPARKED
+        if limit then free = math.min(free, limit - redis.call('SCARD', running)) end
+        if free > 0 then unpark(prefix, group, free) end
+      end
       forget_idle_group(prefix, group)
     end
   end

@@ -1,7 +1,8 @@
--- The limit groups a job counts in, as {{group, limit}, ...}, by its type's rule from the daemon's config:
--- {total = n} and/or {per_key = m, key = "key" | "meta.<name>" | "payload.<name>"} (ADR 0014). `job` is an
--- HGETALL reply and `at` maps its field names to their values' indexes. A job without a usable key counts
--- in its type's total only.
+-- The limit groups a job counts in, by its type's rule from the daemon's config (ADR 0014): {total = n},
+-- {per_key = m}, {rate = {count, period_ms}, burst = b}, {key_rate = {count, period_ms}, key_burst = b},
+-- with key = "key" | "meta.<name>" | "payload.<name>" for the per-key parts. `job` is an HGETALL reply and
+-- `at` maps its field names to their values' indexes. A job without a usable key counts in its type's
+-- groups only.
 local function limit_key(source, job, at)
   local value
   if source == 'key' then
@@ -21,12 +22,17 @@ local function limit_key(source, job, at)
   return value
 end
 
+-- {{group, limit}, ...} for the concurrency limits, and {{group, interval_ms, burst}, ...} for the rate
+-- limits, whose groups are named "@<type>" and "@<type>#<key>".
 local function limit_groups(rule, job_type, job, at)
-  local groups = {}
+  local key = nil
+  if rule.per_key or rule.key_rate then key = limit_key(rule.key or 'key', job, at) end
+  local groups, rates = {}, {}
   if rule.total then groups[1] = {job_type, rule.total} end
-  if rule.per_key then
-    local key = limit_key(rule.key or 'key', job, at)
-    if key then groups[#groups + 1] = {job_type .. '#' .. key, rule.per_key} end
+  if rule.per_key and key then groups[#groups + 1] = {job_type .. '#' .. key, rule.per_key} end
+  if rule.rate then rates[1] = {'@' .. job_type, rule.rate[2] / rule.rate[1], rule.burst or 1} end
+  if rule.key_rate and key then
+    rates[#rates + 1] = {'@' .. job_type .. '#' .. key, rule.key_rate[2] / rule.key_rate[1], rule.key_burst or 1}
   end
-  return groups
+  return groups, rates
 end
