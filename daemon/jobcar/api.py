@@ -45,10 +45,11 @@ from jobcar.admin import Admin, AmbiguousJob, JobNotFound, job_document
 from jobcar.api_schedules import add_schedule_routes
 from jobcar.browser_guard import cross_site_problem, host_problem
 from jobcar.client import AsyncClient
-from jobcar.config_types import Config
+from jobcar.config_types import Config, limit_rule_table
 from jobcar.errors import InvalidJob, PayloadTooLarge
 from jobcar.formats import loads_strict, redact
 from jobcar.job import DEFAULT_CONTENT_TYPE, FINISHED, EnqueueStatus, JobInfo, State
+from jobcar.limits_view import read_limits
 from jobcar.listen import exposure_problem, parse_listen
 from jobcar.names import ID_PATTERN, check_name
 from jobcar.records import Payload
@@ -122,8 +123,17 @@ def build_app(context: ApiContext) -> web.Application:
     app.router.add_get("/v1/jobs/{id:.+}", _get_job)  # `.+`: an id may hold a slash (docs/protocol.md)
     app.router.add_delete("/v1/jobs/{id:.+}", _cancel)
     app.router.add_post("/v1/drain", _drain)
+    app.router.add_get("/v1/limits", _limits)
     add_schedule_routes(app, lambda request: request.app[CONTEXT].client, _not_json)
     return app
+
+
+async def _limits(request: web.Request) -> web.Response:
+    """Every limit group with a job running, held or rated, in the config's queues and those producers used."""
+    context, admin = request.app[CONTEXT], request.app[ADMIN]
+    rules = limit_rule_table(context.config)
+    groups = await read_limits(admin.redis, context.config.namespace, await admin.queues(), rules)
+    return web.json_response([g.document() for g in groups])
 
 
 async def start_listener(app: web.Application, listen: str) -> web.AppRunner:

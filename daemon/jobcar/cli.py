@@ -35,6 +35,7 @@ from jobcar.cli_ops import (
     cmd_fsck,
     cmd_jobs_list,
     cmd_jobs_show,
+    cmd_limits,
     cmd_queue_pause,
     cmd_queue_resume,
     cmd_stats,
@@ -43,6 +44,7 @@ from jobcar.cli_ops import (
     fsck_arguments,
     jobs_list_arguments,
     jobs_show_arguments,
+    limits_arguments,
     queue_arguments,
     stats_arguments,
 )
@@ -390,6 +392,7 @@ COMMANDS: Final[tuple[Command, ...]] = (
     Command("check", "validate the config; print every error with its line", cmd_check, _check_arguments),
     Command("enqueue", "enqueue a job and print its id", cmd_enqueue, _enqueue_arguments),
     Command("stats", "per queue: pending, scheduled, active, dead, paused, latency", cmd_stats, stats_arguments),
+    Command("limits", "per limit group: running, held, the limit, a rate's next start", cmd_limits, limits_arguments),
     _group(
         "jobs",
         "list and inspect jobs",

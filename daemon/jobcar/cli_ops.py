@@ -23,9 +23,11 @@ from jobcar.cli_support import (
     print_json,
     with_admin,
 )
+from jobcar.config_types import limit_rule_table
 from jobcar.errors import InvalidJob
 from jobcar.exit_codes import EX_FAILURE, EX_OK, EX_USAGE
 from jobcar.job import STORED_IN_SETS, Job, State
+from jobcar.limits_view import LimitGroup, read_limits
 from jobcar.names import check_name
 from jobcar.recording import dead_letter_limits
 from jobcar.timestamps import rfc3339_ms
@@ -101,6 +103,38 @@ def cmd_stats(args: argparse.Namespace) -> int:
         for s, (m, h) in zip(stats, counts, strict=True)
     ]  # fmt: skip
     print("\n".join(table(header, rows, numeric={1, 2, 3, 4, 5, 7, 8, 9, 10, 11})))
+    return EX_OK
+
+
+# -- limits ----------------------------------------------------------------------------------------
+
+
+def limits_arguments(parser: argparse.ArgumentParser) -> None:
+    _add_queue_option(parser, "only this queue (default: the config's queues and every queue producers used)")
+    _add_json_option(parser, "a list with one object per limit group")
+
+
+def cmd_limits(args: argparse.Namespace) -> int:
+    config = load(args)
+    rules = limit_rule_table(config)
+
+    async def read(admin: Admin) -> list[LimitGroup]:
+        return await read_limits(admin.redis, config.namespace, await admin.queues(args.queue), rules)
+
+    groups = with_admin(config, read)
+    if args.json:
+        print_json([g.document() for g in groups])
+        return EX_OK
+    if not groups:
+        print("no limit group has a job running, held or rated")
+        return EX_OK
+    header = ("QUEUE", "GROUP", "KIND", "RUNNING", "HELD", "LIMIT", "NEXT START")
+    rows = [
+        (g.queue, printable(g.group), g.kind, str(g.running), str(g.held), g.limit or "none (no rule)",
+         "-" if g.next_start_in_ms is None else span(g.next_start_in_ms / 1000))
+        for g in groups
+    ]  # fmt: skip
+    print("\n".join(table(header, rows, numeric={3, 4})))
     return EX_OK
 
 

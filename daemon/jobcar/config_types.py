@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field
 from enum import StrEnum
+from typing import Any
 
 from jobcar.schedules import ScheduleSpec
 
@@ -160,11 +161,16 @@ class Config:
 def limit_rules(config: Config) -> str:
     """The handlers' fleet-wide limits as the lease and reap scripts take them: a JSON object type -> rule
     ("{}" for none, which the scripts pass over at no cost)."""
-    rules: dict[str, dict[str, object]] = {}
+    return json.dumps(limit_rule_table(config), separators=(",", ":"), sort_keys=True)
+
+
+def limit_rule_table(config: Config) -> dict[str, dict[str, Any]]:
+    """`limit_rules` before it is encoded."""
+    rules: dict[str, dict[str, Any]] = {}
     for job_type, handler in config.handlers.items():
         if handler.limits is None:
             continue
-        rule: dict[str, object] = {}
+        rule: dict[str, Any] = {}
         if handler.limits.concurrency is not None:
             rule["total"] = handler.limits.concurrency
         if handler.limits.per_key is not None:
@@ -178,4 +184,4 @@ def limit_rules(config: Config) -> str:
         if handler.limits.per_key is not None or handler.limits.per_key_rate is not None:
             rule["key"] = handler.limits.key
         rules[job_type] = rule
-    return json.dumps(rules, separators=(",", ":"), sort_keys=True)
+    return rules

@@ -86,6 +86,14 @@ class QueueKeys:
         """The LIST of the jobs waiting for a slot of a limit group, oldest at the right."""
         return f"{self.prefix}held:{group}"
 
+    def tat(self, group: str) -> str:
+        """A rate group's theoretical arrival time (ms, GCRA), a STRING that expires once past."""
+        return f"{self.prefix}tat:{group}"
+
+    def all_limit_keys(self, kind: str) -> str:
+        """A SCAN pattern matching every limit key of one kind ("running", "held" or "tat") of the queue."""
+        return _glob_escape(f"{self.prefix}{kind}:") + "*"
+
     def batch(self, batch_id: str) -> str:
         return f"{self.prefix}batch:{batch_id}"
 

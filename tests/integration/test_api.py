@@ -29,7 +29,7 @@ from jobcar.api import (
     start_listener,
 )
 from jobcar.client import AsyncClient
-from jobcar.config_types import Config
+from jobcar.config_types import Backoff, Config, HttpHandler, Limits, Rate
 from jobcar.formats import redact
 from jobcar.job import State
 from jobcar.keys import queues_key
@@ -459,6 +459,7 @@ async def test_the_token_guards_every_route_but_the_probes(api: Api) -> None:
         ("GET", f"/v1/jobs/{job_id}", {}),
         ("DELETE", f"/v1/jobs/{job_id}", {}),
         ("POST", "/v1/drain", {}),
+        ("GET", "/v1/limits", {}),
     ]
     wrong = [{}, {"Authorization": "Bearer wrong"}, {"Authorization": f"Basic {TOKEN}"}, {"Authorization": TOKEN},
              {"Authorization": f"Bearer {TOKEN}x"}, {"Authorization": "Bearer é"}]  # fmt: skip
@@ -845,3 +846,23 @@ async def test_the_client_must_share_the_configured_payload_limit(redis_server: 
         context = ApiContext(config, client, probe.readiness, probe.drain, metrics)
         with pytest.raises(ValueError, match="max_payload_bytes"):
             build_app(context)
+
+
+async def test_limits_lists_each_group_with_its_rule(redis_server: RedisServer, namespace: str) -> None:
+    limits = Limits(concurrency=1, rate=Rate(2, 1.0))
+    handler = HttpHandler(type="a", url="http://127.0.0.1:9/", timeout=1.0, max_attempts=3, backoff=Backoff(),
+                          max_retry_after=1.0, limits=limits)  # fmt: skip
+    async with running_api(redis_server.url, namespace, handlers={"a": handler}) as api:
+        assert (await api.call("GET", "/v1/limits")).body == []
+        with redis_server.client() as r:
+            q = QueueDriver(r, namespace)
+            for n in range(2):
+                q.enqueue("a", n)
+            assert len(q.lease(limits='{"a": {"total": 1, "rate": [2, 1000], "burst": 1}}').jobs) == 1
+        reply = await api.call("GET", "/v1/limits")
+    assert reply.status == 200
+    by_group = {g["group"]: g for g in reply.body}
+    assert by_group["a"] == {"queue": "default", "group": "a", "kind": "concurrency", "running": 1, "held": 1,
+                             "limit": "1", "next_start_in_ms": None}  # fmt: skip
+    assert (by_group["@a"]["kind"], by_group["@a"]["limit"], by_group["@a"]["held"]) == ("rate", "2/1000ms", 0)
+    assert 0 < by_group["@a"]["next_start_in_ms"] <= 500

@@ -23,10 +23,13 @@ import pytest
 from jobcar import Client, Job, transitions, transport
 from jobcar.cli import main
 from jobcar.cli_health import health_url
+from jobcar.config import load_config
+from jobcar.config_types import limit_rules
 from jobcar.job import State
 from jobcar.keys import QueueKeys, queues_key
+from tests.integration.driver import QueueDriver
 from tests.integration.test_cli import cli, write_config
-from tests.servers import free_port
+from tests.servers import RedisServer, free_port
 
 Run = Callable[..., tuple[int, str, str]]
 
@@ -601,3 +604,31 @@ def test_health_on_an_ipv6_listen_address(tmp_path: Path, capsys: pytest.Capture
         capsys.readouterr()
     finally:
         server.close()
+
+
+def test_limits_shows_each_group_running_held_and_a_rates_next_start(
+    tmp_path: Path, redis_server: RedisServer, namespace: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    config = write_config(
+        tmp_path / "limits.yaml",
+        f"""\
+        redis: {{url: "{redis_server.url}"}}
+        namespace: {namespace}
+        handlers:
+          a: {{command: [cat], limits: {{concurrency: 1, rate: 1/m}}}}
+        """,
+    )
+    assert main(["-c", str(config), "limits"]) == 0
+    assert capsys.readouterr().out == "no limit group has a job running, held or rated\n"
+    with redis_server.client() as r:
+        q = QueueDriver(r, namespace)
+        for n in range(3):
+            q.enqueue("a", n)
+        assert len(q.lease(limits=limit_rules(load_config(str(config)))).jobs) == 1
+    assert main(["-c", str(config), "limits"]) == 0
+    rows = table(capsys.readouterr().out)
+    assert rows["default"][1:6] == ["a", "concurrency", "1", "2", "1"]
+    assert main(["-c", str(config), "limits", "--json"]) == 0
+    rate = [g for g in json.loads(capsys.readouterr().out) if g["kind"] == "rate"]
+    assert [(g["group"], g["limit"], g["running"], g["held"]) for g in rate] == [("@a", "1/60000ms", 0, 0)]
+    assert 55_000 < rate[0]["next_start_in_ms"] <= 60_000

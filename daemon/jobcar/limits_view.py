@@ -1,0 +1,87 @@
+"""What the fleet-wide limits hold now, per limit group: jobs running and held, and a rate's next start
+(`jobcar limits`, `GET /v1/limits`). Read with SCAN and plain reads, like fsck: an operator's view, not a
+hot path."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from jobcar.keys import QueueKeys
+from jobcar.replies import as_text
+from jobcar.transport import AsyncRedis
+
+#: The kinds of limit key, by the name that follows the queue's prefix.
+_KINDS = ("running", "held", "tat")
+
+
+@dataclass(frozen=True, slots=True)
+class LimitGroup:
+    queue: str
+    #: "<type>" or "<type>#<key>" for a concurrency limit, "@<type>" or "@<type>#<key>" for a rate.
+    group: str
+    running: int
+    held: int
+    #: The limit the rules give the group now: slots, or starts per period as "<count>/<period ms>ms"
+    #: (None: the rules no longer limit it).
+    limit: str | None
+    #: For a rate group: ms until its next start is allowed (0: now).
+    next_start_in_ms: int | None
+
+    @property
+    def kind(self) -> str:
+        return "rate" if self.group.startswith("@") else "concurrency"
+
+    def document(self) -> dict[str, Any]:
+        return {"queue": self.queue, "group": self.group, "kind": self.kind, "running": self.running,
+                "held": self.held, "limit": self.limit, "next_start_in_ms": self.next_start_in_ms}  # fmt: skip
+
+
+def _rule_limit(group: str, rules: Mapping[str, Mapping[str, Any]]) -> tuple[str | None, float, int]:
+    """(the limit as shown, the rate's interval in ms, its burst) for a group under `rules`
+    (`config_types.limit_rules`, decoded)."""
+    rated = group.startswith("@")
+    job_type, _, key = group.removeprefix("@").partition("#")
+    rule = rules.get(job_type, {})
+    if rated:
+        rate = rule.get("key_rate" if key else "rate")
+        burst = rule.get("key_burst" if key else "burst", 1)
+        if not rate:
+            return None, 0.0, 1
+        return f"{rate[0]}/{rate[1]}ms", rate[1] / rate[0], int(burst)
+    slots = rule.get("per_key") if key else rule.get("total")
+    return (None if slots is None else str(slots)), 0.0, 1
+
+
+async def read_limits(
+    redis: AsyncRedis, namespace: str, queues: Sequence[str], rules: Mapping[str, Mapping[str, Any]]
+) -> list[LimitGroup]:
+    """Every limit group with anything running, held or rated, in `queues`, by queue and group."""
+    groups: list[LimitGroup] = []
+    seconds, micros = await redis.time()
+    now = int(seconds) * 1000 + int(micros) // 1000
+    for queue in queues:
+        keys = QueueKeys.of(namespace, queue)
+        names: set[str] = set()
+        for kind in _KINDS:
+            start = len(keys.prefix) + len(kind) + 1
+            names |= {as_text(k)[start:] async for k in redis.scan_iter(match=keys.all_limit_keys(kind), count=1000)}
+        ordered = sorted(names)
+        pipe = redis.pipeline(transaction=False)
+        for name in ordered:
+            pipe.scard(keys.running(name))
+            pipe.llen(keys.held(name))
+            pipe.get(keys.tat(name))
+        replies = await pipe.execute(raise_on_error=False)
+        for n, name in enumerate(ordered):
+            running, held, tat = replies[3 * n : 3 * n + 3]
+            limit, interval, burst = _rule_limit(name, rules)
+            next_start = None
+            if name.startswith("@"):
+                due = float(as_text(tat)) - interval * (burst - 1) if isinstance(tat, bytes | str) else now
+                next_start = max(0, math.ceil(due - now))
+            groups.append(LimitGroup(queue, name, running if isinstance(running, int) else 0,
+                                     held if isinstance(held, int) else 0, limit, next_start))  # fmt: skip
+    return groups
