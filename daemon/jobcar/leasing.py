@@ -205,7 +205,14 @@ class Leaser:
                 return await self.link.blocking_client.blmove(wake, wake, timeout, "RIGHT", "RIGHT")
 
         with self._reserved(queue, count):
-            reply = await self.link.call(wait)  # RedisUnavailable: the queue stays idle, the next pass blocks again
+            try:
+                reply = await self.link.call(wait)  # RedisUnavailable: the queue stays idle, the next pass blocks again
+            except RedisRefused:
+                # A full server refuses the plain wait (BLMOVE is a write) but not the lease (ADR 0008): lease
+                # instead, at the refusal's pace (the link paused before raising), until the wait is accepted.
+                queue.went_idle.clear()
+                queue.ready = True
+                return
             queue.went_idle.clear()
             queue.ready = True
             if count:

@@ -252,6 +252,10 @@ def test_a_full_redis_runs_the_jobs_it_holds_without_an_operator(
                 wait_for(lambda: len(handlers.requests_to("/work")) >= 1, what="a first job to finish")
             fill_to_maxmemory(admin)
             if case == "queue paused":
+                # The heartbeat cannot renew its alive key on a full server: once it lapses, the idle queue's
+                # wait goes without a lease behind it (ADR 0005), and that wait (BLMOVE, a write) is refused.
+                alive = q.keys.prefix + "alive:*"
+                wait_for(lambda: not list(admin.scan_iter(match=alive)), timeout=30, what="the alive key to lapse")
                 resumed = cli("queue", "resume", "default", "-c", str(config))
                 assert resumed.returncode == 0, resumed.stderr
             app_up.set()
