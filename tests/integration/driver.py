@@ -85,6 +85,13 @@ class QueueDriver:
         seconds, micros = self.redis.time()
         return int(seconds) * 1000 + int(micros) // 1000
 
+    def token(self, job_id: str) -> str:
+        """The lease token of a job that is leased now."""
+        job = self.job(job_id)
+        assert job is not None, f"{job_id} has no hash"
+        assert job.token is not None, f"{job_id} is not leased"
+        return job.token
+
     def job(self, job_id: str) -> Job | None:
         fields = self.redis.hgetall(self.keys.job(job_id))
         return replies.parse_job(job_id, self.keys.queue, fields) if fields else None

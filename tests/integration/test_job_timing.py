@@ -28,13 +28,6 @@ def promote_due(q: QueueDriver) -> None:
     wait_for(lambda: q.lease(count=0).next_due_ms is None, timeout=10, what="the scheduled jobs to be promoted")
 
 
-def token_of(q: QueueDriver, job_id: str) -> str:
-    job = q.job(job_id)
-    assert job is not None
-    assert job.token is not None
-    return job.token
-
-
 # -- priority ---------------------------------------------------------------------------------------
 
 
@@ -54,10 +47,10 @@ def test_a_job_keeps_its_priority_through_delay_retry_and_requeue(q: QueueDriver
     promote_due(q)
     first = q.enqueue(payload="first").id
     assert leased_ids(q) == [first, low], "promoted into its own priority's list, behind priority 0"
-    assert q.retry(low, token_of(q, low), delay_ms=0) == 1
+    assert q.retry(low, q.token(low), delay_ms=0) == 1
     again = q.enqueue(payload="again").id
     assert leased_ids(q) == [again, low], "a retry waits behind priority-0 work again"
-    q.kill(low, token_of(q, low))
+    q.kill(low, q.token(low))
     assert q.run(requeue_call(q.keys, [low])) == 1
     assert q.where(low) is State.PENDING
     assert q.redis.llen(q.keys.pending_lists[7]) == 1
@@ -107,7 +100,7 @@ def test_a_deadline_counts_until_the_first_start_only(q: QueueDriver) -> None:
     job = q.enqueue(expires_in=0.2).id
     assert leased_ids(q) == [job]
     wait_for(lambda: q.now_ms() > q.job(job).expires_at_ms, timeout=5)  # type: ignore[union-attr]
-    assert q.retry(job, token_of(q, job), delay_ms=0) == 1
+    assert q.retry(job, q.token(job), delay_ms=0) == 1
     assert leased_ids(q) == [job], "a job that started once is retried whatever the time"
 
 
@@ -119,7 +112,7 @@ def test_until_done_frees_the_key_when_the_job_ends_and_a_window_does_not(q: Que
     window = q.enqueue(payload=1, unique_key="k", unique_for=60, unique_mode="window").id
     assert window != held, "the two modes keep separate keys"
     for job_id in leased_ids(q):
-        assert q.ack(job_id, token_of(q, job_id)) == 1
+        assert q.ack(job_id, q.token(job_id)) == 1
     assert q.enqueue(payload=2, unique_key="k", unique_for=60).status is EnqueueStatus.CREATED
     again = q.enqueue(payload=2, unique_key="k", unique_for=60, unique_mode="window")
     assert (again.status, again.id, again.state) == (EnqueueStatus.DUPLICATE, window, State.DONE)

@@ -40,13 +40,6 @@ def running(q: QueueDriver, group: str) -> set[str]:
     return {i.decode() for i in q.redis.smembers(q.keys.running(group))}
 
 
-def token(q: QueueDriver, job_id: str) -> str:
-    job = q.job(job_id)
-    assert job is not None
-    assert job.token is not None
-    return job.token
-
-
 def stats_held(q: QueueDriver) -> int:
     return parse_stats(q.keys, q.run(stats_call(q.keys))).held
 
@@ -62,7 +55,7 @@ def test_a_type_over_its_total_is_held_and_other_types_run_past_it(q: QueueDrive
     assert stats_held(q) == 3
     assert lease(q, TOTAL_2) == [], "still full"
 
-    assert q.ack(a[0], token(q, a[0])) == 1
+    assert q.ack(a[0], q.token(a[0])) == 1
     assert held(q, "a") == a[3:], "the slot given back lets the oldest held job go"
     assert q.where(a[2]) is State.PENDING
     assert q.redis.exists(q.keys.wake), "idle daemons are woken for it"
@@ -74,9 +67,9 @@ def test_a_type_over_its_total_is_held_and_other_types_run_past_it(q: QueueDrive
 def test_every_way_out_of_active_gives_the_slot_back(q: QueueDriver) -> None:
     a = [q.enqueue("a", n).id for n in range(6)]
     assert lease(q, TOTAL_2) == a[:2]
-    assert q.retry(a[0], token(q, a[0]), delay_ms=60_000) == 1
+    assert q.retry(a[0], q.token(a[0]), delay_ms=60_000) == 1
     assert lease(q, TOTAL_2) == [a[2]]
-    assert q.kill(a[1], token(q, a[1])) == 1
+    assert q.kill(a[1], q.token(a[1])) == 1
     assert lease(q, TOTAL_2) == [a[3]]
     assert running(q, "a") == {a[2], a[3]}
 
@@ -96,9 +89,9 @@ def test_per_key_limits_hold_one_tenant_without_blocking_another(q: QueueDriver)
     assert held(q, "a#x") == x[1:]
     assert held(q, "a#y") == y[1:]
     assert q.redis.smembers(q.keys.limit_groups) == {b"a#x", b"a#y"}
-    assert q.ack(y[0], token(q, y[0])) == 1
+    assert q.ack(y[0], q.token(y[0])) == 1
     assert lease(q, PER_TENANT) == [y[1]]
-    assert q.ack(y[1], token(q, y[1])) == 1
+    assert q.ack(y[1], q.token(y[1])) == 1
     assert q.reap(limits=PER_TENANT) == {}
     assert q.redis.smembers(q.keys.limit_groups) == {b"a#x"}, "the reaper's pass drops a group with nothing left"
 
