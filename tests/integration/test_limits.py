@@ -213,3 +213,22 @@ def test_the_reapers_pass_lets_rate_held_jobs_go_when_the_rate_is_removed_and_ke
     assert q.reap(limits="{}") == {}
     assert held(q, "@a") == []
     assert lease(q, "{}") == a[1:]
+
+
+def test_rate_held_jobs_stay_due_when_the_job_let_go_is_held_by_a_slot_instead(q: QueueDriver) -> None:
+    both = rules(a={"per_key": 1, "key": "key", "rate": [1, 60_000]})  # one per key at once; one start a minute
+    throttled, tat = f"{q.keys.prefix}throttled", f"{q.keys.prefix}tat:@a"
+    first = q.enqueue("a", 0, key="k2").id
+    assert lease(q, both) == [first]
+    j1, j2 = (q.enqueue("a", n, key="k1").id for n in (1, 2))
+    assert lease(q, both) == []
+    assert held(q, "@a") == [j1, j2], "k1 has a free slot; the rate holds both"
+    q.redis.delete(tat)  # a minute passes (the test cannot wait for it)
+    j3 = q.enqueue("a", 3, key="k1").id
+    assert lease(q, both) == [j3], "takes the minute's start and k1's slot"
+    q.redis.delete(tat)  # another minute
+    q.redis.zadd(throttled, {"@a": 0})
+    assert lease(q, both) == [], "j1 is let go, but k1's slot is taken: held for the slot"
+    assert held(q, "a#k1") == [j1]
+    assert held(q, "@a") == [j2]
+    assert q.redis.zscore(throttled, "@a") is not None, "j2 is due at the next start, not at the reaper's pass"

@@ -118,8 +118,14 @@ if limits then
       if interval then
         local _, tat = gcra_wait(prefix, group, interval, burst, now)
         n = math.max(1, math.floor((now + interval * (burst - 1) - tat) / interval) + 1)
+        -- Due again after those n starts, whoever takes them: a job let go that another limit holds back
+        -- takes no start, and the jobs still held must not wait for the reaper's pass.
+        if unpark(prefix, group, n) == n and redis.call('EXISTS', prefix .. 'held:' .. group) == 1 then
+          redis.call('ZADD', throttled, 'LT', tat + n * interval - interval * (burst - 1), group)
+        end
+      else
+        unpark(prefix, group, n)
       end
-      unpark(prefix, group, n)
     end
   end
 end
