@@ -87,9 +87,11 @@ if limits then
         if state ~= 'active' then redis.call('SREM', running, id) end
       end
       if string.sub(group, 1, 1) == '@' and rate_of(limits, group) then
-        -- Still rate-limited: its held jobs go when the lease finds the group due; a group missing from
-        -- the throttled ZSET is due now.
-        redis.call('ZADD', prefix .. 'throttled', 'NX', now, group)
+        -- Still rate-limited: its held jobs go when the lease finds the group due; a group that holds jobs
+        -- but is missing from the throttled ZSET is due now.
+        if redis.call('EXISTS', prefix .. 'held:' .. group) == 1 then
+          redis.call('ZADD', prefix .. 'throttled', 'NX', now, group)
+        end
       else
         local job_type, key = string.match(group, '^(.-)#(.*)$')
         local rule = limits[job_type or group]

@@ -1,10 +1,11 @@
 --- @include "wake"
 
--- Fleet-wide concurrency limits (ADR 0014). A group is a job type ("<type>", its total) or a type and a
--- key ("<type>#<key>", its per-key limit). <prefix>running:<group> (a SET of job ids) holds the group's
--- slots, taken by the lease and given back by whatever takes the job out of active; a job the lease finds
--- over a limit waits in <prefix>held:<group> (a LIST, oldest at the right) in state "held". The SET
--- <prefix>limit_groups names every group that held a job, until the reaper's pass finds it idle.
+-- Fleet-wide limits (ADR 0014). A concurrency group is a job type ("<type>", its total) or a type and a
+-- key ("<type>#<key>", its per-key limit); <prefix>running:<group> (a SET of job ids) holds its slots, taken
+-- by the lease and given back by whatever takes the job out of active. A rate group is "@<type>" or
+-- "@<type>#<key>" (includes/gcra.lua). A job the lease finds over a limit waits in <prefix>held:<group> (a
+-- LIST, oldest at the right) in state "held". The SET <prefix>limit_groups names every group that held a
+-- job, until the reaper's pass finds it idle.
 
 -- Drop `group` from <prefix>limit_groups once nothing of it runs or waits (the reaper's pass and cancel:
 -- a release leaves it, to stay two commands per group).
