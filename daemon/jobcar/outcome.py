@@ -30,14 +30,20 @@ class Outcome:
     #: False when the handler only asked for a later slot (429/503 + Retry-After): no attempt is spent.
     spend_attempt: bool = True
     result: bytes | None = None
+    #: The handler answered 429 with a valid Retry-After: too busy, which `limits.on_429` may apply to the
+    #: job's whole type or key.
+    busy: bool = False
 
     @classmethod
     def success(cls, result: bytes | None = None) -> Outcome:
         return cls(OutcomeKind.SUCCESS, result=result)
 
     @classmethod
-    def retry(cls, error: str, *, after: float | None = None, spend_attempt: bool = True) -> Outcome:
-        return cls(OutcomeKind.RETRY, error=bound_error(error), retry_after=after, spend_attempt=spend_attempt)
+    def retry(
+        cls, error: str, *, after: float | None = None, spend_attempt: bool = True, busy: bool = False
+    ) -> Outcome:
+        return cls(OutcomeKind.RETRY, error=bound_error(error), retry_after=after, spend_attempt=spend_attempt,
+                   busy=busy)  # fmt: skip
 
     @classmethod
     def fail(cls, error: str) -> Outcome:

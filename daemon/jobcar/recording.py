@@ -15,12 +15,12 @@ from enum import StrEnum
 from typing import Final
 
 from jobcar.backoff import retry_delay
-from jobcar.config_types import Config
+from jobcar.config_types import Config, Limits
 from jobcar.job import State
 from jobcar.keys import QueueKeys
 from jobcar.outcome import Outcome, OutcomeKind
 from jobcar.scripts import Reply, ScriptCall
-from jobcar.transitions import DeadLetterLimits, LeasedJob, RetryResult, ack_call, kill_call, retry_call
+from jobcar.transitions import DeadLetterLimits, HoldBack, LeasedJob, RetryResult, ack_call, kill_call, retry_call
 
 #: How many times a job may give its attempt back (429/503 + Retry-After) over its life.
 MAX_FREE_RETRIES: Final = 20
@@ -82,10 +82,12 @@ def outcome_call(
     if outcome.kind is OutcomeKind.FAIL:
         call = kill_call(keys, job.id, leased.token, outcome.error or "failed", dead_letter_limits(config))
         return OutcomeCall(call, Recorded.DEAD)
+    handler = config.handlers.get(job.type)
     delay = outcome.retry_after
     if delay is None:
-        handler = config.handlers.get(job.type)
         delay = retry_delay(handler.backoff if handler else config.defaults.backoff, job.attempt)
+    limits = handler.limits if handler else None
+    hold = hold_back(limits) if outcome.busy and limits is not None and limits.on_429 != "job" else None
     call = retry_call(
         keys,
         job.id,
@@ -96,5 +98,14 @@ def outcome_call(
         # A drain gives attempts back without limit: a restart must never cost a job its attempts.
         max_free_retries=0 if give_back else MAX_FREE_RETRIES,
         dead=dead_letter_limits(config),
+        hold=hold,
     )
     return OutcomeCall(call, Recorded.RETURNED if give_back else Recorded.RETRIED, retry_in=delay)
+
+
+def hold_back(limits: Limits) -> HoldBack:
+    """What a handler's 429 holds back under `limits.on_429`: the type or the key, and for a group with a
+    rate its burst's worth of intervals, so that no start of the group comes before the Retry-After."""
+    rate, burst = (limits.per_key_rate, limits.per_key_burst) if limits.on_429 == "key" else (limits.rate, limits.burst)
+    burst_ms = 0 if rate is None else round(rate.period * 1000 / rate.count * (burst - 1))
+    return HoldBack(limits.on_429, limits.key, burst_ms)

@@ -317,14 +317,27 @@ def retry_call(
     spend_attempt: bool = True,
     max_free_retries: int = 0,
     dead: DeadLetterLimits = DeadLetterLimits(),
+    hold: HoldBack | None = None,
 ) -> ScriptCall:
-    """`max_free_retries` bounds how many attempts a job may give back in its life (0: no bound)."""
+    """`max_free_retries` bounds how many attempts a job may give back in its life (0: no bound). `hold`
+    holds the job's type or key back for the delay too (a handler's 429, `limits.on_429`)."""
+    held = () if hold is None else (hold.scope, hold.key_source, hold.burst_ms)
     return call(
         "retry",
         (keys.active, keys.pending, keys.scheduled, keys.dead, keys.wake, keys.job(job_id)),
         (keys.prefix, job_id, token, max(0, delay_ms), error, "1" if spend_attempt else "0",
-         dead.max_jobs, dead.max_age_ms, max_free_retries),
+         dead.max_jobs, dead.max_age_ms, max_free_retries, *held),
     )  # fmt: skip
+
+
+@dataclass(frozen=True, slots=True)
+class HoldBack:
+    """Which group a handler's 429 holds back: "type" or "key" (read from the job by `key_source`, as the
+    lease's rules), and that group's rate interval × (burst - 1) in ms (0 without a rate)."""
+
+    scope: str
+    key_source: str
+    burst_ms: int
 
 
 def kill_call(

@@ -10,8 +10,9 @@ import pytest
 import redis
 
 from jobcar.job import State
-from jobcar.transitions import CancelResult, cancel_call, parse_cancel, parse_stats, stats_call
+from jobcar.transitions import CancelResult, HoldBack, cancel_call, parse_cancel, parse_stats, retry_call, stats_call
 from tests.integration.driver import QueueDriver
+from tests.servers import wait_for
 
 
 @pytest.fixture
@@ -232,3 +233,41 @@ def test_rate_held_jobs_stay_due_when_the_job_let_go_is_held_by_a_slot_instead(q
     assert held(q, "a#k1") == [j1]
     assert held(q, "@a") == [j2]
     assert q.redis.zscore(throttled, "@a") is not None, "j2 is due at the next start, not at the reaper's pass"
+
+
+# -- a handler's 429 holding a type or a key back -------------------------------------------------------
+
+
+def retry_busy(q: QueueDriver, job_id: str, delay_ms: int, scope: str, key_source: str = "key") -> None:
+    """Record a 429 with Retry-After as the daemon does under `limits.on_429: <scope>`."""
+    hold = HoldBack(scope, key_source, 0)
+    call = retry_call(q.keys, job_id, q.token(job_id), delay_ms=delay_ms, error="HTTP 429", spend_attempt=False,
+                      hold=hold)  # fmt: skip
+    assert q.run(call) == 1
+
+
+def test_a_429_holds_the_whole_type_back_until_its_retry_after(q: QueueDriver) -> None:
+    hold_type = rules(a={"hold": "type"})
+    first = q.enqueue("a", 0).id
+    assert lease(q, hold_type) == [first]
+    retry_busy(q, first, 60_000, "type")
+    later, other = q.enqueue("a", 1).id, q.enqueue("b", 1).id
+    assert lease(q, hold_type) == [other], "other types run; the held-back type waits"
+    assert held(q, "@a") == [later]
+    due = q.redis.zscore(f"{q.keys.prefix}throttled", "@a")
+    assert due is not None
+    assert 59_000 < due - q.now_ms() <= 60_000, "due when the Retry-After has passed"
+
+
+def test_a_429_holds_only_its_key_back_and_ends_when_the_retry_after_passes(q: QueueDriver) -> None:
+    hold_key = rules(a={"hold": "key", "key": "payload.tenant"})
+    x0 = q.enqueue("a", {"tenant": "x"}).id
+    assert lease(q, hold_key) == [x0]
+    held_back = q.now_ms()  # before the retry: the hold runs from the retry's own Redis time
+    retry_busy(q, x0, 300, "key", "payload.tenant")
+    x1, y1 = q.enqueue("a", {"tenant": "x"}).id, q.enqueue("a", {"tenant": "y"}).id
+    assert lease(q, hold_key) == [y1]
+    assert held(q, "@a#x") == [x1]
+    leased: list[str] = []
+    wait_for(lambda: leased.extend(lease(q, hold_key)) or x1 in leased, timeout=10, what="x1 after the Retry-After")
+    assert started_ms(q, x1) >= held_back + 300 - 1, "not before the Retry-After"

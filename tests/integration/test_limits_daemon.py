@@ -5,6 +5,7 @@ from __future__ import annotations
 import bisect
 import json
 import signal
+import threading
 import time
 from pathlib import Path
 
@@ -131,3 +132,38 @@ def test_a_rate_limit_holds_across_three_daemons_for_twenty_seconds(
           "densest second")  # fmt: skip
     assert abs(observed - rate) <= rate * 0.1
     assert densest <= rate + burst, "GCRA: any second holds at most a burst more than the rate"
+
+
+def test_a_429_with_retry_after_holds_its_key_back_for_that_long(
+    redis_server: RedisServer, namespace: str, tmp_path: Path, handlers: HandlerServer
+) -> None:
+    answered_busy = threading.Event()
+    received: list[tuple[float, str]] = []
+
+    def route(req: Received) -> tuple[int, dict[str, str], bytes]:
+        tenant = json.loads(req.body)["tenant"]
+        received.append((time.monotonic(), tenant))
+        if tenant == "x" and not answered_busy.is_set():
+            answered_busy.set()
+            return 429, {"Retry-After": "2"}, b"slow down"
+        if tenant == "y":
+            time.sleep(0.1)  # the 429 is recorded while y runs: the next x job is leased after it
+        return 200, {}, b"ok"
+
+    handler = {"url": handlers.url("/busy", route), "limits": {"on_429": "key", "key": "payload.tenant"}}
+    config = write_config(tmp_path, redis_server.url, namespace, {"busy": handler}, concurrency=1)
+    with redis_server.client() as r:
+        q = QueueDriver(r, namespace)
+        q.producer.enqueue_many([("busy", {"tenant": t}) for t in ("x", "y", "x", "y")])
+        daemon = DaemonProcess(config).start()
+        try:
+            wait_for(lambda: len(received) == 5, timeout=30, what="every job, the 429 one twice")
+        finally:
+            daemon.stop()
+    busy_at = received[0][0]
+    x_after = [at - busy_at for at, tenant in received[1:] if tenant == "x"]
+    y_after = [at - busy_at for at, tenant in received if tenant == "y"]
+    print(f"after the 429: x at {x_after}, y at {y_after} (s)")
+    assert received[0][1] == "x"
+    assert all(at >= 2 - 0.05 for at in x_after), "no job of the key before the Retry-After"
+    assert all(at < 2 for at in y_after), "the other key runs meanwhile"

@@ -198,8 +198,9 @@ class HttpExecutor:
             if after is not None:
                 after = min(after, self.handler.max_retry_after)
                 return Outcome.retry(
-                    _message(f"{reason} (Retry-After: {header})", text), after=after, spend_attempt=False
-                )
+                    _message(f"{reason} (Retry-After: {header})", text), after=after, spend_attempt=False,
+                    busy=status == 429,
+                )  # fmt: skip
         if status in _RETRYABLE or status >= 500:
             return Outcome.retry(_message(reason, text))
         return Outcome.fail(_message(reason, text))

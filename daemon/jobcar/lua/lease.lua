@@ -115,7 +115,7 @@ if limits then
     for _, group in ipairs(groups) do
       local interval, burst = rate_of(limits, group)
       local n = MAX_HELD
-      if interval then
+      if interval and interval > 0 then
         local _, tat = gcra_wait(prefix, group, interval, burst, now)
         n = math.max(1, math.floor((now + interval * (burst - 1) - tat) / interval) + 1)
         -- Due again after those n starts, whoever takes them: a job let go that another limit holds back

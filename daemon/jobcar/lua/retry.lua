@@ -18,6 +18,10 @@
 -- ARGV[7] dead set max jobs, ARGV[8] dead set max age ms (trimming when the job dies)
 -- ARGV[9] how many attempts a job may give back in its life ("0": no limit); past it, a give-back
 --         spends the attempt after all, so a handler answering 429 forever cannot park a job forever
+-- ARGV[10] (optional) "type" or "key": a handler's 429 holds the job's type, or its key, back for the
+--         delay (limits.on_429, ADR 0014): the rate group's TAT moves to now + delay + ARGV[12], so no
+--         job of the group starts before then; ARGV[11] where the key comes from (as the lease's rules),
+--         ARGV[12] the group's rate interval × (burst - 1) in ms ("0" without a rate)
 -- Touches <prefix>job:<id> HASH (errors, attempt, deferrals, state, run_at), the job's limit slots (given
 -- back: includes/release_slots.lua).
 -- Returns 1 retried (scheduled or pending), 2 attempts spent: moved to dead, 0 lease lost (nothing changed).
@@ -30,6 +34,7 @@
 --- @include "move_to_dead"
 --- @include "wrong_type"
 --- @include "release_slots"
+--- @include "limit_groups"
 
 local refused = wrong_type({KEYS[1], 'zset', KEYS[2], 'list', KEYS[3], 'zset', KEYS[4], 'zset'})
 if refused then return refused end
@@ -41,6 +46,17 @@ if not holds_lease(job_key, token) then return 0 end
 
 local now = now_ms()
 -- Read everything before the first write: a script that fails half-way keeps its writes.
+local hold_group = nil
+if ARGV[10] and ARGV[10] ~= '' and delay > 0 then
+  local job = redis.call('HGETALL', job_key)
+  local at = {}
+  for i = 1, #job, 2 do at[job[i]] = i + 1 end
+  hold_group = at.type and '@' .. job[at.type]
+  if hold_group and ARGV[10] == 'key' then
+    local key = limit_key(ARGV[11], job, at)
+    hold_group = key and hold_group .. '#' .. key  -- a job without a key holds back only itself
+  end
+end
 local attempt = tonumber(redis.call('HGET', job_key, 'attempt') or '0') or 0
 local max_attempts = tonumber(redis.call('HGET', job_key, 'max_attempts') or '1') or 1
 redis.call('ZREM', KEYS[1], id)
@@ -57,6 +73,14 @@ if spend and attempt >= max_attempts then
 end
 
 record_error(job_key, attempt, now, ARGV[5])
+if hold_group then
+  local tat_key = prefix .. 'tat:' .. hold_group
+  local until_tat = now + delay + tonumber(ARGV[12])
+  local stored = redis.pcall('GET', tat_key)
+  if not (type(stored) == 'string' and (tonumber(stored) or 0) >= until_tat) then
+    redis.call('SET', tat_key, string.format('%.3f', until_tat), 'PX', math.max(1, math.ceil(until_tat - now)))
+  end
+end
 if not spend then redis.call('HINCRBY', job_key, 'attempt', -1) end
 redis.call('HDEL', job_key, 'token', 'started', 'slots')
 if delay > 0 then

@@ -11,15 +11,17 @@ local function gcra_wait(prefix, group, interval, burst, now)
   return math.max(0, tat - interval * (burst - 1) - now), tat
 end
 
+-- A group without a rate (interval 0: only a handler's 429 holds it back) keeps no state to advance.
 local function gcra_take(prefix, group, interval, tat, now)
+  if interval == 0 then return tat end
   local next_tat = tat + interval
   redis.call('SET', prefix .. 'tat:' .. group, string.format('%.3f', next_tat), 'PX',
     math.max(1, math.ceil(next_tat - now)))
   return next_tat
 end
 
--- The rule's interval and burst of a rate group ("@<type>" or "@<type>#<key>"), or nil when the rules no
--- longer limit it.
+-- The rule's interval and burst of a rate group ("@<type>" or "@<type>#<key>"): interval 0 for a group
+-- only a handler's 429 holds back; nil when the rules no longer limit it.
 local function rate_of(limits, group)
   local job_type, key = string.match(group, '^@(.-)#(.*)$')
   local rule = limits and limits[job_type or string.sub(group, 2)]
@@ -28,6 +30,8 @@ local function rate_of(limits, group)
     rate, burst = rule.key_rate, rule.key_burst or 1
   elseif rule and not key and rule.rate then
     rate, burst = rule.rate, rule.burst or 1
+  elseif rule and rule.hold == (key and 'key' or 'type') then
+    return 0, 1
   end
   if not rate then return nil end
   return rate[2] / rate[1], burst

@@ -1,5 +1,6 @@
 -- The limit groups a job counts in, by its type's rule from the daemon's config (ADR 0014): {total = n},
 -- {per_key = m}, {rate = {count, period_ms}, burst = b}, {key_rate = {count, period_ms}, key_burst = b},
+-- {hold = "type" | "key"} (a handler's 429 holds the type or the key back: a rate group without a rate),
 -- with key = "key" | "meta.<name>" | "payload.<name>" for the per-key parts. `job` is an HGETALL reply and
 -- `at` maps its field names to their values' indexes. A job without a usable key counts in its type's
 -- groups only.
@@ -26,13 +27,19 @@ end
 -- limits, whose groups are named "@<type>" and "@<type>#<key>".
 local function limit_groups(rule, job_type, job, at)
   local key = nil
-  if rule.per_key or rule.key_rate then key = limit_key(rule.key or 'key', job, at) end
+  if rule.per_key or rule.key_rate or rule.hold == 'key' then key = limit_key(rule.key or 'key', job, at) end
   local groups, rates = {}, {}
   if rule.total then groups[1] = {job_type, rule.total} end
   if rule.per_key and key then groups[#groups + 1] = {job_type .. '#' .. key, rule.per_key} end
-  if rule.rate then rates[1] = {'@' .. job_type, rule.rate[2] / rule.rate[1], rule.burst or 1} end
+  if rule.rate then
+    rates[1] = {'@' .. job_type, rule.rate[2] / rule.rate[1], rule.burst or 1}
+  elseif rule.hold == 'type' then
+    rates[1] = {'@' .. job_type, 0, 1}
+  end
   if rule.key_rate and key then
     rates[#rates + 1] = {'@' .. job_type .. '#' .. key, rule.key_rate[2] / rule.key_rate[1], rule.key_burst or 1}
+  elseif rule.hold == 'key' and key then
+    rates[#rates + 1] = {'@' .. job_type .. '#' .. key, 0, 1}
   end
   return groups, rates
 end
