@@ -431,6 +431,10 @@ def _handler(r: Reader, node: yaml.Node, path: KeyPath, name: str, defaults: Def
         r.reject_unknown(entries, path, _COMMAND_FIELDS, _HTTP_ONLY)
     cls, table = (HttpHandler, _HTTP_FIELDS) if "url" in entries else (CommandHandler, _COMMAND_FIELDS)
     values = r.fields(entries, path, table)
+    limits = values.get("limits")
+    if cls is CommandHandler and limits is not None and limits.on_429 != "job":
+        message = "on_429 only applies to HTTP handlers: a command has no 429"
+        r.error(entries["limits"].value, (*path, "limits"), message)
     if r.problems:
         return None  # the config is rejected anyway; the values may be incomplete
     backoff = replace(defaults.backoff, **values.pop("backoff", {}))

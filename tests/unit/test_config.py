@@ -636,6 +636,11 @@ _NAME_RULE = "use 1 to 100 letters, digits, '.', '_' or '-', starting with a let
             id="limits-key-without-per-key",
         ),
         pytest.param(
+            "handlers:\n  a:\n    command: [cat]\n    limits: {on_429: key}\n",
+            "jobcar.yaml:4:13 handlers.a.limits: on_429 only applies to HTTP handlers: a command has no 429",
+            id="limits-on-429-command",
+        ),
+        pytest.param(
             "handlers:\n  a:\n    url: http://h/\n    limits: {rate: 100/fortnight}\n",
             "jobcar.yaml:4:20 handlers.a.limits.rate: must be a count per period, like 100/s, 5/m or 3/500ms, "
             "not '100/fortnight'",
