@@ -20,19 +20,19 @@ local function gcra_take(prefix, group, interval, tat, now)
   return next_tat
 end
 
--- The rule's interval and burst of a rate group ("@<type>" or "@<type>#<key>"): interval 0 for a group
--- only a handler's 429 holds back; nil when the rules no longer limit it.
+-- The interval (ms) and burst of a rule's rate for the whole type (keyed false) or for each key: interval 0
+-- for a group only a handler's 429 holds back (`hold`); nil when the rule has neither.
+local function rate_rule(rule, keyed)
+  if not rule then return nil end
+  local rate, burst = rule.rate, rule.burst
+  if keyed then rate, burst = rule.key_rate, rule.key_burst end
+  if rate then return rate[2] / rate[1], burst or 1 end
+  if rule.hold == (keyed and 'key' or 'type') then return 0, 1 end
+  return nil
+end
+
+-- The same for a rate group by its name ("@<type>" or "@<type>#<key>"): nil when the rules no longer limit it.
 local function rate_of(limits, group)
   local job_type, key = string.match(group, '^@(.-)#(.*)$')
-  local rule = limits and limits[job_type or string.sub(group, 2)]
-  local rate, burst = nil, 1
-  if rule and key and rule.key_rate then
-    rate, burst = rule.key_rate, rule.key_burst or 1
-  elseif rule and not key and rule.rate then
-    rate, burst = rule.rate, rule.burst or 1
-  elseif rule and rule.hold == (key and 'key' or 'type') then
-    return 0, 1
-  end
-  if not rate then return nil end
-  return rate[2] / rate[1], burst
+  return rate_rule(limits and limits[job_type or string.sub(group, 2)], key ~= nil)
 end

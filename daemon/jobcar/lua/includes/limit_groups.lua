@@ -4,6 +4,8 @@
 -- with key = "key" | "meta.<name>" | "payload.<name>" for the per-key parts. `job` is an HGETALL reply and
 -- `at` maps its field names to their values' indexes. A job without a usable key counts in its type's
 -- groups only.
+--- @include "gcra"
+
 local function limit_key(source, job, at)
   local value
   if source == 'key' then
@@ -31,15 +33,11 @@ local function limit_groups(rule, job_type, job, at)
   local groups, rates = {}, {}
   if rule.total then groups[1] = {job_type, rule.total} end
   if rule.per_key and key then groups[#groups + 1] = {job_type .. '#' .. key, rule.per_key} end
-  if rule.rate then
-    rates[1] = {'@' .. job_type, rule.rate[2] / rule.rate[1], rule.burst or 1}
-  elseif rule.hold == 'type' then
-    rates[1] = {'@' .. job_type, 0, 1}
-  end
-  if rule.key_rate and key then
-    rates[#rates + 1] = {'@' .. job_type .. '#' .. key, rule.key_rate[2] / rule.key_rate[1], rule.key_burst or 1}
-  elseif rule.hold == 'key' and key then
-    rates[#rates + 1] = {'@' .. job_type .. '#' .. key, 0, 1}
+  local interval, burst = rate_rule(rule, false)
+  if interval then rates[1] = {'@' .. job_type, interval, burst} end
+  if key then
+    interval, burst = rate_rule(rule, true)
+    if interval then rates[#rates + 1] = {'@' .. job_type .. '#' .. key, interval, burst} end
   end
   return groups, rates
 end
