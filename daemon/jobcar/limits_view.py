@@ -24,8 +24,8 @@ class LimitGroup:
     group: str
     running: int
     held: int
-    #: The limit the rules give the group now: slots, or starts per period as "<count>/<period ms>ms"
-    #: (None: the rules no longer limit it).
+    #: The limit the rules give the group now: slots, starts per period as "<count>/<period ms>ms", or
+    #: "429 hold" (None: the rules no longer limit it).
     limit: str | None
     #: For a rate group: ms until its next start is allowed (0: now).
     next_start_in_ms: int | None
@@ -39,7 +39,7 @@ class LimitGroup:
                 "held": self.held, "limit": self.limit, "next_start_in_ms": self.next_start_in_ms}  # fmt: skip
 
 
-def _rule_limit(group: str, rules: Mapping[str, Mapping[str, Any]]) -> tuple[str | None, float, int]:
+def rule_limit(group: str, rules: Mapping[str, Mapping[str, Any]]) -> tuple[str | None, float, int]:
     """(the limit as shown, the rate's interval in ms, its burst) for a group under `rules`
     (`config_types.limit_rules`, decoded)."""
     rated = group.startswith("@")
@@ -48,9 +48,10 @@ def _rule_limit(group: str, rules: Mapping[str, Mapping[str, Any]]) -> tuple[str
     if rated:
         rate = rule.get("key_rate" if key else "rate")
         burst = rule.get("key_burst" if key else "burst", 1)
-        if not rate:
-            return None, 0.0, 1
-        return f"{rate[0]}/{rate[1]}ms", rate[1] / rate[0], int(burst)
+        if rate:
+            return f"{rate[0]}/{rate[1]}ms", rate[1] / rate[0], int(burst)
+        # A group without a rate that a handler's 429 holds back (limits.on_429): its TAT is the hold's end.
+        return ("429 hold" if rule.get("hold") == ("key" if key else "type") else None), 0.0, 1
     slots = rule.get("per_key") if key else rule.get("total")
     return (None if slots is None else str(slots)), 0.0, 1
 
@@ -77,7 +78,7 @@ async def read_limits(
         replies = await pipe.execute(raise_on_error=False)
         for n, name in enumerate(ordered):
             running, held, tat = replies[3 * n : 3 * n + 3]
-            limit, interval, burst = _rule_limit(name, rules)
+            limit, interval, burst = rule_limit(name, rules)
             next_start = None
             if name.startswith("@"):
                 due = float(as_text(tat)) - interval * (burst - 1) if isinstance(tat, bytes | str) else now
