@@ -5,13 +5,13 @@ from __future__ import annotations
 import bisect
 import json
 import signal
-import threading
 import time
 from pathlib import Path
 
 import pytest
 
 from jobcar.client import Client
+from jobcar.job import State
 from tests.integration.daemon_harness import DaemonProcess, Gauge, HandlerServer, Received, answer_ok, write_config
 from tests.integration.driver import QueueDriver
 from tests.servers import RedisServer, wait_for
@@ -137,22 +137,25 @@ def test_a_rate_limit_holds_across_three_daemons_for_twenty_seconds(
 def test_a_429_with_retry_after_holds_its_key_back_for_that_long(
     redis_server: RedisServer, namespace: str, tmp_path: Path, handlers: HandlerServer
 ) -> None:
-    answered_busy = threading.Event()
+    busy_job: list[str] = []
     received: list[tuple[float, str]] = []
+    watcher = QueueDriver(redis_server.client(), namespace)
 
     def route(req: Received) -> tuple[int, dict[str, str], bytes]:
         tenant = json.loads(req.body)["tenant"]
         received.append((time.monotonic(), tenant))
-        if tenant == "x" and not answered_busy.is_set():
-            answered_busy.set()
+        if tenant == "x" and not busy_job:
+            busy_job.append(req.headers["jobcar-job-id"])
             return 429, {"Retry-After": "2"}, b"slow down"
         if tenant == "y":
-            time.sleep(0.1)  # the 429 is recorded while y runs: the next x job is leased after it
+            # The 429 is recorded while y runs, so the next x job is leased after it (one job at a time):
+            # jobs leased before a 429 is recorded run on, by design.
+            wait_for(lambda: watcher.where(busy_job[0]) is State.SCHEDULED, what="the 429 to be recorded")
         return 200, {}, b"ok"
 
     handler = {"url": handlers.url("/busy", route), "limits": {"on_429": "key", "key": "payload.tenant"}}
     config = write_config(tmp_path, redis_server.url, namespace, {"busy": handler}, concurrency=1)
-    with redis_server.client() as r:
+    with redis_server.client() as r, watcher.redis:
         q = QueueDriver(r, namespace)
         q.producer.enqueue_many([("busy", {"tenant": t}) for t in ("x", "y", "x", "y")])
         daemon = DaemonProcess(config).start()
