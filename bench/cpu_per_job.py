@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import subprocess
 import sys
 import tempfile
 import time
@@ -23,12 +22,13 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from tests.integration.daemon_harness import DaemonProcess, write_config
-from tests.servers import RedisServer, find_server_binary, free_port, stop_process, wait_for
+from tests.servers import RedisServer, find_server_binary
 
-from daemon import PAYLOAD, bare_http_loop, on_uvloop, resume_and_drain  # bench/daemon.py
+from daemon import PAYLOAD, resume_and_drain  # bench/daemon.py
 from jobcar import Client, transitions, transport
 from jobcar.keys import QueueKeys
 from nginx import Nginx  # bench/nginx.py
+from noop_app import serving  # bench/noop_app.py
 
 _TICKS: int = os.sysconf("SC_CLK_TCK")
 _ENQUEUE_CHUNK = 10_000
@@ -76,11 +76,8 @@ def main() -> None:
         server = RedisServer(find_server_binary(), tmp / "redis").start()
         stack.callback(server.stop)
         nginx_url = stack.enter_context(Nginx())
-        app_port = free_port()
-        app = subprocess.Popen([sys.executable, str(Path(__file__).with_name("noop_app.py")), str(app_port)])
-        stack.callback(stop_process, app)
-        app_url = f"http://127.0.0.1:{app_port}/noop"
-        wait_for(lambda: on_uvloop(bare_http_loop(app_url, 1, 1)), what="the no-op app")
+        app = stack.enter_context(serving())
+        app_url = f"{app.url}/noop"
         for run in range(1, args.runs + 1):
             for name, url, handler_pid in (("nginx", nginx_url, None), ("aiohttp app", app_url, app.pid)):
                 figures = drain(server, tmp, url, args.jobs, handler_pid)

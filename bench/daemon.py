@@ -42,6 +42,7 @@ from tests.servers import RedisServer, find_server_binary, free_port, wait_for
 import jobcar
 from jobcar import AsyncClient, Client, transitions, transport
 from jobcar.keys import QueueKeys
+from noop_app import serving  # bench/noop_app.py
 
 PAYLOAD = {"user": 1234567, "template": "welcome", "locale": "en-GB", "campaign": "2026-autumn", "pad": "x" * 16}
 BODY = json.dumps(PAYLOAD, separators=(",", ":")).encode()
@@ -223,14 +224,11 @@ def main() -> None:
     args = parser.parse_args()
     binary = find_server_binary()
     rows: list[tuple[str, str, str, str]] = []
-    with tempfile.TemporaryDirectory() as directory:
+    with tempfile.TemporaryDirectory() as directory, serving() as app:
         tmp = Path(directory)
         server = RedisServer(binary, tmp / "redis").start()
-        app_port = free_port()
-        app = subprocess.Popen([sys.executable, str(Path(__file__).with_name("noop_app.py")), str(app_port)])
         try:
-            url = f"http://127.0.0.1:{app_port}/noop"
-            wait_for(lambda: on_uvloop(bare_http_loop(url, 1, 1)), what="the no-op app")
+            url = f"{app.url}/noop"
             figures: dict[str, list[float]] = {}
             small = max(1000, args.jobs // 10)
             scenarios: list[tuple[str, Callable[[], float]]] = [
@@ -248,8 +246,6 @@ def main() -> None:
             with server.client() as c:
                 version = c.info("server").get("redis_version")
         finally:
-            app.terminate()
-            app.wait()
             server.stop()
 
     med = {k: statistics.median(v) for k, v in figures.items()}

@@ -16,7 +16,6 @@ with many jobs in flight.
 from __future__ import annotations
 
 import argparse
-import subprocess
 import sys
 import tempfile
 import time
@@ -28,11 +27,12 @@ import redis
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from tests.integration.daemon_harness import DaemonProcess, write_config
-from tests.servers import RedisServer, find_server_binary, free_port, wait_for
+from tests.servers import RedisServer, find_server_binary, wait_for
 
 from jobcar import Client, transitions, transport
 from jobcar.keys import QueueKeys
 from nginx import Nginx  # bench/nginx.py: this script's directory is on sys.path
+from noop_app import serving  # bench/noop_app.py
 
 PAYLOAD_100 = {"data": "x" * 89}  # {"data":"xxx…"} is exactly 100 bytes of JSON
 
@@ -140,19 +140,15 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--jobs", type=int, default=100_000, help="pending jobs for the bytes-per-job figure")
     args = parser.parse_args()
-    with tempfile.TemporaryDirectory() as directory, Nginx() as nginx_url:
+    with tempfile.TemporaryDirectory() as directory, Nginx() as nginx_url, serving() as app:
         tmp = Path(directory)
         server = RedisServer(find_server_binary(), tmp / "redis").start()
-        app_port = free_port()
-        app = subprocess.Popen([sys.executable, str(Path(__file__).with_name("noop_app.py")), str(app_port)])
         try:
             default = bytes_per_pending_job(server, args.jobs)
             listpack = bytes_per_pending_job(server, args.jobs, listpack_value=1024)
             trips = round_trips_per_job(server, tmp, nginx_url)
-            rss = rss_with_jobs_in_flight(server, tmp, f"http://127.0.0.1:{app_port}")
+            rss = rss_with_jobs_in_flight(server, tmp, app.url)
         finally:
-            app.terminate()
-            app.wait()
             server.stop()
     print(f"bytes per pending job (100-byte payload): {default:.0f} (server defaults), "
           f"{listpack:.0f} (hash-max-listpack-value 1024)")  # fmt: skip

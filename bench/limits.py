@@ -19,7 +19,6 @@ import argparse
 import json
 import platform
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -29,11 +28,12 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from tests.integration.daemon_harness import DaemonProcess, write_config
-from tests.servers import RedisServer, find_server_binary, free_port, wait_for
+from tests.servers import RedisServer, find_server_binary, wait_for
 
 import jobcar
 from jobcar import Client, transitions, transport
 from jobcar.keys import QueueKeys
+from noop_app import serving
 
 UNBINDING = {"concurrency": 100_000, "per_key": 100_000, "key": "meta.tenant"}
 TENANTS = 100
@@ -101,13 +101,11 @@ def main() -> None:
     args = parser.parse_args()
     binary = find_server_binary()
     figures: dict[str, list[float]] = {"none": [], "unbinding": []}
-    with tempfile.TemporaryDirectory() as directory:
+    with tempfile.TemporaryDirectory() as directory, serving() as app:
         tmp = Path(directory)
         server = RedisServer(binary, tmp / "redis").start()
-        app_port = free_port()
-        app = subprocess.Popen([sys.executable, str(Path(__file__).with_name("noop_app.py")), str(app_port)])
         try:
-            url = f"http://127.0.0.1:{app_port}/noop"
+            url = f"{app.url}/noop"
             for _ in range(args.runs):
                 for name, limits in (("none", None), ("unbinding", args.limits)):
                     rate = throughput(server, tmp, url, args.jobs, limits)
@@ -117,8 +115,6 @@ def main() -> None:
             with server.client() as c:
                 version = c.info("server").get("redis_version")
         finally:
-            app.terminate()
-            app.wait()
             server.stop()
     print(
         f"jobcar {jobcar.__version__}, server {binary} {version}, Python {platform.python_version()}, "

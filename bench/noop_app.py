@@ -1,11 +1,17 @@
-"""A minimal aiohttp handler app for benchmarks: POST anything, get 204. `python bench/noop_app.py PORT`.
+"""A minimal aiohttp handler app for benchmarks: POST anything, get 204. `python bench/noop_app.py PORT`,
+or `with serving() as app:` from a benchmark (a process of its own on a free port).
 
 POST /sleep/<seconds> holds the request that long first (to keep jobs in flight)."""
 
 from __future__ import annotations
 
 import asyncio
+import socket
+import subprocess
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
 
 from aiohttp import web
 
@@ -15,6 +21,26 @@ async def noop(request: web.Request) -> web.Response:
     if request.path.startswith("/sleep/"):
         await asyncio.sleep(float(request.path.removeprefix("/sleep/")))
     return web.Response(status=204)
+
+
+@dataclass(frozen=True)
+class Running:
+    url: str  # the base URL, http://127.0.0.1:<port>
+    pid: int
+
+
+@contextmanager
+def serving() -> Iterator[Running]:
+    """This app in a process of its own on a free loopback port, accepting connections, until the block ends."""
+    from tests.servers import free_port, stop_process, wait_for  # a benchmark has put the repository on sys.path
+
+    port = free_port()
+    process = subprocess.Popen([sys.executable, __file__, str(port)])
+    try:
+        wait_for(lambda: socket.create_connection(("127.0.0.1", port), timeout=1).close() is None, what="the no-op app")
+        yield Running(f"http://127.0.0.1:{port}", process.pid)
+    finally:
+        stop_process(process)
 
 
 def main() -> None:

@@ -17,7 +17,6 @@ from __future__ import annotations
 import argparse
 import platform
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -28,11 +27,12 @@ import redis
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from tests.integration.daemon_harness import DaemonProcess, write_config
-from tests.servers import RedisServer, find_server_binary, free_port, wait_for
+from tests.servers import RedisServer, find_server_binary, wait_for
 
 import jobcar
 from jobcar import Client, transitions, transport
 from jobcar.keys import QueueKeys
+from noop_app import serving
 
 PAYLOAD = {"user": 1234567, "template": "welcome"}
 CHUNK = 50_000  # jobs per enqueue_many call while filling
@@ -84,13 +84,11 @@ def main() -> None:
     small, large = (int(n) for n in args.backlogs.split(","))
     binary = find_server_binary()
     figures: dict[tuple[bool, int], list[float]] = {}
-    with tempfile.TemporaryDirectory() as directory:
+    with tempfile.TemporaryDirectory() as directory, serving() as app:
         tmp = Path(directory)
         server = RedisServer(binary, tmp / "redis").start()
-        app_port = free_port()
-        app = subprocess.Popen([sys.executable, str(Path(__file__).with_name("noop_app.py")), str(app_port)])
         try:
-            url = f"http://127.0.0.1:{app_port}/noop"
+            url = f"{app.url}/noop"
             for _ in range(args.runs):
                 for priorities in (True, False):
                     for backlog in (small, large):
@@ -100,8 +98,6 @@ def main() -> None:
             with server.client() as c:
                 version = c.info("server").get("redis_version")
         finally:
-            app.terminate()
-            app.wait()
             server.stop()
     print(
         f"jobcar {jobcar.__version__}, server {binary} {version}, Python {platform.python_version()}, "
