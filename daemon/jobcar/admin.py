@@ -316,7 +316,7 @@ class Admin:
     async def _pending_ids(self, keys: QueueKeys, start: int, count: int) -> list[str]:
         """Pending ids `start` to `start + count` in lease order: the jobs a limit let go, then by priority,
         each list from its right end."""
-        lists = (keys.released, *keys.pending_lists[:-1])
+        lists = keys.lease_order
         pipe = self.redis.pipeline(transaction=False)
         for key in lists:
             pipe.llen(key)

@@ -46,6 +46,11 @@ class QueueKeys:
         return (self.pending, *(f"{self.pending}:{p}" for p in range(1, MAX_PRIORITY + 1)), self.released)
 
     @property
+    def lease_order(self) -> tuple[str, ...]:
+        """The pending lists in the order the lease takes them: the released jobs, then by priority."""
+        return (self.released, *self.pending_lists[:-1])
+
+    @property
     def released(self) -> str:
         """The jobs a concurrency limit held and let go, FIFO, leased before every other pending job."""
         return f"{self.pending}:released"
