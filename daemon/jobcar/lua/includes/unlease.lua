@@ -3,10 +3,11 @@
 --- @include "release_slots"
 
 -- An active job whose lease is unknown goes back to pending, its attempt unchanged (as reap does).
--- Its limit slots are given back. For fsck's repairs: KEYS[1] pending, KEYS[3] active, KEYS[5] wake.
+-- Its limit slots are given back. For fsck's repairs: KEYS[1] pending, KEYS[3] active, KEYS[5] wake,
+-- ARGV[1] the key prefix.
 local function unlease(job_key, id)
   redis.call('ZREM', KEYS[3], id)
-  release_slots(string.sub(job_key, 1, #job_key - #id - 4), id, redis.call('HGET', job_key, 'slots'))
+  release_slots(ARGV[1], id, redis.call('HGET', job_key, 'slots'))
   redis.call('HSET', job_key, 'state', 'pending')
   redis.call('HDEL', job_key, 'token', 'started', 'slots')
   local list = pending_key(KEYS[1], redis.call('HGET', job_key, 'priority'))
