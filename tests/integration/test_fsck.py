@@ -174,6 +174,20 @@ def _leaked_slot(q: QueueDriver) -> tuple[str, str]:
     return "leaked_slot", "gone"
 
 
+def _active_no_token_slot(q: QueueDriver) -> tuple[str, str]:
+    enqueue_id(q, "a")
+    enqueue_id(q, "h")
+    assert [leased.job.id for leased in q.lease(limits=ONE_AT_A_TIME).jobs] == ["a"]
+    q.redis.hdel(q.keys.job("a"), "token")
+    return "active_without_lease", "a"
+
+
+def _unleased_and_slot_back(q: QueueDriver) -> None:
+    _back_to_pending(q)
+    assert not q.redis.exists(q.keys.running("t"))
+    assert q.redis.lrange(q.keys.released, 0, -1) == [b"h"], "the held job was let go to take the slot"
+
+
 def _slot_given_back(q: QueueDriver) -> None:
     assert not q.redis.exists(q.keys.running("t"))
     assert q.where("h") is State.PENDING, "the held job takes the slot"
@@ -294,6 +308,7 @@ CASES = {
     "duplicate across priorities": Case(_duplicate_across_priorities, _duplicate_across_check),
     "held hash out of its list": Case(_orphan_held, _held_back_to_pending),
     "slot of a job that is gone": Case(_leaked_slot, _slot_given_back),
+    "active without token, holding a slot": Case(_active_no_token_slot, _unleased_and_slot_back),
     "unique window without ttl": Case(_window_no_ttl, _window_ttl_check),
     "debounce key of another type": Case(_debounce_wrong_type, _debounce_gone),
     "schedule in the ZSET without a hash": Case(_schedule_missing, _schedule_missing_check),
