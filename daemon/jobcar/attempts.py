@@ -1,5 +1,5 @@
 """The jobs this daemon runs: one task per leased job, from its type's concurrency slot through its
-executor to its recorded outcome.
+executor (or its handler's batch, `batching`) to its recorded outcome.
 
 An attempt knows Outcomes, not HTTP or processes (those are the executors'). It ends in one of two
 ways: its executor's Outcome is recorded (`recording`), or it is stopped early (`StopReason`: a cancel,
@@ -11,6 +11,7 @@ it (at-least-once).
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import time
 from collections.abc import Mapping
@@ -19,8 +20,9 @@ from enum import StrEnum
 from typing import Final
 
 from jobcar.app_health import HealthGate
+from jobcar.batching import Batches
 from jobcar.config_types import Config, Handler
-from jobcar.executors import Executor
+from jobcar.executors import BatchExecutor, Executor
 from jobcar.history import History
 from jobcar.job import Job, State
 from jobcar.keys import QueueKeys
@@ -93,6 +95,7 @@ class Attempts:
         self.tasks: set[asyncio.Task[None]] = set()
         self.returned_on_shutdown = 0
         self._type_slots: dict[str, tuple[int, asyncio.Semaphore]] = {}
+        self._batches: dict[str, Batches] = {}
 
     def apply(self, config: Config, executors: Mapping[str, Executor]) -> None:
         """Take a (re)loaded config's handlers. Running jobs finish with the executor they started with."""
@@ -100,13 +103,22 @@ class Attempts:
         self.handlers: Mapping[str, Handler] = config.handlers
         self.executors = dict(executors)
         slots: dict[str, tuple[int, asyncio.Semaphore]] = {}
+        batches: dict[str, Batches] = {}
         for job_type, handler in config.handlers.items():
-            if handler.concurrency is not None:
+            executor = self.executors.get(job_type)
+            if handler.batch is not None and isinstance(executor, BatchExecutor):
+                # A batched handler's concurrency counts its calls, each of up to max_size jobs (Batches).
+                kept_batches = self._batches.get(job_type)
+                if kept_batches is None or kept_batches.handler != handler or kept_batches.executor is not executor:
+                    kept_batches = Batches(handler, executor, self.metrics)  # the old one sends what it holds
+                batches[job_type] = kept_batches
+            elif handler.concurrency is not None:
                 kept = self._type_slots.get(job_type)
                 if kept is None or kept[0] != handler.concurrency:  # a reload may change the limit
                     kept = (handler.concurrency, asyncio.Semaphore(handler.concurrency))
                 slots[job_type] = kept
         self._type_slots = slots
+        self._batches = batches
 
     # -- starting and stopping --------------------------------------------------------------------
 
@@ -154,14 +166,19 @@ class Attempts:
         """Never start a handler after the drain began, nor while the app is unhealthy (a lease queued behind
         an idle wait takes jobs whenever they come, ADR 0005): the job goes back, its attempt returned, as
         if stopped. (Not `stop`: cancelling its own task would also cancel the give-back call it makes.)"""
+        if not self._may_start(running):
+            raise asyncio.CancelledError
+
+    def _may_start(self, running: RunningJob) -> bool:
+        """False, with the reason noted on the attempt, when its handler must not start now."""
         if self.draining.is_set():
             reason = StopReason.SHUTDOWN
         elif not self.app_health.healthy(self.config.health_url):
             reason = StopReason.APP_UNHEALTHY
         else:
-            return
+            return True
         self._note_stop(running, reason)
-        raise asyncio.CancelledError
+        return False
 
     def _note_stop(self, running: RunningJob, reason: StopReason) -> None:
         """Say why the attempt ends early: its task then records that instead of an outcome."""
@@ -248,6 +265,11 @@ class Attempts:
             return Outcome.fail(f"no handler for type {job.type}")
         timeout = job.timeout_ms / 1000 if job.timeout_ms else handler.timeout
         max_attempts = job.max_attempts or handler.max_attempts
+        batches = self._batches.get(job.type)
+        if batches is not None:
+            # Asked again when the batch is sent: the drain may have begun while it formed.
+            may_start = functools.partial(self._may_start, running)
+            return await batches.outcome(job, timeout_s=timeout, max_attempts=max_attempts, may_start=may_start)
         limit = self._type_slots.get(job.type)
         if limit is None:
             return await executor.run(job, deadline=time.time() + timeout, max_attempts=max_attempts)

@@ -30,6 +30,7 @@ from jobcar.browser_guard import HOST_NAME, is_ip_address
 from jobcar.config_types import (
     Backoff,
     BackoffStrategy,
+    BatchDelivery,
     CommandHandler,
     Config,
     DeadLetter,
@@ -387,10 +388,35 @@ def _limits(r: Reader, node: yaml.Node, path: KeyPath) -> Limits:
     return limits
 
 
+_BATCH_FIELDS: Final[Mapping[str, Converter]] = {
+    "max_size": integer(1),
+    "max_wait": duration(),
+    "key": _limit_key,
+}
+#: Bounds a batch's request body and a command's stdin; larger batches gain nothing measurable.
+MAX_BATCH_SIZE: Final = 1000
+#: The longest a job may wait for its batch to fill: it holds its lease meanwhile.
+MAX_BATCH_WAIT: Final = 60.0
+
+
+def _batch(r: Reader, node: yaml.Node, path: KeyPath) -> BatchDelivery:
+    reported = len(r.problems)
+    values = r.fields(r.entries(node, path, _BATCH_FIELDS), path, _BATCH_FIELDS)
+    if len(r.problems) > reported:
+        return BatchDelivery()  # the config is rejected anyway
+    if values.get("max_size", 0) > MAX_BATCH_SIZE:
+        raise Invalid(f"max_size must be at most {MAX_BATCH_SIZE}, not {values['max_size']}")
+    if values.get("max_wait", 0) > MAX_BATCH_WAIT:
+        raise Invalid(f"max_wait must be at most {MAX_BATCH_WAIT:g}s: a job holds its lease while it waits")
+    batch: BatchDelivery = BatchDelivery(**values)
+    return batch
+
+
 _HANDLER_FIELDS: Final[Mapping[str, Converter]] = {
     **_DEFAULTS_FIELDS,
     "concurrency": integer(1, optional=True),
     "limits": _limits,
+    "batch": _batch,
 }
 _HTTP_FIELDS: Final[Mapping[str, Converter]] = {
     "url": _url,
@@ -551,6 +577,7 @@ KNOWN_KEYS: Final[Mapping[str, tuple[str, ...]]] = {
     "command handler": tuple(_COMMAND_FIELDS),
     "schedule": tuple(_SCHEDULE_FIELDS),
     "limits": tuple(_LIMITS_FIELDS),
+    "batch": tuple(_BATCH_FIELDS),
 }
 
 
@@ -577,4 +604,18 @@ def _top_level(r: Reader, root: yaml.Node) -> dict[str, Any]:
             values["handlers"] = _handlers(r, node, ("handlers",), values.get("defaults", Defaults()))
         except Invalid as exc:
             r.error(node, ("handlers",), exc.message)
+        _check_batch_sizes(r, node, values)
     return values
+
+
+def _check_batch_sizes(r: Reader, handlers_node: yaml.Node, values: dict[str, Any]) -> None:
+    """Each job of a forming batch holds one of the daemon's `concurrency` slots: a batch larger than that
+    could never fill, and would only ever be sent on its max_wait."""
+    concurrency = values.get("concurrency", Config(source="").concurrency)
+    for name, handler in values.get("handlers", {}).items():
+        if handler.batch is not None and handler.batch.max_size > concurrency:
+            path = ("handlers", name, "batch")
+            node = r.entries(r.entries(handlers_node, path[:1])[name].value, path[:2])["batch"].value
+            message = (f"max_size {handler.batch.max_size} is more than concurrency {concurrency}: every job of a "
+                       "forming batch is leased and holds one of the daemon's concurrency slots")  # fmt: skip
+            r.error(node, path, message)

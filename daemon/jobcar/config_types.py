@@ -72,6 +72,18 @@ class Limits:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class BatchDelivery:
+    """Jobs of a type delivered to its handler together: one POST or one command run (batching.py, ADR 0015)."""
+
+    #: At most this many jobs in one call.
+    max_size: int = 100
+    #: Seconds the first job of a forming batch waits for more before the batch is sent as it is.
+    max_wait: float = 0.2
+    #: Jobs whose keys differ never share a batch: "key", "meta.<name>" or "payload.<name>" (as `Limits.key`).
+    key: str | None = None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class HandlerBase:
     type: str
     timeout: float
@@ -82,6 +94,8 @@ class HandlerBase:
     concurrency: int | None = None
     #: Fleet-wide limits, enforced in Redis by the lease (None: none).
     limits: Limits | None = None
+    #: Deliver jobs in batches (None: one call per job). `concurrency` then counts calls, not jobs.
+    batch: BatchDelivery | None = None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

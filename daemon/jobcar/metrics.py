@@ -39,6 +39,7 @@ STATS_CACHE_SECONDS: Final = 1.0
 GAUGED_STATES: Final = (*STORED_IN_SETS, State.HELD)
 DURATION_BUCKETS: Final = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300, 900, 3600)
 LATENESS_BUCKETS: Final = (0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 60, 300)
+BATCH_BUCKETS: Final = (1, 2, 5, 10, 20, 50, 100, 200, 500, 1000)
 WAIT_BUCKETS: Final = (0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 1, 5, 10, 60, 300, 900, 3600, 14400, 86400)
 _go_float: Callable[[float], str] = floatToGoString  # the `le` spelling of prometheus_client's Histogram
 
@@ -203,6 +204,10 @@ class Metrics:
         self.schedule_skips = Counter(
             "jobcar_schedule_skips", "Ticks this daemon passed over: missed (catchup) or overlapping a running job.",
             ["schedule"], registry=r,
+        )  # fmt: skip
+        self.batch_sizes = Histogram(
+            "jobcar_batch_size", "Jobs in each call to a batched handler.", ["queue", "type"], buckets=BATCH_BUCKETS,
+            registry=r,
         )  # fmt: skip
         self.schedule_lateness = Histogram(
             "jobcar_schedule_lateness_seconds", "From a tick (Redis time) to its job being made.", ["schedule"],

@@ -17,6 +17,7 @@ from jobcar.config import KNOWN_KEYS, ConfigError, load_config, parse_config
 from jobcar.config_types import (
     Backoff,
     BackoffStrategy,
+    BatchDelivery,
     CommandHandler,
     Config,
     DeadLetter,
@@ -174,6 +175,7 @@ def test_every_key_can_be_set() -> None:
             kill_grace: 10s
             max_output_bytes: 10KB
             cwd: /srv
+            batch: {max_size: 8, max_wait: 1s, key: meta.tenant}
         """
     )
     defaults = Defaults(
@@ -236,6 +238,7 @@ def test_every_key_can_be_set() -> None:
                 kill_grace=10.0,
                 max_output_bytes=10_000,
                 cwd="/srv",
+                batch=BatchDelivery(max_size=8, max_wait=1.0, key="meta.tenant"),
             ),
         },
     )
@@ -653,6 +656,28 @@ _NAME_RULE = "use 1 to 100 letters, digits, '.', '_' or '-', starting with a let
             id="limits-rate-period",
         ),
         pytest.param(
+            "concurrency: 10\nhandlers:\n  a:\n    url: http://h/\n    batch: {max_size: 11}\n",
+            "jobcar.yaml:5:12 handlers.a.batch: max_size 11 is more than concurrency 10: every job of a forming batch "
+            "is leased and holds one of the daemon's concurrency slots",
+            id="batch-larger-than-concurrency",
+        ),
+        pytest.param(
+            "concurrency: 5000\nhandlers:\n  a:\n    command: [cat]\n    batch: {max_size: 1001}\n",
+            "jobcar.yaml:5:12 handlers.a.batch: max_size must be at most 1000, not 1001",
+            id="batch-max-size",
+        ),
+        pytest.param(
+            "handlers:\n  a:\n    url: http://h/\n    batch: {max_wait: 2m}\n",
+            "jobcar.yaml:4:12 handlers.a.batch: max_wait must be at most 60s: a job holds its lease while it waits",
+            id="batch-max-wait",
+        ),
+        pytest.param(
+            "handlers:\n  a:\n    url: http://h/\n    batch: {key: tenant}\n",
+            "jobcar.yaml:4:18 handlers.a.batch.key: must be key (the producer's key=), meta.<name> or "
+            "payload.<field>, not 'tenant'",
+            id="batch-key-source",
+        ),
+        pytest.param(
             "handlers:\n  a:\n    url: http://h/\n    limits: {concurrency: 1, burst: 3}\n",
             "jobcar.yaml:4:13 handlers.a.limits: has burst but no rate",
             id="limits-burst-without-rate",
@@ -918,6 +943,7 @@ def _schema_sections(schema: dict[str, Any]) -> dict[str, dict[str, Any]]:
         "command handler": command,
         "schedule": _resolve(schema, top["schedules"]["additionalProperties"]),
         "limits": _resolve(schema, http["properties"]["limits"]),
+        "batch": _resolve(schema, http["properties"]["batch"]),
     }
     for handler in (http, command):
         assert _resolve(schema, handler["properties"]["backoff"]) is sections["backoff"]

@@ -1,19 +1,21 @@
 """Executors run one job against one handler and say what came of it as an `Outcome`.
 
 `http.HttpExecutor` POSTs the payload to a URL; `command.CommandExecutor` runs a program with the payload
-on stdin (and `guardian.Guardian` makes sure no handler process outlives the daemon). The runner only
-knows this protocol: it never sees HTTP statuses or exit codes. This module imports neither aiohttp nor
-the executors, so the guardian's watchdog (`python -m jobcar.executors.guardian`) starts light.
+on stdin (and `guardian.Guardian` makes sure no handler process outlives the daemon). Both also run a batch
+of jobs in one call, in the format of `batch_wire.py`. The runner only knows this protocol: it never sees
+HTTP statuses or exit codes. This module imports neither aiohttp nor the executors, so the guardian's
+watchdog (`python -m jobcar.executors.guardian`) starts light.
 """
 
 from __future__ import annotations
 
-from typing import Protocol
+from collections.abc import Sequence
+from typing import Protocol, runtime_checkable
 
 from jobcar.job import Job
 from jobcar.outcome import Outcome
 
-__all__ = ["Executor"]
+__all__ = ["BatchExecutor", "Executor"]
 
 
 class Executor(Protocol):
@@ -26,5 +28,17 @@ class Executor(Protocol):
         `timeout` may end it sooner. `max_attempts` is the effective limit (the job's, else the
         handler's), passed on to the handler as metadata. Cancelling the call stops the handler
         (aborts the request, or kills the process group) before `CancelledError` propagates.
+        """
+        ...
+
+
+@runtime_checkable
+class BatchExecutor(Executor, Protocol):
+    """An executor that can also run many jobs of its handler in one call (a handler with `batch`)."""
+
+    async def run_batch(self, jobs: Sequence[Job], *, deadline: float, max_attempts: Sequence[int]) -> list[Outcome]:
+        """Run `jobs` (one type, one queue, distinct ids) in one call: one Outcome per job, in their order.
+
+        As `run`, for the batch as a whole: `deadline` ends the call, and cancelling it stops the handler.
         """
         ...

@@ -21,10 +21,12 @@ import os
 import signal
 import subprocess
 import time
-from collections.abc import Coroutine
+from collections.abc import Coroutine, Sequence
+from dataclasses import dataclass
 from typing import Any, Final, TypeVar, cast
 
 from jobcar.config_types import DEFAULT_ENV_ALLOW, CommandHandler
+from jobcar.executors.batch_wire import command_input, outcomes_from_lines
 from jobcar.executors.containment import ProcessTree
 from jobcar.executors.guardian import Guardian
 from jobcar.job import Job
@@ -81,6 +83,17 @@ class _Capture:
         return self.total > len(self._kept)
 
 
+@dataclass(frozen=True, slots=True)
+class _Ended:
+    """How a handler's process ended: its exit code (negative: the signal), or its timeout."""
+
+    code: int | None
+    budget: float
+    timed_out: bool
+    #: SIGKILL was needed after the timeout's SIGTERM.
+    forced: bool
+
+
 class CommandExecutor:
     """Runs jobs of one command handler. `guardian` (shared by the daemon) may be None: then only
     `PR_SET_PDEATHSIG` protects against handler processes outliving a killed daemon. `use_cgroups=False`
@@ -117,6 +130,20 @@ class CommandExecutor:
             env["JOBCAR_SCHEDULED_AT"] = rfc3339_ms(job.scheduled_at_ms) or ""
         return env
 
+    def _batch_environment(self, first: Job, count: int, *, deadline: float) -> dict[str, str]:
+        """A batch's own variables: what its jobs share (a batch holds one type of one queue)."""
+        env = dict(self._base_env)
+        env.update(self.handler.env)
+        env.update(
+            {
+                "JOBCAR_JOB_TYPE": first.type,
+                "JOBCAR_QUEUE": first.queue,
+                "JOBCAR_BATCH_SIZE": str(count),
+                "JOBCAR_DEADLINE": rfc3339(deadline),
+            }
+        )
+        return env
+
     async def run(self, job: Job, *, deadline: float, max_attempts: int) -> Outcome:
         handler = self.handler
         budget = min(handler.timeout, deadline - time.time())
@@ -125,8 +152,40 @@ class CommandExecutor:
         env = self._environment(job, deadline=deadline, max_attempts=max_attempts)
         stdout = _Capture(handler.max_output_bytes, keep_tail=False)
         stderr = _Capture(handler.max_output_bytes, keep_tail=True)
-        protocol = _HandlerProtocol(stdout, stderr)
+        ended = await self._run_process(env, job.payload, budget, stdout, stderr)
+        return ended if isinstance(ended, Outcome) else self._outcome(ended, stdout, stderr)
+
+    async def run_batch(self, jobs: Sequence[Job], *, deadline: float, max_attempts: Sequence[int]) -> list[Outcome]:
+        """Run the command once with the jobs as JSON lines on stdin; each job's outcome is its answer line on
+        stdout (`batch_wire`). A job without one gets the run's own outcome, even after exit 0: no answer is
+        never a success. Answers printed before a crash or a timeout still count."""
+        handler = self.handler
+        count = len(jobs)
+        budget = min(handler.timeout, deadline - time.time())
+        if budget <= 0:
+            return [Outcome.retry("timeout: the batch's deadline passed before the command started")] * count
+        env = self._batch_environment(jobs[0], count, deadline=deadline)
+        stdout = _Capture(handler.max_output_bytes * count, keep_tail=False)
+        stderr = _Capture(handler.max_output_bytes, keep_tail=True)
+        ended = await self._run_process(env, command_input(jobs, max_attempts), budget, stdout, stderr)
+        if isinstance(ended, Outcome):
+            return [ended] * count
+        answers = outcomes_from_lines(jobs, stdout.data, result_limit=handler.max_output_bytes,
+                                      max_retry_after=handler.max_retry_after)  # fmt: skip
+        if ended.code == 0 and not ended.timed_out:
+            unanswered = Outcome.retry(_error_text("batch answer: the command printed no answer line for this job",
+                                                   _Capture(0, keep_tail=False), stderr))  # fmt: skip
+        else:
+            unanswered = self._outcome(ended, stdout, stderr)
+        return [answer or unanswered for answer in answers]
+
+    async def _run_process(
+        self, env: dict[str, str], stdin: bytes, budget: float, stdout: _Capture, stderr: _Capture
+    ) -> _Ended | Outcome:
+        """Run the command with `stdin` for up to `budget` seconds and end its whole tree; an Outcome when it
+        could not be started."""
         tree = ProcessTree.create(use_cgroups=self._use_cgroups)
+        protocol = _HandlerProtocol(stdout, stderr)
         if self._guardian is not None and tree.cgroup is not None:
             # Guarded before the spawn: the handler may fork the moment it runs.
             self._guardian.guard_cgroup(str(tree.cgroup))
@@ -145,7 +204,7 @@ class CommandExecutor:
         except (OSError, ValueError, subprocess.SubprocessError) as exc:
             await _run_to_end(_background(self._dispose(tree)))
             return Outcome.fail(f"cannot start command: {exc}")
-        _feed(transport, job.payload)
+        _feed(transport, stdin)
         timed_out = False
         try:
             try:
@@ -157,12 +216,15 @@ class CommandExecutor:
             await _run_to_end(_background(self._stop(transport, protocol, tree, terminate=True)))
             raise
         forced = await _run_to_end(_background(self._stop(transport, protocol, tree, terminate=timed_out)))
+        return _Ended(transport.get_returncode(), budget, timed_out=timed_out, forced=forced)
 
-        code = transport.get_returncode()
-        if timed_out:
-            head = f"timeout after {budget:.1f}s"
-            if forced:
-                head += f" (still running {handler.kill_grace:g}s after SIGTERM; killed with SIGKILL)"
+    def _outcome(self, ended: _Ended, stdout: _Capture, stderr: _Capture) -> Outcome:
+        """Exit 0: success, stdout the result; a permanent exit code: fail; anything else: retry."""
+        code = ended.code
+        if ended.timed_out:
+            head = f"timeout after {ended.budget:.1f}s"
+            if ended.forced:
+                head += f" (still running {self.handler.kill_grace:g}s after SIGTERM; killed with SIGKILL)"
             return Outcome.retry(_error_text(head, stdout, stderr))
         if code == 0:
             result = stdout.data
@@ -171,7 +233,7 @@ class CommandExecutor:
             return Outcome.success(result)
         if code is not None and code < 0:
             return Outcome.retry(_error_text(f"killed by signal {_signal_name(-code)}", stdout, stderr))
-        if code in handler.permanent_exit_codes:
+        if code in self.handler.permanent_exit_codes:
             return Outcome.fail(_error_text(f"exit code {code}", stdout, stderr))
         return Outcome.retry(_error_text(f"exit code {code}", stdout, stderr))
 

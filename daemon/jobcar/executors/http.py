@@ -17,12 +17,14 @@ import hashlib
 import hmac
 import re
 import time
+from collections.abc import Sequence
 from datetime import UTC
 from email.utils import parsedate_to_datetime
 from typing import Final
 
 from jobcar import __version__
 from jobcar.config_types import HttpHandler
+from jobcar.executors.batch_wire import http_body, outcomes_from_array
 from jobcar.executors.http_client import (
     ConnectFailed,
     ConnectionClosed,
@@ -113,6 +115,7 @@ _OWN_HEADERS: Final = frozenset(
         "jobcar-deadline",
         "jobcar-timestamp",
         "jobcar-signature",
+        "jobcar-batch-size",
     }
 )
 #: Job fields end up in header values: a line break there would let a producer forge headers.
@@ -161,11 +164,14 @@ class HttpExecutor:
         head += f"traceparent: {job.traceparent}\r\n" if job.traceparent else self._default_traceparent
         if job.scheduled_at_ms is not None:  # a periodic job: which schedule, and which of its ticks
             head += f"Jobcar-Schedule: {job.schedule}\r\nJobcar-Scheduled-At: {rfc3339_ms(job.scheduled_at_ms)}\r\n"
-        if self.handler.signing_secret:
-            timestamp = int(time.time())
-            signature = sign(self.handler.signing_secret, timestamp, job.payload)
-            head += f"Jobcar-Timestamp: {timestamp}\r\nJobcar-Signature: {signature}\r\n"
-        return (head + "\r\n").encode()
+        return (head + self._signature(job.payload) + "\r\n").encode()
+
+    def _signature(self, body: bytes) -> str:
+        if not self.handler.signing_secret:
+            return ""
+        timestamp = int(time.time())
+        signature = sign(self.handler.signing_secret, timestamp, body)
+        return f"Jobcar-Timestamp: {timestamp}\r\nJobcar-Signature: {signature}\r\n"
 
     async def run(self, job: Job, *, deadline: float, max_attempts: int) -> Outcome:
         budget = min(self.handler.timeout, deadline - time.time())
@@ -187,6 +193,38 @@ class HttpExecutor:
             # A body beyond the cap was cut (and its connection dropped instead of reused).
             return Outcome.success(response.body[: self.handler.max_response_bytes])
         return self._error_outcome(response)
+
+    async def run_batch(self, jobs: Sequence[Job], *, deadline: float, max_attempts: Sequence[int]) -> list[Outcome]:
+        """POST the jobs as one JSON array; each gets its own outcome from the answer (`batch_wire`). An
+        answer that is not a 2xx, a timeout or a failed request is every job's outcome."""
+        count = len(jobs)
+        budget = min(self.handler.timeout, deadline - time.time())
+        if budget <= 0:
+            return [Outcome.retry("timeout: the batch's deadline passed before the request was sent")] * count
+        first = jobs[0]  # a batch holds jobs of one type and one queue
+        if _UNSAFE_IN_HEADER.search(first.type + first.queue):
+            return [Outcome.fail("the job's type or queue holds a line break")] * count
+        body = http_body(jobs, max_attempts)
+        head = (
+            f"{self._head}Content-Type: application/json\r\nContent-Length: {len(body)}\r\n"
+            f"Jobcar-Job-Type: {first.type}\r\nJobcar-Queue: {first.queue}\r\nJobcar-Batch-Size: {count}\r\n"
+            f"Jobcar-Deadline: {rfc3339(deadline)}\r\n{self._default_traceparent}{self._signature(body)}\r\n"
+        )
+        try:
+            expires = asyncio.get_running_loop().time() + budget
+            response = await self._client.post(self._origin, head.encode(), body, self._limit * count, expires)
+        except TimeoutError:
+            return [Outcome.retry(f"timeout after {budget:.1f}s (the whole batch of {count})")] * count
+        except RequestFailed as exc:
+            return [Outcome.retry(_describe(exc))] * count
+        if not 200 <= response.status < 300:
+            return [self._error_outcome(response)] * count
+        if response.truncated:
+            why = f"batch answer: the response is longer than {self._limit * count} bytes (max_response_bytes per job)"
+            return [Outcome.retry(why)] * count
+        handler = self.handler
+        return outcomes_from_array(jobs, response.body, result_limit=handler.max_response_bytes,
+                                   max_retry_after=handler.max_retry_after)  # fmt: skip
 
     def _error_outcome(self, response: Response) -> Outcome:
         status = response.status

@@ -1,0 +1,151 @@
+"""The wire format of batched delivery (docs/protocol.md, "Batched delivery"): the jobs of one batch as JSON
+objects, and the handler's answers back to one Outcome per job. Pure: no I/O.
+
+A job goes out as `{"id", "type", "queue", "attempt", "max_attempts", "enqueued_at", "content_type",
+"payload" | "payload_base64", "meta"?, "key"?, ...}`; an answer comes back as `{"id", "outcome": "done" |
+"retry" | "fail", "error"?, "retry_after"?, "result"?}`. A job without a well-formed answer of its own has
+failed (a retry that spends its attempt): a missing or malformed answer is never a success.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import math
+from collections.abc import Iterable, Sequence
+from typing import Any, Final
+
+from jobcar.job import DEFAULT_CONTENT_TYPE, Job
+from jobcar.outcome import Outcome
+from jobcar.timestamps import rfc3339, rfc3339_ms
+
+__all__ = ["command_input", "http_body", "outcomes_from_array", "outcomes_from_lines"]
+
+_OUTCOMES: Final = ("done", "retry", "fail")
+_encode = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False).encode
+
+
+def _item(job: Job, max_attempts: int) -> dict[str, Any]:
+    item: dict[str, Any] = {
+        "id": job.id,
+        "type": job.type,
+        "queue": job.queue,
+        "attempt": job.attempt,
+        "max_attempts": max_attempts,
+        "enqueued_at": rfc3339(job.created_ms / 1000),
+        "content_type": job.content_type,
+    }
+    payload = _json_payload(job)
+    if payload is _NOT_JSON:
+        item["payload_base64"] = base64.b64encode(job.payload).decode()
+    else:
+        item["payload"] = payload
+    if job.meta:
+        item["meta"] = job.meta
+    if job.limit_key is not None:
+        item["key"] = job.limit_key
+    if job.traceparent:
+        item["traceparent"] = job.traceparent
+    if job.scheduled_at_ms is not None:
+        item["schedule"] = job.schedule
+        item["scheduled_at"] = rfc3339_ms(job.scheduled_at_ms)
+    return item
+
+
+_NOT_JSON: Final = object()
+
+
+def _json_payload(job: Job) -> object:
+    """The payload as a JSON value when it is one (the default content type), else `_NOT_JSON`."""
+    if job.content_type != DEFAULT_CONTENT_TYPE:
+        return _NOT_JSON
+    try:
+        return json.loads(job.payload)
+    except ValueError:  # a producer in another language may have sent anything
+        return _NOT_JSON
+
+
+def http_body(jobs: Sequence[Job], max_attempts: Sequence[int]) -> bytes:
+    """A batch as one HTTP request body: a JSON array of the jobs."""
+    return _encode([_item(job, most) for job, most in zip(jobs, max_attempts, strict=True)]).encode()
+
+
+def command_input(jobs: Sequence[Job], max_attempts: Sequence[int]) -> bytes:
+    """A batch as a command's stdin: one JSON object per line."""
+    return b"".join(_encode(_item(job, most)).encode() + b"\n" for job, most in zip(jobs, max_attempts, strict=True))
+
+
+def outcomes_from_array(
+    jobs: Sequence[Job], body: bytes, *, result_limit: int, max_retry_after: float
+) -> list[Outcome]:
+    """Each job's Outcome from an HTTP answer: a JSON array of answers. A body that is not one fails every job."""
+    try:
+        answers = json.loads(body)
+    except ValueError as exc:
+        return [Outcome.retry(f"batch answer: the response body is not JSON ({exc})")] * len(jobs)
+    if not isinstance(answers, list):
+        return [Outcome.retry("batch answer: the response body is not a JSON array")] * len(jobs)
+    found = _outcomes(jobs, answers, result_limit=result_limit, max_retry_after=max_retry_after)
+    missing = Outcome.retry("batch answer: the response has no answer for this job")
+    return [outcome or missing for outcome in found]
+
+
+def outcomes_from_lines(
+    jobs: Sequence[Job], stdout: bytes, *, result_limit: int, max_retry_after: float
+) -> list[Outcome | None]:
+    """Each job's Outcome from a command's stdout, one JSON answer per line, None where a job has no line.
+    Lines that are not JSON objects are the handler's own output, not answers: they are skipped."""
+    answers = []
+    for line in stdout.splitlines():
+        try:
+            answers.append(json.loads(line))
+        except ValueError:
+            continue
+    return _outcomes(jobs, [a for a in answers if isinstance(a, dict)], result_limit=result_limit,
+                     max_retry_after=max_retry_after)  # fmt: skip
+
+
+def _outcomes(
+    jobs: Sequence[Job], answers: Iterable[object], *, result_limit: int, max_retry_after: float
+) -> list[Outcome | None]:
+    position = {job.id: i for i, job in enumerate(jobs)}
+    found: list[Outcome | None] = [None] * len(jobs)
+    answered: set[str] = set()
+    for answer in answers:
+        job_id = answer.get("id") if isinstance(answer, dict) else None
+        if not isinstance(job_id, str) or job_id not in position:
+            continue  # not about a job of this batch: nothing to attribute it to
+        i = position[job_id]
+        if job_id in answered:
+            found[i] = Outcome.retry("batch answer: the handler answered more than once for this job")
+            continue
+        answered.add(job_id)
+        assert isinstance(answer, dict)
+        found[i] = _outcome(answer, result_limit=result_limit, max_retry_after=max_retry_after)
+    return found
+
+
+def _outcome(answer: dict[str, Any], *, result_limit: int, max_retry_after: float) -> Outcome:
+    kind = answer.get("outcome")
+    error = answer.get("error")
+    if kind not in _OUTCOMES:
+        return Outcome.retry(f"batch answer: outcome must be one of done, retry, fail, not {_shown(kind)}")
+    if error is not None and not isinstance(error, str):
+        return Outcome.retry(f"batch answer: error must be a string, not {_shown(error)}")
+    if kind == "done":
+        if "result" not in answer:
+            return Outcome.success()
+        return Outcome.success(_encode(answer["result"]).encode()[:result_limit])
+    if kind == "fail":
+        return Outcome.fail(error or "the handler's batch answer says fail")
+    after = answer.get("retry_after")
+    if after is not None:
+        if isinstance(after, bool) or not isinstance(after, int | float) or not math.isfinite(after) or after < 0:
+            return Outcome.retry(f"batch answer: retry_after must be a number of seconds, not {_shown(after)}")
+        after = min(float(after), max_retry_after)
+    return Outcome.retry(error or "the handler's batch answer says retry", after=after)
+
+
+def _shown(value: object) -> str:
+    text = json.dumps(value)
+    return text if len(text) <= 60 else text[:59] + "…"
