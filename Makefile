@@ -88,11 +88,13 @@ $(BENCH_STAMP): pyproject.toml bench/requirements.txt
 	$(BENCH_VENV)/bin/pip install --quiet -e '.[dev]' -r bench/requirements.txt
 	touch $@
 
-# nginx answers `return 204;` as the no-op HTTP handler (bench/nginx.py). Installed as root through apt when
-# missing, like `tools`; otherwise bench/nginx.py says how.
+# nginx answers `return 204;` as the no-op HTTP handler, and batches in njs (bench/nginx.py). Installed as root
+# through apt when missing, like `tools`; otherwise bench/nginx.py says how.
 bench-tools:
-	@command -v nginx >/dev/null || [ -x /usr/sbin/nginx ] || [ "$$(id -u)" != 0 ] || ! command -v apt-get >/dev/null || \
-	  { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends nginx-light >/dev/null; }
+	@{ command -v nginx >/dev/null || [ -x /usr/sbin/nginx ]; } && [ -e /usr/lib/nginx/modules/ngx_http_js_module.so ] || \
+	  [ "$$(id -u)" != 0 ] || ! command -v apt-get >/dev/null || \
+	  { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
+	    nginx-light libnginx-mod-http-js >/dev/null; }
 
 clean:
 	rm -rf $(VENV) .mypy_cache .ruff_cache .hypothesis

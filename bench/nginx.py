@@ -4,6 +4,9 @@ so a benchmark against it measures the caller, not the handler.
     with Nginx() as url:   # http://127.0.0.1:<port>/noop
         ...
 
+`Nginx(batches=True)` also answers batched deliveries at `/batch` (every job done), in njs, nginx's own
+JavaScript module (Debian: `apt-get install libnginx-mod-http-js`).
+
 Needs the `nginx` binary (Debian: `apt-get install nginx-light`; `make bench` installs it as root).
 It runs in the foreground with its own prefix directory, pid file and logs under a temporary
 directory, so it never touches the system's nginx configuration or port 80.
@@ -21,6 +24,7 @@ from types import TracebackType
 from tests.servers import free_port, stop_process, wait_for
 
 CONFIG = """\
+{load}
 worker_processes 1;
 daemon off;
 pid {prefix}/nginx.pid;
@@ -29,14 +33,30 @@ events {{ worker_connections 4096; }}
 http {{
   access_log off;
   client_body_temp_path {prefix}/body;
+  client_body_buffer_size 4m;
+  client_max_body_size 4m;
+  {js_import}
   keepalive_requests 10000000;
   keepalive_timeout 300s;
   server {{
     listen 127.0.0.1:{port};
     location / {{ return 204; }}
+    {batch_location}
   }}
 }}
 """
+
+
+#: Answers a batch (a JSON array of jobs, read whole into memory) with every job done.
+ANSWERS_JS = """\
+function done(r) {
+  const answers = JSON.parse(r.requestText).map((job) => ({ id: job.id, outcome: "done" }));
+  r.headersOut["Content-Type"] = "application/json";
+  r.return(200, JSON.stringify(answers));
+}
+export default { done };
+"""
+JS_MODULE = Path("/usr/lib/nginx/modules/ngx_http_js_module.so")
 
 
 def nginx_binary() -> str:
@@ -54,7 +74,10 @@ def nginx_version() -> str:
 class Nginx:
     """One nginx master and one worker (a single core's worth, like the handler of a sidecar)."""
 
-    def __init__(self) -> None:
+    def __init__(self, *, batches: bool = False) -> None:
+        if batches and not JS_MODULE.exists():
+            raise RuntimeError(f"{JS_MODULE} not found: apt-get install libnginx-mod-http-js")
+        self.batches = batches
         self.port = free_port()
         self._dir = tempfile.TemporaryDirectory(prefix="jobcar-nginx-")
         self._process: subprocess.Popen[bytes] | None = None
@@ -65,7 +88,15 @@ class Nginx:
 
     def __enter__(self) -> str:
         prefix = Path(self._dir.name)
-        (prefix / "nginx.conf").write_text(CONFIG.format(prefix=prefix, port=self.port))
+        js = {"load": "", "js_import": "", "batch_location": ""}
+        if self.batches:
+            (prefix / "answers.js").write_text(ANSWERS_JS)
+            js = {
+                "load": f"load_module {JS_MODULE};",
+                "js_import": f"js_import answers from {prefix / 'answers.js'};",
+                "batch_location": "location /batch { js_content answers.done; }",
+            }
+        (prefix / "nginx.conf").write_text(CONFIG.format(prefix=prefix, port=self.port, **js))
         self._process = subprocess.Popen(
             [nginx_binary(), "-p", str(prefix), "-c", str(prefix / "nginx.conf"), "-e", str(prefix / "error.log")]
         )

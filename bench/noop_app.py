@@ -1,11 +1,13 @@
 """A minimal aiohttp handler app for benchmarks: POST anything, get 204. `python bench/noop_app.py PORT`,
 or `with serving() as app:` from a benchmark (a process of its own on a free port).
 
-POST /sleep/<seconds> holds the request that long first (to keep jobs in flight)."""
+POST /sleep/<seconds> holds the request that long first (to keep jobs in flight); POST /batch answers a
+batched delivery's JSON array with every job done."""
 
 from __future__ import annotations
 
 import asyncio
+import json
 import socket
 import subprocess
 import sys
@@ -17,7 +19,10 @@ from aiohttp import web
 
 
 async def noop(request: web.Request) -> web.Response:
-    await request.read()
+    body = await request.read()
+    if request.path == "/batch":
+        answers = [{"id": job["id"], "outcome": "done"} for job in json.loads(body)]
+        return web.Response(body=json.dumps(answers).encode(), content_type="application/json")
     if request.path.startswith("/sleep/"):
         await asyncio.sleep(float(request.path.removeprefix("/sleep/")))
     return web.Response(status=204)

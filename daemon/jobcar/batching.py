@@ -90,13 +90,17 @@ class Batches:
         entry = _Entry(job, timeout_s, max_attempts, may_start, asyncio.get_running_loop().create_future())
         self._add(entry)
         try:
-            return await asyncio.shield(entry.answer)
+            # Cancelling this await cancels `answer` too: the call then skips it (nothing awaits it any more).
+            return await entry.answer
         except asyncio.CancelledError:
             entry.stopped = True
             call = entry.call
             if call is not None and not call.done():
                 if all(other.stopped for other in entry.batch):
                     call.cancel()
+                else:
+                    log.info("job stopped while its batch's call runs: it ends when the call does",
+                             extra={"queue": job.queue, "job_id": job.id, "type": job.type})  # fmt: skip
                 await _until_done(call)
             raise
 

@@ -9,6 +9,7 @@ import threading
 from pathlib import Path
 from typing import Any
 
+from jobcar import transitions
 from jobcar.client import Client
 from jobcar.job import State
 from tests.integration.conftest import StartDaemon
@@ -171,6 +172,57 @@ def test_a_drain_gives_a_forming_batch_back_without_calling_the_handler_or_spend
     daemon.signal(signal.SIGTERM)
     assert daemon.wait() == 0
     assert handlers.requests_to("/rows") == []
+    for job_id in ids:
+        job = q.job(job_id)
+        assert job is not None
+        assert (job.state, job.attempt) == (State.PENDING, 0)
+
+
+def test_a_job_canceled_while_its_batch_runs_ends_canceled_when_the_call_ends_and_the_others_are_done(
+    handlers: HandlerServer, start_daemon: StartDaemon, client: Client, q: QueueDriver
+) -> None:
+    release = threading.Event()
+
+    def route(req: Received) -> tuple[int, dict[str, str], bytes]:
+        release.wait(20)
+        return 200, {}, json.dumps([{"id": i["id"], "outcome": "done"} for i in json.loads(req.body)]).encode()
+
+    victim, *others = [info.id for info in client.enqueue_many([("rows", n) for n in range(3)])]
+    batch = {"max_size": 3, "max_wait": "5s"}
+    daemon = start_daemon({"rows": {"url": handlers.url("/rows", route), "batch": batch}}, result_ttl="1h")
+    try:
+        wait_for(lambda: len(handlers.requests_to("/rows")) == 1, timeout=10, what="the batch's call")
+        q.run(transitions.cancel_call(q.keys, victim))
+        daemon.wait_for_log("job stopped while its batch's call runs")
+        job = q.job(victim)
+        assert job is not None
+        assert job.state is State.ACTIVE, "its call still runs: the job ends with it"
+    finally:
+        release.set()
+    assert wait_state(q, victim, State.CANCELED, daemon).result is None
+    for job_id in others:
+        wait_state(q, job_id, State.DONE, daemon)
+
+
+def test_a_drain_past_its_grace_aborts_the_batchs_call_and_gives_every_job_back_unspent(
+    handlers: HandlerServer, start_daemon: StartDaemon, client: Client, q: QueueDriver
+) -> None:
+    release = threading.Event()
+
+    def route(req: Received) -> tuple[int, dict[str, str], bytes]:
+        release.wait(20)
+        return 200, {}, b"[]"
+
+    ids = [info.id for info in client.enqueue_many([("rows", n) for n in range(3)])]
+    batch = {"max_size": 3, "max_wait": "5s"}
+    handler = {"url": handlers.url("/rows", route), "batch": batch}
+    daemon = start_daemon({"rows": handler}, shutdown_timeout="500ms")
+    try:
+        wait_for(lambda: len(handlers.requests_to("/rows")) == 1, timeout=10, what="the batch's call")
+        daemon.signal(signal.SIGTERM)
+        assert daemon.wait() == 0
+    finally:
+        release.set()
     for job_id in ids:
         job = q.job(job_id)
         assert job is not None

@@ -12,7 +12,7 @@ from __future__ import annotations
 import base64
 import json
 import math
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any, Final
 
 from jobcar.job import DEFAULT_CONTENT_TYPE, Job
@@ -22,57 +22,57 @@ from jobcar.timestamps import rfc3339, rfc3339_ms
 __all__ = ["command_input", "http_body", "outcomes_from_array", "outcomes_from_lines"]
 
 _OUTCOMES: Final = ("done", "retry", "fail")
+_DONE: Final = Outcome.success()  # frozen: one for every job answered done without a result
 _encode = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False).encode
 
 
-def _item(job: Job, max_attempts: int) -> dict[str, Any]:
-    item: dict[str, Any] = {
-        "id": job.id,
-        "type": job.type,
-        "queue": job.queue,
-        "attempt": job.attempt,
-        "max_attempts": max_attempts,
-        "enqueued_at": rfc3339(job.created_ms / 1000),
-        "content_type": job.content_type,
-    }
-    payload = _json_payload(job)
-    if payload is _NOT_JSON:
-        item["payload_base64"] = base64.b64encode(job.payload).decode()
-    else:
-        item["payload"] = payload
+#: A JSON string literal (C code; quotes and escapes `"`, `\\` and control characters, keeps other text as is).
+_string: Final[Callable[[str], str]] = json.encoder.encode_basestring
+
+
+def _item(job: Job, max_attempts: int, *, one_line: bool) -> bytes:
+    """One job as a JSON object. Built as text rather than as a dict to encode: this runs for every job of
+    every batch, and a JSON payload is spliced in as its producer wrote it (after a check that it parses)."""
+    head = (
+        f'{{"id":{_string(job.id)},"type":{_string(job.type)},"queue":{_string(job.queue)},'
+        f'"attempt":{job.attempt},"max_attempts":{max_attempts},'
+        f'"enqueued_at":"{rfc3339(job.created_ms / 1000)}","content_type":{_string(job.content_type)}'
+    )
     if job.meta:
-        item["meta"] = job.meta
+        head += ',"meta":' + _encode(job.meta)
     if job.limit_key is not None:
-        item["key"] = job.limit_key
+        head += ',"key":' + _string(job.limit_key)
     if job.traceparent:
-        item["traceparent"] = job.traceparent
+        head += ',"traceparent":' + _string(job.traceparent)
     if job.scheduled_at_ms is not None:
-        item["schedule"] = job.schedule
-        item["scheduled_at"] = rfc3339_ms(job.scheduled_at_ms)
-    return item
+        head += f',"schedule":{_string(job.schedule or "")},"scheduled_at":"{rfc3339_ms(job.scheduled_at_ms)}"'
+    return head.encode() + _payload(job, one_line=one_line) + b"}"
 
 
-_NOT_JSON: Final = object()
-
-
-def _json_payload(job: Job) -> object:
-    """The payload as a JSON value when it is one (the default content type), else `_NOT_JSON`."""
-    if job.content_type != DEFAULT_CONTENT_TYPE:
-        return _NOT_JSON
-    try:
-        return json.loads(job.payload)
-    except ValueError:  # a producer in another language may have sent anything
-        return _NOT_JSON
+def _payload(job: Job, *, one_line: bool) -> bytes:
+    """`,"payload":<the JSON payload>`, or `,"payload_base64":"..."` for any other (or an invalid) payload.
+    On one line (a command's input), a payload that spans lines is re-encoded without its line breaks."""
+    if job.content_type == DEFAULT_CONTENT_TYPE:
+        try:
+            value = json.loads(job.payload)
+        except ValueError:  # a producer in another language may have sent anything
+            pass
+        else:
+            if one_line and (b"\n" in job.payload or b"\r" in job.payload):
+                return b',"payload":' + _encode(value).encode()
+            return b',"payload":' + job.payload
+    return b',"payload_base64":"' + base64.b64encode(job.payload) + b'"'
 
 
 def http_body(jobs: Sequence[Job], max_attempts: Sequence[int]) -> bytes:
     """A batch as one HTTP request body: a JSON array of the jobs."""
-    return _encode([_item(job, most) for job, most in zip(jobs, max_attempts, strict=True)]).encode()
+    items = [_item(job, most, one_line=False) for job, most in zip(jobs, max_attempts, strict=True)]
+    return b"[" + b",".join(items) + b"]"
 
 
 def command_input(jobs: Sequence[Job], max_attempts: Sequence[int]) -> bytes:
     """A batch as a command's stdin: one JSON object per line."""
-    return b"".join(_encode(_item(job, most)).encode() + b"\n" for job, most in zip(jobs, max_attempts, strict=True))
+    return b"".join(_item(job, most, one_line=True) + b"\n" for job, most in zip(jobs, max_attempts, strict=True))
 
 
 def outcomes_from_array(
@@ -134,7 +134,7 @@ def _outcome(answer: dict[str, Any], *, result_limit: int, max_retry_after: floa
         return Outcome.retry(f"batch answer: error must be a string, not {_shown(error)}")
     if kind == "done":
         if "result" not in answer:
-            return Outcome.success()
+            return _DONE
         return Outcome.success(_encode(answer["result"]).encode()[:result_limit])
     if kind == "fail":
         return Outcome.fail(error or "the handler's batch answer says fail")

@@ -1,0 +1,108 @@
+"""What does batched delivery buy? Jobs/s with `batch: {max_size: 100}` beside one call per job.
+
+    .venv/bin/python bench/batching.py [--jobs 20000] [--runs 3] [--size 100]
+
+Each round enqueues --jobs no-op jobs into a paused queue, starts a `jobcar run` (concurrency 200), resumes
+the queue and times until every job is done. Handlers: nginx (`return 204;` per job; a batch answered by a
+few lines of njs, every job done) and the aiohttp no-op app (204 per job; a batch answered in Python). Rounds
+alternate between the four setups; medians of --runs, and the ratio batched / one call per job.
+"""
+
+from __future__ import annotations
+
+import argparse
+import platform
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from tests.integration.daemon_harness import DaemonProcess, write_config
+from tests.servers import RedisServer, find_server_binary, wait_for
+
+import jobcar
+from jobcar import Client, transitions, transport
+from jobcar.keys import QueueKeys
+from nginx import Nginx, nginx_version
+from noop_app import serving
+
+CONCURRENCY = 200
+
+
+def unfinished(client: Any, keys: QueueKeys) -> int:
+    stats = transitions.parse_stats(keys, transport.execute(client, [transitions.stats_call(keys)])[0])
+    return stats.pending + stats.scheduled + stats.active
+
+
+def throughput(server: RedisServer, tmp: Path, handler: dict[str, Any], jobs: int) -> float:
+    namespace = f"b{time.monotonic_ns()}"
+    keys = QueueKeys.of(namespace, "default")
+    config = write_config(tmp, server.url, namespace, {"bench": handler}, concurrency=CONCURRENCY,
+                          log_level="info", lease="30s")  # fmt: skip
+    with server.client() as client:
+        client.flushdb()
+        transport.execute(client, [transitions.pause_call(keys, True)])
+        Client(client, namespace=namespace).enqueue_many([("bench", {"n": n}) for n in range(jobs)])
+        daemon = DaemonProcess(config).start()
+        try:
+            started = time.perf_counter()
+            transport.execute(client, [transitions.pause_call(keys, False)])
+            wait_for(lambda: unfinished(client, keys) == 0, timeout=600, what="every job")
+            elapsed = time.perf_counter() - started
+            dead = client.zcard(keys.dead)
+        finally:
+            daemon.stop()
+        client.flushdb()
+    if dead:
+        raise RuntimeError(f"{dead} jobs went to the dead-letter queue: the handler did not answer for them")
+    return jobs / elapsed
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--jobs", type=int, default=20_000)
+    parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument("--size", type=int, default=100, help="batch.max_size")
+    args = parser.parse_args()
+    binary = find_server_binary()
+    batch = {"max_size": args.size, "max_wait": "200ms"}
+    figures: dict[str, list[float]] = {}
+    with tempfile.TemporaryDirectory() as directory, serving() as app, Nginx(batches=True) as nginx_url:
+        tmp = Path(directory)
+        nginx_base = nginx_url.removesuffix("/noop")
+        setups = {
+            "nginx, one call per job": {"url": f"{nginx_base}/noop"},
+            f"nginx, batches of {args.size}": {"url": f"{nginx_base}/batch", "batch": batch},
+            "aiohttp, one call per job": {"url": f"{app.url}/noop"},
+            f"aiohttp, batches of {args.size}": {"url": f"{app.url}/batch", "batch": batch},
+        }
+        server = RedisServer(binary, tmp / "redis").start()
+        try:
+            for _ in range(args.runs):
+                for name, handler in setups.items():
+                    rate = throughput(server, tmp, handler, args.jobs)
+                    figures.setdefault(name, []).append(rate)
+                    print(f"  {name}: {rate:,.0f} jobs/s", flush=True)
+            with server.client() as c:
+                version = c.info("server").get("redis_version")
+        finally:
+            server.stop()
+    print(
+        f"jobcar {jobcar.__version__}, server {binary} {version}, nginx {nginx_version()}, "
+        f"Python {platform.python_version()}, concurrency {CONCURRENCY}, {args.jobs} jobs per round, "
+        f"medians of {args.runs} (min-max)"
+    )
+    for name, v in figures.items():
+        print(f"{name:<30}{statistics.median(v):>10,.0f} jobs/s ({min(v):,.0f}-{max(v):,.0f})")
+    names = list(figures)
+    for single, batched in ((names[0], names[1]), (names[2], names[3])):
+        ratio = statistics.median(figures[batched]) / statistics.median(figures[single])
+        print(f"{'ratio ' + batched.split(',')[0]:<30}{ratio:>10.2f}x")
+
+
+if __name__ == "__main__":
+    main()
