@@ -7,6 +7,7 @@ with a plain wait: both paths run here against Cluster's client.
 
 from __future__ import annotations
 
+import json
 import signal
 from collections.abc import Iterator
 from pathlib import Path
@@ -15,7 +16,7 @@ import pytest
 import redis
 
 from jobcar import Client, State
-from tests.integration.daemon_harness import DaemonProcess, Gauge, HandlerServer, wait_gone, write_config
+from tests.integration.daemon_harness import DaemonProcess, Gauge, HandlerServer, Received, wait_gone, write_config
 from tests.integration.driver import QueueDriver
 from tests.integration.lease_probe import LeaseMonitor, wait_for_a_queued_lease
 from tests.servers import RedisServer, wait_for
@@ -129,3 +130,33 @@ def test_two_daemons_on_cluster_hold_a_fleet_wide_limit(
         for daemon in daemons:
             daemon.stop()
     assert gauge.most == 3
+
+
+def test_batched_delivery_on_cluster_sends_one_queue_per_batch_and_records_each_jobs_outcome(
+    redis_cluster: list[RedisServer], cluster: redis.RedisCluster, handlers: HandlerServer,
+    namespace: str, tmp_path: Path,
+) -> None:  # fmt: skip
+    def route(req: Received) -> tuple[int, dict[str, str], bytes]:
+        jobs = json.loads(req.body)
+        answers = [{"id": j["id"], "outcome": "fail" if j["payload"] == 0 else "done"} for j in jobs]
+        return 200, {}, json.dumps(answers).encode()
+
+    queues = {"a": 1, "b": 1}
+    handler = {"url": handlers.url("/rows", route), "batch": {"max_size": 10, "max_wait": "300ms"}}
+    redis_config = {"url": redis_cluster[0].url, "cluster": True}
+    config = write_config(tmp_path, "", namespace, {"rows": handler}, redis=redis_config, queues=queues)
+    client = Client(cluster, namespace=namespace)
+    for name in queues:
+        client.enqueue_many([("rows", n, {"queue": name}) for n in range(15)])
+    daemon = DaemonProcess(config).start()
+    try:
+        drivers = [QueueDriver(cluster, namespace, name) for name in queues]
+        wait_for(lambda: all(d.redis.zcard(d.keys.active) + d.redis.llen(d.keys.pending) == 0 for d in drivers),
+                 timeout=30, what="every job finished")  # fmt: skip
+    finally:
+        daemon.stop()
+    batches = [json.loads(r.body) for r in handlers.requests_to("/rows")]
+    assert all(len({job["queue"] for job in batch}) == 1 for batch in batches)
+    assert sum(map(len, batches)) == 30
+    assert max(map(len, batches)) == 10
+    assert [d.redis.zcard(d.keys.dead) for d in drivers] == [1, 1], "each queue's job 0 failed for good"
