@@ -127,6 +127,9 @@ class Job:
     limit_key: str | None = None
     #: While held: the limit group it waits for ("<type>" or "<type>#<key>").
     held_for: str | None = None
+    #: When a limit first held the job (ms, Redis time), until it is leased: in a lease's reply, how long
+    #: limits held it.
+    held_at_ms: int | None = None
 
     @property
     def last_error(self) -> str | None:
@@ -182,6 +185,7 @@ class Job:
             scheduled_at_ms=_opt_int(get(b"scheduled_at")),
             limit_key=_opt_str(get(b"key")),
             held_for=_opt_str(get(b"held")) if get(b"state") == b"held" else None,
+            held_at_ms=_opt_int(get(b"held_at")),
         )
 
 

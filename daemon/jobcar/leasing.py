@@ -158,7 +158,10 @@ class Leaser:
         series = self.metrics.of_queue(queue.keys.queue)
         series.leased.inc(len(result.jobs))
         for leased in result.jobs:
-            series.wait.observe(max(0, result.now_ms - leased.job.ready_ms) / 1000)
+            job = leased.job
+            series.wait.observe(max(0, result.now_ms - job.ready_ms) / 1000)
+            if job.held_at_ms is not None:
+                self.metrics.of_held(job.queue, job.type).observe(max(0, result.now_ms - job.held_at_ms) / 1000)
             self.attempts.start(queue.keys, leased)
         if result.paused:
             queue.idle(None)  # resume pushes a wake; due jobs wait for it

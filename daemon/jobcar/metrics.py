@@ -17,7 +17,7 @@ from __future__ import annotations
 import platform
 import time
 from bisect import bisect_left
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Final, TypeVar
 
@@ -229,6 +229,14 @@ class Metrics:
             "jobcar_queue_latency_seconds", "Age of the oldest runnable job of the queue.", ["queue"], registry=r
         )
         self.queue_paused = Gauge("jobcar_queue_paused", "1 while the queue is paused.", ["queue"], registry=r)
+        self.jobs_held = Gauge(
+            "jobcar_jobs_held", "Jobs a fleet-wide limit holds now (over a concurrency limit or a rate).",
+            ["queue", "type"], registry=r,
+        )  # fmt: skip
+        self.held_seconds = Histogram(
+            "jobcar_job_held_seconds", "How long fleet-wide limits held a job, from its first hold to its lease.",
+            ["queue", "type"], buckets=WAIT_BUCKETS, registry=r,
+        )  # fmt: skip
         build = Gauge("jobcar_build_info", "jobcar's version.", ["version", "python"], registry=r)
         build.labels(__version__, platform.python_version()).set(1)
         self._stats_at = 0.0
@@ -240,6 +248,7 @@ class Metrics:
         self.types = frozenset(config.handlers)
         self._queue_series: dict[str, QueueSeries] = {}
         self._job_series: dict[tuple[str, str], JobSeries] = {}
+        self._held_labels: set[tuple[str, str]] = set()
         queues = [*self.queues, OTHER]
         types = [*self.types, OTHER]
         for q in queues:
@@ -256,6 +265,10 @@ class Metrics:
                 self.queue_jobs.labels(q, state.value)
             self.queue_latency.labels(q)
             self.queue_paused.labels(q)
+            for t in self.types:
+                if config.handlers[t].limits is not None:
+                    self.jobs_held.labels(q, t)
+                    self._held_labels.add((q, t))
         for result in ("ok", "failed"):
             self.reloads.labels(result)
 
@@ -283,6 +296,11 @@ class Metrics:
             series = self._job_series[(queue, job_type)] = self.flow.job(self.queue(queue), self.type(job_type))
         return series
 
+    def of_held(self, queue: str, job_type: str) -> Histogram:
+        """The held-time histogram of a queue and type (children of prometheus_client's: a held job is the
+        exception, not every job)."""
+        return self.held_seconds.labels(self.queue(queue), self.type(job_type))
+
     async def render(self, client: transport.AsyncRedis, queues: Iterable[keys.QueueKeys]) -> bytes:
         """The exposition, with queue depths refreshed from Redis at most once a second."""
         if time.monotonic() - self._stats_at > STATS_CACHE_SECONDS:
@@ -294,5 +312,19 @@ class Metrics:
                     self.queue_jobs.labels(k.queue, state.value).set(getattr(stats, state.value))
                 self.queue_latency.labels(k.queue).set(stats.latency_s)
                 self.queue_paused.labels(k.queue).set(1 if stats.paused else 0)
+                self._set_held(k.queue, stats.held_by_type)
             self._stats_at = time.monotonic()
         return generate_latest(self.registry)
+
+    def _set_held(self, queue: str, by_type: Mapping[str, int]) -> None:
+        """Held jobs by type: configured types by name, any other under `other`; a type none are held of, 0."""
+        counts: dict[str, int] = {}
+        for job_type, n in by_type.items():
+            label = self.type(job_type)
+            counts[label] = counts.get(label, 0) + n
+        for seen_queue, label in self._held_labels:  # a type held before and none now: back to 0
+            if seen_queue == queue and label not in counts:
+                self.jobs_held.labels(queue, label).set(0)
+        for label, n in counts.items():
+            self.jobs_held.labels(queue, label).set(n)
+            self._held_labels.add((queue, label))

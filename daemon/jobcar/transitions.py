@@ -425,6 +425,8 @@ class QueueStats:
     oldest_ready_ms: int | None
     #: Jobs waiting for a slot of a fleet-wide concurrency limit (ADR 0014).
     held: int = 0
+    #: The same by job type (types with none held are absent).
+    held_by_type: dict[str, int] = field(default_factory=dict)
 
     @property
     def latency_s(self) -> float:
@@ -437,7 +439,9 @@ def stats_call(keys: QueueKeys) -> ScriptCall:
 
 
 def parse_stats(keys: QueueKeys, reply: Reply) -> QueueStats:
-    now, pending, scheduled, active, dead, paused, oldest, held = (as_int(x) for x in as_list(reply))
+    *counts, by_type = as_list(reply)
+    now, pending, scheduled, active, dead, paused, oldest, held = (as_int(x) for x in counts)
+    pairs = as_list(by_type)
     return QueueStats(
         queue=keys.queue,
         now_ms=now,
@@ -448,6 +452,7 @@ def parse_stats(keys: QueueKeys, reply: Reply) -> QueueStats:
         paused=paused == 1,
         oldest_ready_ms=None if oldest < 0 else oldest,
         held=held,
+        held_by_type={as_text(pairs[i]): as_int(pairs[i + 1]) for i in range(0, len(pairs), 2)},
     )
 
 

@@ -53,16 +53,23 @@ def test_a_type_over_its_total_is_held_and_other_types_run_past_it(q: QueueDrive
     assert running(q, "a") == {a[0], a[1]}
     assert q.job(a[2]).state is State.HELD  # type: ignore[union-attr]
     assert q.job(a[2]).held_for == "a"  # type: ignore[union-attr]
-    assert stats_held(q) == 3
+    held_at = q.job(a[2]).held_at_ms  # type: ignore[union-attr]
+    assert held_at is not None
+    assert held_at <= q.now_ms()
+    stats = parse_stats(q.keys, q.run(stats_call(q.keys)))
+    assert (stats.held, stats.held_by_type) == (3, {"a": 3})
     assert lease(q, TOTAL_2) == [], "still full"
 
     assert q.ack(a[0], q.token(a[0])) == 1
     assert held(q, "a") == a[3:], "the slot given back lets the oldest held job go"
     assert q.where(a[2]) is State.PENDING
     assert q.redis.exists(q.keys.wake), "idle daemons are woken for it"
-    assert lease(q, TOTAL_2) == [a[2]]
+    [leased] = q.lease(count=100, limits=TOTAL_2).jobs
+    assert leased.job.id == a[2]
+    assert leased.job.held_at_ms == held_at, "the lease's reply says since when limits held it"
     assert running(q, "a") == {a[1], a[2]}
     assert q.job(a[2]).held_for is None  # type: ignore[union-attr]
+    assert q.job(a[2]).held_at_ms is None  # type: ignore[union-attr]
 
 
 def test_every_way_out_of_active_gives_the_slot_back(q: QueueDriver) -> None:

@@ -222,7 +222,11 @@ end
 -- A job held before (and let go by a slot given back) is older than the group's other held jobs: it goes
 -- back to the head of the list, a new one to its tail.
 local function hold(job_key, id, group, again)
-  redis.call('HSET', job_key, 'state', 'held', 'held', group)
+  if again then
+    redis.call('HSET', job_key, 'state', 'held', 'held', group)
+  else  -- `held_at` stays from the first hold until the lease: how long limits held the job, in all
+    redis.call('HSET', job_key, 'state', 'held', 'held', group, 'held_at', started)
+  end
   redis.call(again and 'RPUSH' or 'LPUSH', prefix .. 'held:' .. group, id)
   index_group(group)
   held = held + 1
@@ -303,7 +307,7 @@ local function lease_job(id)
   else
     redis.call('HSET', job_key, 'state', 'active', 'token', token, 'started', started, 'attempt', attempt)
   end
-  if at.held then redis.call('HDEL', job_key, 'held') end
+  if at.held then redis.call('HDEL', job_key, 'held', 'held_at') end
   deadlines[#deadlines + 1] = deadline
   deadlines[#deadlines + 1] = id
   table.insert(job, 1, token)

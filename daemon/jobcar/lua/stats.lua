@@ -8,10 +8,12 @@
 -- KEYS[5] paused     STRING
 -- ARGV[1] the queue's key prefix
 -- Pending counts every priority's list (`pending`, `pending:1` to `pending:9`).
--- Returns {now_ms, pending, scheduled, active, dead, paused (0/1), oldest_ready_ms (-1: none), held}
+-- Returns {now_ms, pending, scheduled, active, dead, paused (0/1), oldest_ready_ms (-1: none), held,
+--          {type, held, type, held, ...}}
 --   oldest_ready_ms: when the job that has waited longest became runnable: the oldest pending job,
 --   or a scheduled job already due but not yet promoted (no daemon is leasing), whichever is older.
---   held: jobs waiting for a concurrency limit's slot, in the lists of <prefix>limit_groups (ADR 0014).
+--   held: jobs waiting for a concurrency limit's slot, in the lists of <prefix>limit_groups (ADR 0014);
+--   then the same by job type (a group is "<type>", "<type>#<key>", "@<type>" or "@<type>#<key>").
 
 --- @include "now_ms"
 --- @include "pending_lists"
@@ -35,13 +37,23 @@ local head = redis.call('ZRANGE', KEYS[2], 0, 0, 'WITHSCORES')
 if #head > 0 and tonumber(head[2]) <= now and (oldest < 0 or tonumber(head[2]) < oldest) then
   oldest = tonumber(head[2])
 end
-local held = 0
+local held, by_type, types = 0, {}, {}
 local groups = redis.pcall('SMEMBERS', prefix .. 'limit_groups')
 if not groups.err then
   for _, group in ipairs(groups) do
     local n = redis.pcall('LLEN', prefix .. 'held:' .. group)
-    if type(n) == 'number' then held = held + n end
+    if type(n) == 'number' and n > 0 then
+      held = held + n
+      local job_type = string.match(group, '^@?([^#]*)')
+      if not by_type[job_type] then types[#types + 1] = job_type end
+      by_type[job_type] = (by_type[job_type] or 0) + n
+    end
   end
 end
+local held_by_type = {}
+for _, job_type in ipairs(types) do
+  held_by_type[#held_by_type + 1] = job_type
+  held_by_type[#held_by_type + 1] = by_type[job_type]
+end
 return {now, pending, redis.call('ZCARD', KEYS[2]), redis.call('ZCARD', KEYS[3]),
-  redis.call('ZCARD', KEYS[4]), redis.call('EXISTS', KEYS[5]), oldest, held}
+  redis.call('ZCARD', KEYS[4]), redis.call('EXISTS', KEYS[5]), oldest, held, held_by_type}
