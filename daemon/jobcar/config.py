@@ -366,6 +366,7 @@ _LIMITS_FIELDS: Final[Mapping[str, Converter]] = {
     "burst": integer(1),
     "per_key_rate": _rate,
     "per_key_burst": integer(1),
+    "fair": boolean,
     "on_429": choice(("job", "type", "key")),
     "key": _limit_key,
 }
@@ -376,11 +377,15 @@ def _limits(r: Reader, node: yaml.Node, path: KeyPath) -> Limits:
     values = r.fields(r.entries(node, path, _LIMITS_FIELDS), path, _LIMITS_FIELDS)
     if len(r.problems) > reported:
         return Limits()  # the config is rejected anyway; a missing value was reported as wrong, not absent
-    if not values.keys() & {"concurrency", "per_key", "rate", "per_key_rate", "on_429"}:
+    if not values.keys() & {"concurrency", "per_key", "rate", "per_key_rate", "on_429", "fair"}:
         raise Invalid("needs concurrency or rate (fleet-wide, for the type), per_key or per_key_rate (for each key), "
                       "or on_429")  # fmt: skip
-    if "key" in values and not (values.keys() & {"per_key", "per_key_rate"} or values.get("on_429") == "key"):
-        raise Invalid("has key but no per_key, per_key_rate or on_429: key: the key only matters for a per-key limit")
+    if values.get("fair") and "concurrency" not in values:
+        raise Invalid("has fair but no concurrency: keys take turns for the type's concurrency slots")
+    keyed = values.keys() & {"per_key", "per_key_rate"} or values.get("on_429") == "key" or values.get("fair")
+    if "key" in values and not keyed:
+        raise Invalid("has key but no per_key, per_key_rate, fair or on_429: key: the key only matters for a per-key "
+                      "limit")  # fmt: skip
     for burst, rate in (("burst", "rate"), ("per_key_burst", "per_key_rate")):
         if burst in values and rate not in values:
             raise Invalid(f"has {burst} but no {rate}")

@@ -64,6 +64,8 @@ class Limits:
     #: The same for each key.
     per_key_rate: Rate | None = None
     per_key_burst: int = 1
+    #: Keys take turns for the type's `concurrency` slots (round robin) instead of first come, first served.
+    fair: bool = False
     #: What a handler's 429 with Retry-After holds back: "job" (that job only), "type" or "key".
     on_429: str = "job"
     #: Where a job's key comes from: "key" (the producer's `key=`), "meta.<name>" or "payload.<name>" (a
@@ -197,9 +199,12 @@ def limit_rule_table(config: Config) -> dict[str, dict[str, Any]]:
         if handler.limits.per_key_rate is not None:
             rule["key_rate"] = [handler.limits.per_key_rate.count, round(handler.limits.per_key_rate.period * 1000)]
             rule["key_burst"] = handler.limits.per_key_burst
+        if handler.limits.fair:
+            rule["fair"] = True
         if handler.limits.on_429 != "job":
             rule["hold"] = handler.limits.on_429
-        if handler.limits.per_key is not None or handler.limits.per_key_rate is not None or "hold" in rule:
+        keyed = handler.limits.per_key is not None or handler.limits.per_key_rate is not None
+        if keyed or "hold" in rule or "fair" in rule:
             rule["key"] = handler.limits.key
         rules[job_type] = rule
     return rules

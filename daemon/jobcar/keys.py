@@ -80,7 +80,7 @@ class QueueKeys:
 
     @property
     def limit_groups(self) -> str:
-        """The SET of the limit groups ("<type>" or "<type>#<key>") that held a job, until idle (ADR 0014)."""
+        """The SET of the limit groups that held a job, until idle (ADR 0014)."""
         return f"{self.prefix}limit_groups"
 
     def running(self, group: str) -> str:
@@ -94,6 +94,10 @@ class QueueKeys:
     def tat(self, group: str) -> str:
         """A rate group's theoretical arrival time (ms, GCRA), a STRING that expires once past."""
         return f"{self.prefix}tat:{group}"
+
+    def turns(self, job_type: str) -> str:
+        """The ZSET of the keys whose jobs wait for their turn of a fair type's total, next first."""
+        return f"{self.prefix}turns:{job_type}"
 
     def all_limit_keys(self, kind: str) -> str:
         """A SCAN pattern matching every limit key of one kind ("running", "held" or "tat") of the queue."""

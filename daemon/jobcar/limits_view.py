@@ -20,7 +20,8 @@ _KINDS = ("running", "held", "tat")
 @dataclass(frozen=True, slots=True)
 class LimitGroup:
     queue: str
-    #: "<type>" or "<type>#<key>" for a concurrency limit, "@<type>" or "@<type>#<key>" for a rate.
+    #: "<type>" or "<type>#<key>" for a concurrency limit, "@<type>" or "@<type>#<key>" for a rate,
+    #: "~<type>#<key>" for a key waiting for its turn of a fair type's total.
     group: str
     running: int
     held: int
@@ -32,7 +33,8 @@ class LimitGroup:
 
     @property
     def kind(self) -> str:
-        return "rate" if self.group.startswith("@") else "concurrency"
+        """ "rate", "turn" (a key waiting for its turn of a fair type's total) or "concurrency"."""
+        return {"@": "rate", "~": "turn"}.get(self.group[:1], "concurrency")
 
     def document(self) -> dict[str, Any]:
         return {"queue": self.queue, "group": self.group, "kind": self.kind, "running": self.running,
@@ -43,8 +45,10 @@ def rule_limit(group: str, rules: Mapping[str, Mapping[str, Any]]) -> tuple[str 
     """(the limit as shown, the rate's interval in ms, its burst) for a group under `rules`
     (`config_types.limit_rules`, decoded)."""
     rated = group.startswith("@")
-    job_type, _, key = group.removeprefix("@").partition("#")
+    job_type, _, key = group.lstrip("@~").partition("#")
     rule = rules.get(job_type, {})
+    if group.startswith("~"):  # a key's turn of the type's total: its jobs wait for slots of that
+        return (f"turns for {rule['total']}" if rule.get("fair") and rule.get("total") else None), 0.0, 1
     if rated:
         rate = rule.get("key_rate" if key else "rate")
         burst = rule.get("key_burst" if key else "burst", 1)

@@ -278,3 +278,55 @@ def test_a_429_holds_only_its_key_back_and_ends_when_the_retry_after_passes(q: Q
     leased: list[str] = []
     wait_for(lambda: leased.extend(lease(q, hold_key)) or x1 in leased, timeout=10, what="x1 after the Retry-After")
     assert started_ms(q, x1) >= held_back + 300 - 1, "not before the Retry-After"
+
+
+FAIR_1 = rules(t={"total": 1, "fair": True, "key": "key"})
+
+
+def run_one(q: QueueDriver, limits: str) -> str:
+    """Lease the one job the total lets run, ack it (which hands the slot to the next turn), return its id."""
+    [job_id] = lease(q, limits)
+    assert q.ack(job_id, q.token(job_id)) == 1
+    return job_id
+
+
+def test_fair_keys_take_turns_for_the_total_and_a_key_alone_gets_every_slot(q: QueueDriver) -> None:
+    a = [q.enqueue("t", n, key="a").id for n in range(5)]
+    b = [q.enqueue("t", n, key="b").id for n in range(2)]
+    keyless = q.enqueue("t", "none").id
+    order = [run_one(q, FAIR_1) for _ in range(8)]
+    # a's first job ran before any was held; then the keys in the order they were first held, in turns.
+    assert order == [a[0], a[1], b[0], keyless, a[2], b[1], a[3], a[4]]
+    assert lease(q, FAIR_1) == []
+    assert not q.redis.exists(q.keys.turns("t"))
+    # A key alone runs as many at once as the total allows: fairness never caps it.
+    alone = [q.enqueue("t", n, key="a").id for n in range(3)]
+    assert lease(q, rules(t={"total": 3, "fair": True, "key": "key"})) == alone
+
+
+def test_fair_turns_show_as_held_and_a_released_job_another_limit_holds_passes_the_turn_on(q: QueueDriver) -> None:
+    both = rules(t={"total": 1, "per_key": 1, "fair": True, "key": "key"})
+    a = [q.enqueue("t", n, key="a").id for n in range(3)]
+    b = q.enqueue("t", "b", key="b").id
+    assert lease(q, both) == [a[0]]
+    stats = parse_stats(q.keys, q.run(stats_call(q.keys)))
+    assert (stats.held, stats.held_by_type) == (3, {"t": 3})
+    assert q.job(b).held_for == "~t#b"  # type: ignore[union-attr]
+    # a's job goes back (its slots too) but not through its key's turn: a[1] is let go for a's turn and
+    # leased; then b's turn comes when a[1] ends.
+    assert q.retry(a[0], q.token(a[0]), delay_ms=60_000) == 1
+    assert lease(q, both) == [a[1]]
+    assert q.ack(a[1], q.token(a[1])) == 1
+    assert lease(q, both) == [b]
+
+
+def test_the_reapers_pass_puts_a_lost_turn_back_and_lets_turns_go_when_fair_is_removed(q: QueueDriver) -> None:
+    a = [q.enqueue("t", n, key="a").id for n in range(3)]
+    assert lease(q, FAIR_1) == [a[0]]
+    q.redis.delete(q.keys.turns("t"))  # lost: a's jobs would wait for the next pass
+    assert q.reap(limits=FAIR_1) == {}
+    assert q.redis.zrange(q.keys.turns("t"), 0, -1) == [b"a"]
+    assert q.ack(a[0], q.token(a[0])) == 1
+    assert lease(q, FAIR_1) == [a[1]]
+    assert q.reap(limits=rules(t={"total": 5})) == {}, "no longer fair: what waits for a turn goes"
+    assert lease(q, rules(t={"total": 5})) == [a[2]]

@@ -8,6 +8,7 @@ import signal
 import time
 import urllib.request
 from pathlib import Path
+from typing import Any
 
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
@@ -66,11 +67,16 @@ def test_three_daemons_never_run_more_than_the_limit_and_a_killed_ones_slots_com
     assert back_to_five < 3 + 2, "within the lease, plus a loaded machine's slack"
 
 
+@pytest.mark.parametrize(
+    "limits",
+    [{"per_key": 2, "key": "meta.tenant"}, {"concurrency": 10, "fair": True, "key": "meta.tenant"}],
+    ids=["per-key", "fair"],
+)
 def test_a_tenant_behind_another_tenants_backlog_runs_after_a_few_of_its_jobs(
-    redis_server: RedisServer, namespace: str, tmp_path: Path, handlers: HandlerServer
+    redis_server: RedisServer, namespace: str, tmp_path: Path, handlers: HandlerServer, limits: dict[str, Any]
 ) -> None:
     gauge = Gauge(0.01)
-    handler = {"url": handlers.url("/work", gauge), "limits": {"per_key": 2, "key": "meta.tenant"}}
+    handler = {"url": handlers.url("/work", gauge), "limits": limits}
     config = write_config(tmp_path, redis_server.url, namespace, {"work": handler}, concurrency=10)
     with redis_server.client() as r:
         client = Client(r, namespace=namespace)
@@ -86,9 +92,10 @@ def test_a_tenant_behind_another_tenants_backlog_runs_after_a_few_of_its_jobs(
     with gauge.lock:
         order = [r.headers["jobcar-job-id"] in b for r in gauge.done]
     a_before_b_finished = order[: max(i for i, is_b in enumerate(order) if is_b)].count(False)
-    print(f"tenant a ran {a_before_b_finished} of its 10,000 jobs before tenant b's 20 had all run")
-    # FIFO would run all 10,000 first. With per_key 2 each tenant runs two at a time: a runs about as many
-    # as b meanwhile, plus what ran before the lease had held a's backlog (1,000 held per lease call).
+    print(f"tenant a ran {a_before_b_finished} of its 10,000 jobs before tenant b's 20 had all run ({limits})")
+    # FIFO would run all 10,000 first. With per_key 2 each tenant runs two at a time, and with fair the two
+    # take turns: a runs about as many as b meanwhile, plus what ran before the lease had held a's backlog
+    # (1,000 held per lease call).
     assert a_before_b_finished <= 100
 
 

@@ -163,7 +163,7 @@ def test_every_key_can_be_set() -> None:
             max_retry_after: 30s
             concurrency: 1
             limits: {concurrency: 4, per_key: 1, key: payload.tenant, rate: 100/s, burst: 10, per_key_rate: 3/500ms,
-                     per_key_burst: 2, on_429: key}
+                     per_key_burst: 2, on_429: key, fair: true}
             headers: {X-Tenant: acme}
             signing_secret: hush
             max_response_bytes: 1MiB
@@ -219,6 +219,7 @@ def test_every_key_can_be_set() -> None:
                     burst=10,
                     per_key_rate=Rate(3, 0.5),
                     per_key_burst=2,
+                    fair=True,
                     on_429="key",
                 ),
                 headers={"X-Tenant": "acme"},
@@ -634,9 +635,15 @@ _NAME_RULE = "use 1 to 100 letters, digits, '.', '_' or '-', starting with a let
         ),
         pytest.param(
             "handlers:\n  a:\n    url: http://h/\n    limits: {concurrency: 2, key: meta.tenant}\n",
-            "jobcar.yaml:4:13 handlers.a.limits: has key but no per_key, per_key_rate or on_429: key: the key only "
-            "matters for a per-key limit",
+            "jobcar.yaml:4:13 handlers.a.limits: has key but no per_key, per_key_rate, fair or on_429: key: the key "
+            "only matters for a per-key limit",
             id="limits-key-without-per-key",
+        ),
+        pytest.param(
+            "handlers:\n  a:\n    url: http://h/\n    limits: {fair: true, key: meta.tenant}\n",
+            "jobcar.yaml:4:13 handlers.a.limits: has fair but no concurrency: keys take turns for the type's "
+            "concurrency slots",
+            id="limits-fair-without-concurrency",
         ),
         pytest.param(
             "handlers:\n  a:\n    command: [cat]\n    limits: {on_429: key}\n",

@@ -20,7 +20,7 @@
 -- ARGV[7] dead set max jobs, ARGV[8] dead set max age ms (trimming when an expired job dies)
 -- ARGV[9] (optional) JSON object type -> limit rule, the fleet-wide limits (ADR 0014): {"total": n,
 --         "per_key": m, "rate": [count, period_ms], "burst": b, "key_rate": [count, period_ms],
---         "key_burst": b, "key": "key" | "meta.<name>" | "payload.<name>"}, each part optional
+--         "key_burst": b, "fair": true, "key": "key" | "meta.<name>" | "payload.<name>"}, each part optional
 -- Pending jobs are taken by priority: `pending` (0) first, then `pending:1` to `pending:9`; FIFO within one.
 -- Jobs a limit held and let go (`pending:released`, FIFO) come before all of them: they had their turn.
 -- A job never started whose `expires_at` has passed is not leased: it moves to <prefix>dead (a ZSET) with
@@ -30,6 +30,7 @@
 -- blocking), passing over at most MAX_HELD such jobs per call. A job over a rate limit is held the same
 -- way, and its group is put in <prefix>throttled (a ZSET group -> when its next job may start), which
 -- this script reads first: the due groups' held jobs go to `pending:released`, as many as may start.
+-- With `fair`, a job over its type's total waits in its key's turn group instead (includes/turns.lua).
 -- Touches <prefix>job:<id> HASH: state=active, attempt+1, token, started, max_attempts (if absent), slots
 -- (the JSON array of the limit groups whose slots it took); <prefix>running:<group> SET (the job's id).
 -- Returns {now_ms, next_due_in_ms (-1: nothing scheduled), stopped, dropped, expired, job...}
@@ -50,6 +51,7 @@
 --- @include "limit_groups"
 --- @include "gcra"
 --- @include "unpark"
+--- @include "turns"
 
 local prefix = ARGV[1]
 local dead = prefix .. 'dead'
@@ -232,6 +234,20 @@ local function hold(job_key, id, group, again)
   held = held + 1
 end
 
+-- A job over its type's total with keys taking turns waits for its key's turn (includes/turns.lua). The
+-- total's own group is indexed too, so that the reaper's pass finds its slots and its free ones.
+local function hold_for_turn(job_key, id, job_type, key, again)
+  hold(job_key, id, '~' .. job_type .. '#' .. key, again)
+  index_group(job_type)
+  join_turns(prefix, job_type, key)
+end
+
+-- A job let go for its key's turn that another limit (its key's, a rate) holds back takes no slot of the
+-- total: the turn passes to the next key, or that slot would wait for the next one given back.
+local function pass_turn(rule, job_type, held_in)
+  if rule.fair and held_in and string.sub(held_in, 1, 1) == '~' then next_turns(prefix, job_type, 1) end
+end
+
 -- The slots of `groups`, taken for the job; the JSON array of their names (stored as its `slots`).
 local function take_slots(groups, id)
   local names = {}
@@ -269,12 +285,19 @@ local function lease_job(id)
   local rule = limits and at.type and limits[job[at.type]]
   local slots
   if rule then
-    local groups, rates = limit_groups(rule, job[at.type], job, at)
+    local job_type = job[at.type]
+    local groups, rates, key = limit_groups(rule, job_type, job, at)
     local full = full_group(groups)
-    if full then return hold(job_key, id, full, at.held) end
+    if full and rule.fair and full == job_type then
+      return hold_for_turn(job_key, id, job_type, key or '', at.held)
+    elseif full then
+      pass_turn(rule, job_type, at.held and job[at.held])
+      return hold(job_key, id, full, at.held)
+    end
     if #rates > 0 then
       local rated, due_or_tats = throttling_group(rates)
       if rated then
+        pass_turn(rule, job_type, at.held and job[at.held])
         hold(job_key, id, rated, at.held)
         return throttle(rated, due_or_tats)
       end

@@ -14,7 +14,7 @@
 --         <prefix>limit_groups drops the slots of jobs no longer active (a job hash deleted while it ran)
 --         and lets held jobs go back to pending up to its free slots, all of them when the config has no
 --         limit for the group any more; a rate group still limited is put in <prefix>throttled if it is
---         missing there
+--         missing there; a key's turn group (`fair`) is put back in its type's turns if it is missing there
 -- Returns {next_expiry_in_ms, {id, result, id, result...}}: the time until the earliest lease left in the
 -- active set expires (-1: none; 0: more expired than this call's limit), so the caller can sleep until
 -- exactly then; result is "pending", "dead" or "missing" (an id in the active set without a job hash:
@@ -29,6 +29,7 @@
 --- @include "move_to_dead"
 --- @include "wrong_type"
 --- @include "release_slots"
+--- @include "turns"
 --- @include "gcra"
 
 local refused = wrong_type({KEYS[1], 'zset', KEYS[2], 'list', KEYS[3], 'zset'})
@@ -92,13 +93,26 @@ if limits then
         if redis.call('EXISTS', prefix .. 'held:' .. group) == 1 then
           redis.call('ZADD', prefix .. 'throttled', 'NX', now, group)
         end
+      elseif string.sub(group, 1, 1) == '~' then
+        -- A key's turn group: its jobs go in turn while the type is fair, all at once once it is not.
+        local job_type, key = string.match(group, '^~(.-)#(.*)$')
+        local rule = job_type and limits[job_type]
+        if not (rule and rule.fair and rule.total) then
+          unpark(prefix, group, MAX_UNPARKED)
+        elseif redis.call('EXISTS', prefix .. 'held:' .. group) == 1 then
+          join_turns(prefix, job_type, key)
+          redis.call('SADD', prefix .. 'limit_groups', job_type)
+        end
       else
         local job_type, key = string.match(group, '^(.-)#(.*)$')
         local rule = limits[job_type or group]
         local limit = rule and (key and rule.per_key or (not key and rule.total)) or nil
         local free = MAX_UNPARKED
         if limit then free = math.min(free, limit - redis.call('SCARD', running)) end
-        if free > 0 then unpark(prefix, group, free) end
+        if free > 0 then
+          free = free - unpark(prefix, group, free)
+          if not key and rule and rule.fair and free > 0 then next_turns(prefix, group, free) end
+        end
       end
       forget_idle_group(prefix, group)
     end

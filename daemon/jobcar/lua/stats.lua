@@ -13,7 +13,8 @@
 --   oldest_ready_ms: when the job that has waited longest became runnable: the oldest pending job,
 --   or a scheduled job already due but not yet promoted (no daemon is leasing), whichever is older.
 --   held: jobs waiting for a concurrency limit's slot, in the lists of <prefix>limit_groups (ADR 0014);
---   then the same by job type (a group is "<type>", "<type>#<key>", "@<type>" or "@<type>#<key>").
+--   then the same by job type (a group is "<type>", "<type>#<key>", "@<type>", "@<type>#<key>" or
+--   "~<type>#<key>").
 
 --- @include "now_ms"
 --- @include "pending_lists"
@@ -44,7 +45,7 @@ if not groups.err then
     local n = redis.pcall('LLEN', prefix .. 'held:' .. group)
     if type(n) == 'number' and n > 0 then
       held = held + n
-      local job_type = string.match(group, '^@?([^#]*)')
+      local job_type = string.match(group, '^[@~]?([^#]*)')
       if not by_type[job_type] then types[#types + 1] = job_type end
       by_type[job_type] = (by_type[job_type] or 0) + n
     end
