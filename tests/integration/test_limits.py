@@ -330,3 +330,16 @@ def test_the_reapers_pass_puts_a_lost_turn_back_and_lets_turns_go_when_fair_is_r
     assert lease(q, FAIR_1) == [a[1]]
     assert q.reap(limits=rules(t={"total": 5})) == {}, "no longer fair: what waits for a turn goes"
     assert lease(q, rules(t={"total": 5})) == [a[2]]
+
+
+def test_a_lease_with_no_slot_left_holds_the_full_limits_jobs_ahead_and_stops_at_one_it_would_lease(
+    q: QueueDriver,
+) -> None:
+    a = [q.enqueue("a", n).id for n in range(4)]
+    b = q.enqueue("b", "runs").id
+    later = q.enqueue("a", "behind b").id
+    assert lease(q, rules(a={"total": 1}), count=1) == [a[0]]
+    assert held(q, "a") == a[1:], "held ahead: they no longer stand in front of b"
+    assert q.where(b) is State.PENDING
+    assert q.where(later) is State.PENDING, "behind a job that would be leased: left for the next lease"
+    assert lease(q, rules(a={"total": 1}), count=1) == [b]

@@ -27,7 +27,8 @@
 -- the reason "expired: ...".
 -- A job over a limit of its type is not leased: it waits in <prefix>held:<group> in state "held" until a
 -- slot of that group is given back, and the lease takes the next pending job instead (no head-of-line
--- blocking), passing over at most MAX_HELD such jobs per call. A job over a rate limit is held the same
+-- blocking), passing over at most MAX_HELD such jobs per call; with its N leased, it goes on holding the
+-- jobs at the head of the pending lists that a full limit holds back (hold ahead), up to the same bound. A job over a rate limit is held the same
 -- way, and its group is put in <prefix>throttled (a ZSET group -> when its next job may start), which
 -- this script reads first: the due groups' held jobs go to `pending:released`, as many as may start.
 -- With `fair`, a job over its type's total waits in its key's turn group instead (includes/turns.lua).
@@ -260,17 +261,19 @@ local function take_slots(groups, id)
   return cjson.encode(names)
 end
 
-local function lease_job(id)
+-- Lease the popped job `id`, or hold it, or move it to the dead set when its start deadline passed. With
+-- `hold_only`, a job that would be leased is left as it is: true when something was done with it.
+local function lease_job(id, hold_only)
   local job_key = prefix .. 'job:' .. id
   -- One read and one write per job: the hash as stored, then the lease's fields. The reply is that
   -- read with the written values put in place (or appended, for fields the hash did not have).
   local job = redis.pcall('HGETALL', job_key)
   if job.err then
     dropped[#dropped + 1] = {id, 'its key holds a ' .. redis.call('TYPE', job_key).ok .. ', not a job hash'}
-    return
+    return true
   elseif #job == 0 then
     dropped[#dropped + 1] = {id, 'no job hash'}
-    return
+    return true
   end
   local at = {}  -- field name -> index of its value in job
   for i = 1, #job, 2 do at[job[i]] = i + 1 end
@@ -280,30 +283,36 @@ local function lease_job(id)
     move_to_dead(prefix, dead, job_key, id, now, 'expired: not started by its deadline (' ..
       (now - expires_at) .. ' ms ago)', tonumber(ARGV[7]), tonumber(ARGV[8]))
     expired[#expired + 1] = id
-    return
+    return true
   end
   local rule = limits and at.type and limits[job[at.type]]
+  if hold_only and not rule then return false end
   local slots
   if rule then
     local job_type = job[at.type]
     local groups, rates, key = limit_groups(rule, job_type, job, at)
     local full = full_group(groups)
     if full and rule.fair and full == job_type then
-      return hold_for_turn(job_key, id, job_type, key or '', at.held)
+      hold_for_turn(job_key, id, job_type, key or '', at.held)
+      return true
     elseif full then
       pass_turn(rule, job_type, at.held and job[at.held])
-      return hold(job_key, id, full, at.held)
+      hold(job_key, id, full, at.held)
+      return true
     end
     if #rates > 0 then
       local rated, due_or_tats = throttling_group(rates)
       if rated then
         pass_turn(rule, job_type, at.held and job[at.held])
         hold(job_key, id, rated, at.held)
-        return throttle(rated, due_or_tats)
+        throttle(rated, due_or_tats)
+        return true
       end
+      if hold_only then return false end
       local tats = due_or_tats
       take_starts(rates, tats, at.held)
     end
+    if hold_only then return false end
     if #groups > 0 then slots = take_slots(groups, id) end
   end
   leased = leased + 1
@@ -345,6 +354,25 @@ if count > 0 then
     for _, id in ipairs(ids) do lease_job(id) end
   until #ids == 0 or leased >= count or not limits or held >= MAX_HELD
 end
+
+-- Hold ahead: with the caller's slots all taken, jobs over a full limit at the head of the pending lists
+-- would stand in front of the jobs behind them until the next lease. They are held now (a key's backlog
+-- reaches its turns, or its limit's list, at up to MAX_HELD jobs a call, whatever the caller's slots), and
+-- the first job that would be leased stays where it is.
+local function hold_ahead()
+  for _, list in ipairs(others == 0 and {KEYS[1]} or lease_order) do
+    if redis.call('TYPE', list).ok == 'list' then
+      while held < MAX_HELD do
+        local id = redis.call('LINDEX', list, -1)
+        if not id then break end
+        if not lease_job(id, true) then return end
+        redis.call('RPOP', list)
+      end
+      if held >= MAX_HELD then return end
+    end
+  end
+end
+if limits and leased >= count and held < MAX_HELD then hold_ahead() end
 
 call_in_chunks('ZADD', KEYS[3], deadlines)
 if redis.call('LLEN', KEYS[1]) == 0 and (others == 0 or redis.call('EXISTS', unpack(lists, 2)) == 0) then
