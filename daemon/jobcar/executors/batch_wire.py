@@ -1,4 +1,4 @@
-"""The wire format of batched delivery (docs/protocol.md, "Batched delivery"): the jobs of one batch as JSON
+"""The wire format of batched delivery (docs/batching.md): the jobs of one batch as JSON
 objects, and the handler's answers back to one Outcome per job. Pure: no I/O.
 
 A job goes out as `{"id", "type", "queue", "attempt", "max_attempts", "enqueued_at", "content_type",
@@ -113,14 +113,13 @@ def _outcomes(
     answered: set[str] = set()
     for answer in answers:
         job_id = answer.get("id") if isinstance(answer, dict) else None
-        if not isinstance(job_id, str) or job_id not in position:
+        if not isinstance(answer, dict) or not isinstance(job_id, str) or job_id not in position:
             continue  # not about a job of this batch: nothing to attribute it to
         i = position[job_id]
         if job_id in answered:
             found[i] = Outcome.retry("batch answer: the handler answered more than once for this job")
             continue
         answered.add(job_id)
-        assert isinstance(answer, dict)
         found[i] = _outcome(answer, result_limit=result_limit, max_retry_after=max_retry_after)
     return found
 

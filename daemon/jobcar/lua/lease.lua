@@ -28,9 +28,10 @@
 -- A job over a limit of its type is not leased: it waits in <prefix>held:<group> in state "held" until a
 -- slot of that group is given back, and the lease takes the next pending job instead (no head-of-line
 -- blocking), passing over at most MAX_HELD such jobs per call; with its N leased, it goes on holding the
--- jobs at the head of the pending lists that a full limit holds back (hold ahead), up to the same bound. A job over a rate limit is held the same
--- way, and its group is put in <prefix>throttled (a ZSET group -> when its next job may start), which
--- this script reads first: the due groups' held jobs go to `pending:released`, as many as may start.
+-- jobs at the head of the pending lists that a full limit holds back (hold ahead), up to the same bound.
+-- A job over a rate limit is held the same way, and its group is put in <prefix>throttled (a ZSET group ->
+-- when its next job may start), which this script reads first: the due groups' held jobs go to
+-- `pending:released`, as many as may start.
 -- With `fair`, a job over its type's total waits in its key's turn group instead (includes/turns.lua).
 -- Touches <prefix>job:<id> HASH: state=active, attempt+1, token, started, max_attempts (if absent), slots
 -- (the JSON array of the limit groups whose slots it took); <prefix>running:<group> SET (the job's id).

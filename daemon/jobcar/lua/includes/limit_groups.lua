@@ -30,7 +30,9 @@ end
 -- limits, whose groups are named "@<type>" and "@<type>#<key>"; and the job's key (nil: none, or not needed).
 local function limit_groups(rule, job_type, job, at)
   local key = nil
-  if rule.per_key or rule.key_rate or rule.hold == 'key' or rule.fair then key = limit_key(rule.key or 'key', job, at) end
+  if rule.per_key or rule.key_rate or rule.hold == 'key' or rule.fair then
+    key = limit_key(rule.key or 'key', job, at)
+  end
   local groups, rates = {}, {}
   if rule.total then groups[1] = {job_type, rule.total} end
   if rule.per_key and key then groups[#groups + 1] = {job_type .. '#' .. key, rule.per_key} end
