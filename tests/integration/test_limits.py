@@ -339,6 +339,9 @@ def test_a_lease_with_no_slot_left_holds_the_full_limits_jobs_ahead_and_stops_at
     b = q.enqueue("b", "runs").id
     later = q.enqueue("a", "behind b").id
     assert lease(q, rules(a={"total": 1}), count=1) == [a[0]]
+    assert held(q, "a") == [], "no limit has held a job yet: a lease holds nothing ahead (it costs a read)"
+    q.redis.sadd(q.keys.limit_groups, "a")  # as after any hold: the limit binds
+    assert lease(q, rules(a={"total": 1}), count=0) == []
     assert held(q, "a") == a[1:], "held ahead: they no longer stand in front of b"
     assert q.where(b) is State.PENDING
     assert q.where(later) is State.PENDING, "behind a job that would be leased: left for the next lease"

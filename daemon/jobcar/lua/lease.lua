@@ -373,7 +373,11 @@ local function hold_ahead()
     end
   end
 end
-if limits and leased >= count and held < MAX_HELD then hold_ahead() end
+-- Only while limits bind (a group held a job lately): limits that never do cost no read more per call.
+if limits and leased >= count and held < MAX_HELD
+    and (held > 0 or redis.call('EXISTS', prefix .. 'limit_groups') == 1) then
+  hold_ahead()
+end
 
 call_in_chunks('ZADD', KEYS[3], deadlines)
 if redis.call('LLEN', KEYS[1]) == 0 and (others == 0 or redis.call('EXISTS', unpack(lists, 2)) == 0) then
