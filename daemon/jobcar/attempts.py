@@ -108,9 +108,13 @@ class Attempts:
             executor = self.executors.get(job_type)
             if handler.batch is not None and isinstance(executor, BatchExecutor):
                 # A batched handler's concurrency counts its calls, each of up to max_size jobs (Batches).
-                kept_batches = self._batches.get(job_type)
-                if kept_batches is None or kept_batches.handler != handler or kept_batches.executor is not executor:
-                    kept_batches = Batches(handler, executor, self.metrics)  # the old one sends what it holds
+                kept_batches = self._batches.pop(job_type, None)
+                if kept_batches is not None and kept_batches.handler == handler:
+                    kept_batches.executor = executor  # every reload builds new executors, on the same clients
+                else:
+                    if kept_batches is not None:
+                        kept_batches.send_all()  # what the old handler's batches hold goes with it
+                    kept_batches = Batches(handler, executor, self.metrics)
                 batches[job_type] = kept_batches
             elif handler.concurrency is not None:
                 kept = self._type_slots.get(job_type)
@@ -118,6 +122,8 @@ class Attempts:
                     kept = (handler.concurrency, asyncio.Semaphore(handler.concurrency))
                 slots[job_type] = kept
         self._type_slots = slots
+        for removed in self._batches.values():  # a type no longer batched (or no longer handled)
+            removed.send_all()
         self._batches = batches
 
     # -- starting and stopping --------------------------------------------------------------------
@@ -152,6 +158,8 @@ class Attempts:
         has given its job back or recorded its outcome."""
         started = time.monotonic()
         in_flight = len(self.running)
+        for batches in self._batches.values():
+            batches.send_all()  # no handler starts now: what they hold goes back at once
         if self.tasks:
             await asyncio.wait(set(self.tasks), timeout=grace)
         self.stop_all(StopReason.SHUTDOWN)
@@ -171,6 +179,8 @@ class Attempts:
 
     def _may_start(self, running: RunningJob) -> bool:
         """False, with the reason noted on the attempt, when its handler must not start now."""
+        if running.stop_reason is not None:
+            return False  # stopped already (canceled, lease lost): that reason stands
         if self.draining.is_set():
             reason = StopReason.SHUTDOWN
         elif not self.app_health.healthy(self.config.health_url):

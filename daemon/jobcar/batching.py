@@ -1,5 +1,5 @@
-"""Batched delivery: leased jobs of a handler with `batch` gathered into one executor call (per queue and
-key, up to max_size, for at most max_wait), and each job's own outcome handed back to its attempt.
+"""Batched delivery: leased jobs of a handler with `batch` gathered into one executor call (per queue, key
+and timeout, up to max_size, for at most max_wait), and each job's own outcome handed back to its attempt.
 
 Every job of a batch keeps its own lease, heartbeat, attempt count and recorded outcome: a batch changes how
 many jobs one handler call carries, nothing else (ADR 0015). A job stopped while its batch forms leaves it;
@@ -79,7 +79,7 @@ class Batches:
         self.spec: BatchDelivery = handler.batch
         self.executor = executor
         self._metrics = metrics
-        self._forming: dict[tuple[str, str | None], _Forming] = {}
+        self._forming: dict[tuple[str, str | None, float], _Forming] = {}
         self._calls = asyncio.Semaphore(handler.concurrency) if handler.concurrency else None
         # The calls' tasks, kept until done (the event loop holds tasks only weakly).
         self._tasks: set[asyncio.Task[None]] = set()
@@ -104,8 +104,15 @@ class Batches:
                 await _until_done(call)
             raise
 
+    def send_all(self) -> None:
+        """Send every forming batch now (a drain: its jobs are then given back; a reload: the old handler's)."""
+        for group in list(self._forming):
+            self._send(group)
+
     def _add(self, entry: _Entry) -> None:
-        group = (entry.job.queue, batch_key(entry.job, self.spec.key))
+        # A job with a timeout of its own (the producer's) shares a batch only with jobs of the same: a
+        # batch's call ends at its shortest, and must not time out the jobs that asked for longer.
+        group = (entry.job.queue, batch_key(entry.job, self.spec.key), entry.timeout)
         forming = self._forming.get(group)
         if forming is None:
             timer = asyncio.get_running_loop().call_later(self.spec.max_wait, self._send, group)
@@ -114,7 +121,7 @@ class Batches:
         if len(forming.entries) >= self.spec.max_size:
             self._send(group)
 
-    def _send(self, group: tuple[str, str | None]) -> None:
+    def _send(self, group: tuple[str, str | None, float]) -> None:
         forming = self._forming.pop(group, None)
         if forming is None:
             return
@@ -127,14 +134,15 @@ class Batches:
         if self._calls is not None:
             await self._calls.acquire()
         try:
-            batch = [entry for entry in entries if not entry.stopped and self._starts(entry)]
+            # A stopped attempt cancels its answer at once, before its task marks the entry stopped.
+            batch = [entry for entry in entries if not entry.answer.done() and self._starts(entry)]
             if not batch:
                 return
             for entry in batch:
                 entry.call = asyncio.current_task()
                 entry.batch = batch
             self._metrics.batch_sizes.labels(batch[0].job.queue, self.handler.type).observe(len(batch))
-            deadline = time.time() + min(entry.timeout for entry in batch)
+            deadline = time.time() + batch[0].timeout  # one timeout per batch: see _add
             jobs = [entry.job for entry in batch]
             try:
                 outcomes = await self.executor.run_batch(

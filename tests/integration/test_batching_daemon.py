@@ -6,6 +6,7 @@ import json
 import signal
 import sys
 import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -145,19 +146,25 @@ def test_one_command_run_carries_the_batch_and_answers_printed_before_a_crash_co
         assert "the row broke me" in done[do].errors[0].error
 
 
-def test_jobs_of_different_keys_never_share_a_batch_and_no_batch_exceeds_max_size(
+def test_jobs_of_different_keys_or_timeouts_never_share_a_batch_and_no_batch_exceeds_max_size(
     handlers: HandlerServer, start_daemon: StartDaemon, client: Client, q: QueueDriver
 ) -> None:
     def route(req: Received) -> tuple[int, dict[str, str], bytes]:
         return 200, {}, json.dumps([{"id": i["id"], "outcome": "done"} for i in json.loads(req.body)]).encode()
 
-    client.enqueue_many([("rows", n, {"meta": {"tenant": "ab"[n % 2]}}) for n in range(50)])
+    client.enqueue_many([("rows", n, {"meta": {"tenant": "ab"[n % 2]}}) for n in range(46)])
+    hurried = {
+        i.id for i in client.enqueue_many([("rows", n, {"meta": {"tenant": "a"}, "timeout": 5}) for n in range(4)])
+    }
     batch = {"max_size": 10, "max_wait": "300ms", "key": "meta.tenant"}
     start_daemon({"rows": {"url": handlers.url("/rows", route), "batch": batch}})
     wait_for(lambda: sum(len(json.loads(r.body)) for r in handlers.requests_to("/rows")) == 50, timeout=30,
              what="all 50 jobs delivered")  # fmt: skip
     batches = [json.loads(r.body) for r in handlers.requests_to("/rows")]
     assert all(len({item["meta"]["tenant"] for item in b}) == 1 for b in batches)
+    assert [b for b in batches if {item["id"] for item in b} & hurried] == [
+        b for b in batches if {item["id"] for item in b} <= hurried
+    ], "a job with a timeout of its own shares a batch only with jobs of the same timeout"
     assert max(len(b) for b in batches) == 10
     wait_for(lambda: q.redis.zcard(q.keys.active) == 0, timeout=10, what="every job acked")
 
@@ -167,10 +174,14 @@ def test_a_drain_gives_a_forming_batch_back_without_calling_the_handler_or_spend
 ) -> None:
     ids = [info.id for info in client.enqueue_many([("rows", n) for n in range(3)])]
     batch = {"max_size": 10, "max_wait": "60s"}
-    daemon = start_daemon({"rows": {"url": handlers.url("/rows", lambda req: (200, {}, b"[]")), "batch": batch}})
+    handler = {"url": handlers.url("/rows", lambda req: (200, {}, b"[]")), "batch": batch}
+    daemon = start_daemon({"rows": handler}, shutdown_timeout="60s")
     wait_for(lambda: q.redis.zcard(q.keys.active) == 3, timeout=10, what="the three jobs leased into a forming batch")
+    signalled = time.monotonic()
     daemon.signal(signal.SIGTERM)
-    assert daemon.wait() == 0
+    assert daemon.wait(timeout=60) == 0
+    # Given back at once: neither the batch's max_wait nor the drain's shutdown_timeout (a minute each).
+    assert time.monotonic() - signalled < 30
     assert handlers.requests_to("/rows") == []
     for job_id in ids:
         job = q.job(job_id)

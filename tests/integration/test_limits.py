@@ -346,3 +346,12 @@ def test_a_lease_with_no_slot_left_holds_the_full_limits_jobs_ahead_and_stops_at
     assert q.where(b) is State.PENDING
     assert q.where(later) is State.PENDING, "behind a job that would be leased: left for the next lease"
     assert lease(q, rules(a={"total": 1}), count=1) == [b]
+
+
+def test_a_turn_whose_list_is_not_a_list_leaves_the_turns_instead_of_stopping_the_ack(q: QueueDriver) -> None:
+    a = q.enqueue("t", "a", key="a").id
+    assert lease(q, FAIR_1) == [a]
+    q.redis.set(q.keys.held("~t#x"), "not a list")  # written by hand
+    q.redis.zadd(q.keys.turns("t"), {"x": 1})
+    assert q.ack(a, q.token(a)) == 1
+    assert not q.redis.exists(q.keys.turns("t"))

@@ -93,3 +93,18 @@ def test_a_commands_lines_that_are_not_answers_are_skipped() -> None:
         Outcome.success(),
         None,
     ]
+
+
+@pytest.mark.parametrize(
+    "payload",
+    [b"NaN", b'{"x": Infinity}', b'\xef\xbb\xbf{"x": 1}', b'{"x": "\\ud800"}', b'"\xff"'],
+    ids=["nan", "infinity", "bom", "lone-surrogate", "not-utf8"],
+)
+def test_a_payload_a_strict_parser_refuses_goes_as_base64_so_the_batch_stays_valid(payload: bytes) -> None:
+    [item] = json.loads(http_body([_job("a", payload)], [1]))
+    assert base64.b64decode(item["payload_base64"]) == payload
+
+
+def test_paired_surrogate_escapes_go_as_the_character_they_stand_for() -> None:
+    [item] = json.loads(http_body([_job("a", b'"\\ud83d\\ude00"')], [1]))
+    assert item["payload"] == "\U0001f600"

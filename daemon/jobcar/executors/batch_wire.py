@@ -10,8 +10,10 @@ failed (a retry that spends its attempt): a missing or malformed answer is never
 from __future__ import annotations
 
 import base64
+import contextlib
 import json
 import math
+import re
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any, Final
 
@@ -50,18 +52,28 @@ def _item(job: Job, max_attempts: int, *, one_line: bool) -> bytes:
 
 
 def _payload(job: Job, *, one_line: bool) -> bytes:
-    """`,"payload":<the JSON payload>`, or `,"payload_base64":"..."` for any other (or an invalid) payload.
-    On one line (a command's input), a payload that spans lines is re-encoded without its line breaks."""
+    """`,"payload":<the JSON payload>`, or `,"payload_base64":"..."` for any other payload, and for one that a
+    strict parser would refuse (not UTF-8, a BOM, NaN or Infinity, a lone surrogate): one job must not make
+    the whole batch's body invalid. On one line (a command's input), a payload that spans lines is
+    re-encoded without its line breaks."""
     if job.content_type == DEFAULT_CONTENT_TYPE:
-        try:
-            value = json.loads(job.payload)
-        except ValueError:  # a producer in another language may have sent anything
-            pass
-        else:
+        with contextlib.suppress(ValueError):  # UnicodeError is a ValueError
+            value = json.loads(job.payload.decode(), parse_constant=_refuse_constant)
+            if _SURROGATE_ESCAPE.search(job.payload):
+                # Paired surrogates re-encode as the character they stand for; a lone one cannot be encoded.
+                return b',"payload":' + _encode(value).encode()
             if one_line and (b"\n" in job.payload or b"\r" in job.payload):
                 return b',"payload":' + _encode(value).encode()
             return b',"payload":' + job.payload
     return b',"payload_base64":"' + base64.b64encode(job.payload) + b'"'
+
+
+#: `\uD800` to `\uDFFF`: surrogates, which strict parsers refuse unpaired.
+_SURROGATE_ESCAPE: Final = re.compile(rb"\\u[dD][89abcdefABCDEF]")
+
+
+def _refuse_constant(name: str) -> object:
+    raise ValueError(f"{name} is not JSON")
 
 
 def http_body(jobs: Sequence[Job], max_attempts: Sequence[int]) -> bytes:

@@ -10,7 +10,7 @@
 local function join_turns(prefix, job_type, key)
   local turns = prefix .. 'turns:' .. job_type
   local last = redis.pcall('ZRANGE', turns, -1, -1, 'WITHSCORES')
-  if last.err then return end  -- a key of another type (fsck reports it): no turns rather than no lease
+  if last.err then return end  -- a key of another type: no turns rather than no lease
   redis.call('ZADD', turns, 'NX', (tonumber(last[2]) or 0) + 1, key)
 end
 
@@ -24,8 +24,11 @@ local function next_turns(prefix, job_type, n)
     if first.err or #first == 0 then break end
     local key = first[1]
     local group = '~' .. job_type .. '#' .. key
-    moved = moved + unpark(prefix, group, 1)
-    if redis.call('EXISTS', prefix .. 'held:' .. group) == 1 then
+    local went = unpark(prefix, group, 1)
+    moved = moved + went
+    -- A key whose list let nothing go (emptied, or a key of another type) leaves: each pass moves a job or
+    -- drops a key, so the loop ends.
+    if went == 1 and redis.call('EXISTS', prefix .. 'held:' .. group) == 1 then
       local last = redis.call('ZRANGE', turns, -1, -1, 'WITHSCORES')
       redis.call('ZADD', turns, 'XX', tonumber(last[2]) + 1, key)
     else

@@ -1,11 +1,12 @@
 #!lua flags=allow-oom
 -- repair/leaked_slot: a concurrency slot held for a job that is not active is given back, and one held job
--- of its group goes back to pending to take it.
+-- of its group goes back to pending to take it (for a fair type's total, the next key's in turn).
 -- KEYS[1..5] the queue's pending scheduled active dead wake; ARGV[1] its key prefix, ARGV[2] the job id,
 -- ARGV[3] the limit group.
 -- Returns 1 when it repaired, 0 when what it repairs no longer holds (nothing written).
 
 --- @include "unpark"
+--- @include "turns"
 
 local prefix, id, group = ARGV[1], ARGV[2], ARGV[3]
 local running = prefix .. 'running:' .. group
@@ -13,5 +14,5 @@ if redis.call('TYPE', running).ok ~= 'set' or redis.call('SISMEMBER', running, i
 local state = redis.pcall('HGET', prefix .. 'job:' .. id, 'state')
 if state == 'active' then return 0 end
 redis.call('SREM', running, id)
-unpark(prefix, group, 1)
+if unpark(prefix, group, 1) == 0 and not string.find(group, '#', 1, true) then next_turns(prefix, group, 1) end
 return 1
