@@ -22,20 +22,16 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from tests.integration.daemon_harness import DaemonProcess, write_config
-from tests.servers import RedisServer, find_server_binary, wait_for
+from tests.servers import RedisServer, find_server_binary
 
 import jobcar
+from daemon import resume_and_drain  # bench/daemon.py
 from jobcar import Client, transitions, transport
 from jobcar.keys import QueueKeys
 from nginx import Nginx, nginx_version
 from noop_app import serving
 
 CONCURRENCY = 200
-
-
-def unfinished(client: Any, keys: QueueKeys) -> int:
-    stats = transitions.parse_stats(keys, transport.execute(client, [transitions.stats_call(keys)])[0])
-    return stats.pending + stats.scheduled + stats.active
 
 
 def throughput(server: RedisServer, tmp: Path, handler: dict[str, Any], jobs: int) -> float:
@@ -49,10 +45,7 @@ def throughput(server: RedisServer, tmp: Path, handler: dict[str, Any], jobs: in
         Client(client, namespace=namespace).enqueue_many([("bench", {"n": n}) for n in range(jobs)])
         daemon = DaemonProcess(config).start()
         try:
-            started = time.perf_counter()
-            transport.execute(client, [transitions.pause_call(keys, False)])
-            wait_for(lambda: unfinished(client, keys) == 0, timeout=600, what="every job")
-            elapsed = time.perf_counter() - started
+            elapsed = resume_and_drain(client, keys)
             dead = client.zcard(keys.dead)
         finally:
             daemon.stop()

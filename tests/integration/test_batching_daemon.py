@@ -14,7 +14,7 @@ from jobcar import transitions
 from jobcar.client import Client
 from jobcar.job import State
 from tests.integration.conftest import StartDaemon
-from tests.integration.daemon_harness import DaemonProcess, HandlerServer, Received, wait_state
+from tests.integration.daemon_harness import DaemonProcess, HandlerServer, Received, Route, wait_state
 from tests.integration.driver import QueueDriver
 from tests.servers import wait_for
 
@@ -34,6 +34,21 @@ def _answer(item: dict[str, Any]) -> dict[str, Any] | None:
 
 
 _KINDS = ("done", "fail", "retry", "skip", "garbage")
+
+
+def all_done(req: Received) -> tuple[int, dict[str, str], bytes]:
+    """A batch route that answers every job of the call done."""
+    return 200, {}, json.dumps([{"id": job["id"], "outcome": "done"} for job in json.loads(req.body)]).encode()
+
+
+def held_until(release: threading.Event) -> Route:
+    """A batch route that holds each call until `release` is set (20 s at most), then answers all done."""
+
+    def route(req: Received) -> tuple[int, dict[str, str], bytes]:
+        release.wait(20)
+        return all_done(req)
+
+    return route
 
 
 def _check_outcomes(q: QueueDriver, ids: dict[str, str], daemon: DaemonProcess) -> None:
@@ -89,8 +104,7 @@ def test_a_batch_that_times_out_or_gets_a_5xx_retries_every_job_in_it(
             return 200, {}, b"[]"
         if len(calls) == 2:
             return 503, {}, b"overloaded"
-        answers = [{"id": item["id"], "outcome": "done"} for item in json.loads(req.body)]
-        return 200, {}, json.dumps(answers).encode()
+        return all_done(req)
 
     ids = [info.id for info in client.enqueue_many([("rows", n) for n in range(4)])]
     handler = {"url": handlers.url("/rows", route), "timeout": "1s", "batch": {"max_size": 4, "max_wait": "5s"}}
@@ -149,15 +163,12 @@ def test_one_command_run_carries_the_batch_and_answers_printed_before_a_crash_co
 def test_jobs_of_different_keys_or_timeouts_never_share_a_batch_and_no_batch_exceeds_max_size(
     handlers: HandlerServer, start_daemon: StartDaemon, client: Client, q: QueueDriver
 ) -> None:
-    def route(req: Received) -> tuple[int, dict[str, str], bytes]:
-        return 200, {}, json.dumps([{"id": i["id"], "outcome": "done"} for i in json.loads(req.body)]).encode()
-
     client.enqueue_many([("rows", n, {"meta": {"tenant": "ab"[n % 2]}}) for n in range(46)])
     hurried = {
         i.id for i in client.enqueue_many([("rows", n, {"meta": {"tenant": "a"}, "timeout": 5}) for n in range(4)])
     }
     batch = {"max_size": 10, "max_wait": "300ms", "key": "meta.tenant"}
-    start_daemon({"rows": {"url": handlers.url("/rows", route), "batch": batch}})
+    start_daemon({"rows": {"url": handlers.url("/rows", all_done), "batch": batch}})
     wait_for(lambda: sum(len(json.loads(r.body)) for r in handlers.requests_to("/rows")) == 50, timeout=30,
              what="all 50 jobs delivered")  # fmt: skip
     batches = [json.loads(r.body) for r in handlers.requests_to("/rows")]
@@ -193,14 +204,10 @@ def test_a_job_canceled_while_its_batch_runs_ends_canceled_when_the_call_ends_an
     handlers: HandlerServer, start_daemon: StartDaemon, client: Client, q: QueueDriver
 ) -> None:
     release = threading.Event()
-
-    def route(req: Received) -> tuple[int, dict[str, str], bytes]:
-        release.wait(20)
-        return 200, {}, json.dumps([{"id": i["id"], "outcome": "done"} for i in json.loads(req.body)]).encode()
-
     victim, *others = [info.id for info in client.enqueue_many([("rows", n) for n in range(3)])]
     batch = {"max_size": 3, "max_wait": "5s"}
-    daemon = start_daemon({"rows": {"url": handlers.url("/rows", route), "batch": batch}}, result_ttl="1h")
+    handler = {"url": handlers.url("/rows", held_until(release)), "batch": batch}
+    daemon = start_daemon({"rows": handler}, result_ttl="1h")
     try:
         wait_for(lambda: len(handlers.requests_to("/rows")) == 1, timeout=10, what="the batch's call")
         q.run(transitions.cancel_call(q.keys, victim))
@@ -219,14 +226,9 @@ def test_a_drain_past_its_grace_aborts_the_batchs_call_and_gives_every_job_back_
     handlers: HandlerServer, start_daemon: StartDaemon, client: Client, q: QueueDriver
 ) -> None:
     release = threading.Event()
-
-    def route(req: Received) -> tuple[int, dict[str, str], bytes]:
-        release.wait(20)
-        return 200, {}, b"[]"
-
     ids = [info.id for info in client.enqueue_many([("rows", n) for n in range(3)])]
     batch = {"max_size": 3, "max_wait": "5s"}
-    handler = {"url": handlers.url("/rows", route), "batch": batch}
+    handler = {"url": handlers.url("/rows", held_until(release)), "batch": batch}
     daemon = start_daemon({"rows": handler}, shutdown_timeout="500ms")
     try:
         wait_for(lambda: len(handlers.requests_to("/rows")) == 1, timeout=10, what="the batch's call")
