@@ -1,4 +1,4 @@
-"""What do fleet-wide limits cost when they do not bind, and how fair is a per-key limit?
+"""What do fleet-wide limits cost when they do not bind, how fair are they, and how exact is a rate?
 
     .venv/bin/python bench/limits.py [--jobs 20000] [--runs 3]
 
@@ -12,11 +12,15 @@ Fairness: tenant a enqueues 10,000 jobs, then tenant b 20, of a type with `per_k
 `concurrency: 10, fair: true`; a daemon runs them (results kept, so each job's `finished` time can be
 read) until b's are done. Prints how many of a's jobs finished before b's last one (FIFO would be all
 10,000).
+
+Rate accuracy: three daemons share `rate: 50/s, burst: 5` for 20 s; prints the starts per second after the
+burst and the most starts in any one second (GCRA allows at most 55), from the lease times in Redis.
 """
 
 from __future__ import annotations
 
 import argparse
+import bisect
 import json
 import platform
 import statistics
@@ -99,6 +103,40 @@ def fairness(server: RedisServer, tmp: Path, url: str, limits: dict[str, Any]) -
     return a_before
 
 
+def rate_accuracy(server: RedisServer, tmp: Path, url: str, rate: int = 50, burst: int = 5,
+                  seconds: int = 20) -> tuple[float, int]:  # fmt: skip
+    """Three daemons under `rate: <rate>/s, burst: <burst>` for `seconds`: the starts per second after the
+    burst, and the most starts in any one second, from the lease times in Redis."""
+    namespace = f"r{time.monotonic_ns()}"
+    handler = {"url": url, "limits": {"rate": f"{rate}/s", "burst": burst}}
+    config = write_config(tmp, server.url, namespace, {"bench": handler}, log_level="info", result_ttl="1h")
+    keys = QueueKeys.of(namespace, "default")
+    with server.client() as client:
+        client.flushdb()
+        producer = Client(client, namespace=namespace)
+        ids = [info.id for info in producer.enqueue_many([("bench", n) for n in range(rate * seconds * 2)])]
+        daemons = [DaemonProcess(config).start() for _ in range(3)]
+        try:
+            first = redis_ms(client)
+            wait_for(lambda: redis_ms(client) - first >= seconds * 1000, timeout=seconds + 60, what="the period")
+        finally:
+            for daemon in daemons:
+                daemon.stop()
+        pipe = client.pipeline(transaction=False)
+        for job_id in ids:
+            pipe.hget(keys.job(job_id), "started")
+        starts = sorted(int(s) for s in pipe.execute() if s is not None)
+        client.flushdb()
+    span = (starts[-1] - starts[0]) / 1000
+    densest = max(bisect.bisect_left(starts, t + 1000) - n for n, t in enumerate(starts))
+    return (len(starts) - burst) / span, densest
+
+
+def redis_ms(client: Any) -> int:
+    seconds, micros = client.time()
+    return int(seconds) * 1000 + int(micros) // 1000
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--jobs", type=int, default=20_000)
@@ -118,6 +156,7 @@ def main() -> None:
                     figures[name].append(rate)
                     print(f"  limits {name}: {rate:,.0f} jobs/s", flush=True)
             fair = {name: fairness(server, tmp, url, limits) for name, limits in FAIRNESS.items()}
+            rated, densest = rate_accuracy(server, tmp, url)
             with server.client() as c:
                 version = c.info("server").get("redis_version")
         finally:
@@ -134,6 +173,10 @@ def main() -> None:
     print(f"{'ratio':<26}{ratio:>10.2f}")
     for name, ran in fair.items():
         print(f"fairness ({name}): {ran} of tenant a's 10,000 jobs finished before tenant b's 20 had (FIFO: 10,000)")
+    print(
+        f"rate 50/s, burst 5, 3 daemons, 20 s: {rated:.1f} starts/s after the burst ({rated / 50:.3f}x), "
+        f"{densest} in the densest second (bound 55)"
+    )
 
 
 if __name__ == "__main__":
