@@ -38,7 +38,8 @@ def gated(tmp_path: Path) -> list[str]:
 def api(start_daemon: StartDaemon, gated: list[str]) -> str:
     listen = f"127.0.0.1:{free_port()}"
     handlers = {"gated": {"command": gated}, "fails": {"command": ["false"], "max_attempts": 1}}
-    start_daemon(handlers, listen=listen, result_ttl="60s")
+    # A gated job some tests leave running is stopped at once when the test ends: no 10 s drain.
+    start_daemon(handlers, listen=listen, result_ttl="60s", shutdown_timeout="0s")
     return f"http://{listen}"
 
 
