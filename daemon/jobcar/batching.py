@@ -55,9 +55,9 @@ class _Entry:
     #: Asked once, when the batch is sent: False when the job must not start now (a drain, an unhealthy
     #: app), having noted why on the attempt.
     may_start: Callable[[], bool]
+    #: Cancelled once its attempt is stopped (canceled, lease lost, drained): the job then leaves a forming
+    #: batch, and a call whose every answer is cancelled is stopped.
     answer: asyncio.Future[Outcome]
-    #: Its attempt was stopped (canceled, lease lost, drained): the job leaves a forming batch.
-    stopped: bool = False
     #: Once sent: the call that carries it, and every entry it carries.
     call: asyncio.Task[None] | None = None
     batch: list[_Entry] = field(default_factory=list)
@@ -93,10 +93,9 @@ class Batches:
             # Cancelling this await cancels `answer` too: the call then skips it (nothing awaits it any more).
             return await entry.answer
         except asyncio.CancelledError:
-            entry.stopped = True
             call = entry.call
             if call is not None and not call.done():
-                if all(other.stopped for other in entry.batch):
+                if all(other.answer.cancelled() for other in entry.batch):
                     call.cancel()
                 else:
                     log.info("job stopped while its batch's call runs: it ends when the call does",
@@ -134,8 +133,7 @@ class Batches:
         if self._calls is not None:
             await self._calls.acquire()
         try:
-            # A stopped attempt cancels its answer at once, before its task marks the entry stopped.
-            batch = [entry for entry in entries if not entry.answer.done() and self._starts(entry)]
+            batch = [entry for entry in entries if not entry.answer.cancelled() and self._starts(entry)]
             if not batch:
                 return
             for entry in batch:
