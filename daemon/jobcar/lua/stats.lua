@@ -38,7 +38,7 @@ local head = redis.call('ZRANGE', KEYS[2], 0, 0, 'WITHSCORES')
 if #head > 0 and tonumber(head[2]) <= now and (oldest < 0 or tonumber(head[2]) < oldest) then
   oldest = tonumber(head[2])
 end
-local held, by_type, types = 0, {}, {}
+local held, by_type = 0, {}
 local groups = redis.pcall('SMEMBERS', prefix .. 'limit_groups')
 if not groups.err then
   for _, group in ipairs(groups) do
@@ -46,15 +46,14 @@ if not groups.err then
     if type(n) == 'number' and n > 0 then
       held = held + n
       local job_type = string.match(group, '^[@~]?([^#]*)')
-      if not by_type[job_type] then types[#types + 1] = job_type end
       by_type[job_type] = (by_type[job_type] or 0) + n
     end
   end
 end
 local held_by_type = {}
-for _, job_type in ipairs(types) do
+for job_type, n in pairs(by_type) do
   held_by_type[#held_by_type + 1] = job_type
-  held_by_type[#held_by_type + 1] = by_type[job_type]
+  held_by_type[#held_by_type + 1] = n
 end
 return {now, pending, redis.call('ZCARD', KEYS[2]), redis.call('ZCARD', KEYS[3]),
   redis.call('ZCARD', KEYS[4]), redis.call('EXISTS', KEYS[5]), oldest, held, held_by_type}
