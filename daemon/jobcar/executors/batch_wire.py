@@ -59,10 +59,10 @@ def _payload(job: Job, *, one_line: bool) -> bytes:
     if job.content_type == DEFAULT_CONTENT_TYPE:
         with contextlib.suppress(ValueError):  # UnicodeError is a ValueError
             value = json.loads(job.payload.decode(), parse_constant=_refuse_constant)
-            if _SURROGATE_ESCAPE.search(job.payload):
-                # Paired surrogates re-encode as the character they stand for; a lone one cannot be encoded.
-                return b',"payload":' + _encode(value).encode()
-            if one_line and (b"\n" in job.payload or b"\r" in job.payload):
+            spans_lines = one_line and (b"\n" in job.payload or b"\r" in job.payload)
+            if spans_lines or _SURROGATE_ESCAPE.search(job.payload):
+                # Re-encoded compact; paired surrogates become the character they stand for, and a lone one
+                # cannot be encoded (UnicodeEncodeError: base64 below).
                 return b',"payload":' + _encode(value).encode()
             return b',"payload":' + job.payload
     return b',"payload_base64":"' + base64.b64encode(job.payload) + b'"'

@@ -109,8 +109,7 @@ class CommandExecutor:
         self._base_env = {name: os.environ[name] for name in names if name in os.environ}
 
     def _environment(self, job: Job, *, deadline: float, max_attempts: int) -> dict[str, str]:
-        env = dict(self._base_env)
-        env.update(self.handler.env)
+        env = {**self._base_env, **self.handler.env}
         env.update(
             {
                 "JOBCAR_JOB_ID": job.id,
@@ -132,8 +131,7 @@ class CommandExecutor:
 
     def _batch_environment(self, first: Job, count: int, *, deadline: float) -> dict[str, str]:
         """A batch's own variables: what its jobs share (a batch holds one type of one queue)."""
-        env = dict(self._base_env)
-        env.update(self.handler.env)
+        env = {**self._base_env, **self.handler.env}
         env.update(
             {
                 "JOBCAR_JOB_TYPE": first.type,
