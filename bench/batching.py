@@ -63,23 +63,21 @@ def main() -> None:
     args = parser.parse_args()
     binary = find_server_binary()
     batch = {"max_size": args.size, "max_wait": "200ms"}
-    figures: dict[str, list[float]] = {}
+    shapes = ("one call per job", f"batches of {args.size}")
+    figures: dict[tuple[str, str], list[float]] = {}
     with tempfile.TemporaryDirectory() as directory, serving() as app, Nginx(batches=True) as nginx_url:
         tmp = Path(directory)
-        nginx_base = nginx_url.removesuffix("/noop")
-        setups = {
-            "nginx, one call per job": {"url": f"{nginx_base}/noop"},
-            f"nginx, batches of {args.size}": {"url": f"{nginx_base}/batch", "batch": batch},
-            "aiohttp, one call per job": {"url": f"{app.url}/noop"},
-            f"aiohttp, batches of {args.size}": {"url": f"{app.url}/batch", "batch": batch},
-        }
+        # Each handler's base URL: /noop answers one job, /batch a batch (every job done).
+        bases = {"nginx": nginx_url.removesuffix("/noop"), "aiohttp": app.url}
         server = RedisServer(binary, tmp / "redis").start()
         try:
             for _ in range(args.runs):
-                for name, handler in setups.items():
-                    rate = throughput(server, tmp, handler, args.jobs)
-                    figures.setdefault(name, []).append(rate)
-                    print(f"  {name}: {rate:,.0f} jobs/s", flush=True)
+                for handler_name, base in bases.items():
+                    handlers = ({"url": f"{base}/noop"}, {"url": f"{base}/batch", "batch": batch})
+                    for shape, handler in zip(shapes, handlers, strict=True):
+                        rate = throughput(server, tmp, handler, args.jobs)
+                        figures.setdefault((handler_name, shape), []).append(rate)
+                        print(f"  {handler_name}, {shape}: {rate:,.0f} jobs/s", flush=True)
             with server.client() as c:
                 version = c.info("server").get("redis_version")
         finally:
@@ -89,12 +87,12 @@ def main() -> None:
         f"Python {platform.python_version()}, concurrency {CONCURRENCY}, {args.jobs} jobs per round, "
         f"medians of {args.runs} (min-max)"
     )
-    for name, v in figures.items():
-        print(f"{name:<30}{statistics.median(v):>10,.0f} jobs/s ({min(v):,.0f}-{max(v):,.0f})")
-    names = list(figures)
-    for single, batched in ((names[0], names[1]), (names[2], names[3])):
-        ratio = statistics.median(figures[batched]) / statistics.median(figures[single])
-        print(f"{'ratio ' + batched.split(',')[0]:<30}{ratio:>10.2f}x")
+    for (handler_name, shape), v in figures.items():
+        label = f"{handler_name}, {shape}"
+        print(f"{label:<30}{statistics.median(v):>10,.0f} jobs/s ({min(v):,.0f}-{max(v):,.0f})")
+    for handler_name in bases:
+        single, batched = (statistics.median(figures[(handler_name, shape)]) for shape in shapes)
+        print(f"{'ratio ' + handler_name:<30}{batched / single:>10.2f}x")
 
 
 if __name__ == "__main__":

@@ -76,13 +76,14 @@ def run_daemon_backlog(
 
 
 def resume_and_drain(client: redis.Redis, keys: QueueKeys) -> float:
-    """Resume a paused queue and wait until none of its jobs is pending, scheduled or active; the seconds."""
+    """Resume a paused queue and wait until none of its jobs is pending, scheduled, active or held by a limit;
+    the seconds."""
     started = time.perf_counter()
     transport.execute(client, [transitions.pause_call(keys, False)])
 
     def done() -> bool:
         stats = transitions.parse_stats(keys, transport.execute(client, [transitions.stats_call(keys)])[0])
-        return stats.pending + stats.active + stats.scheduled == 0
+        return stats.pending + stats.active + stats.scheduled + stats.held == 0
 
     wait_for(done, timeout=600, what="the backlog to drain")
     return time.perf_counter() - started

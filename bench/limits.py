@@ -33,20 +33,17 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from tests.integration.daemon_harness import DaemonProcess, write_config
+from tests.integration.driver import QueueDriver
 from tests.servers import RedisServer, find_server_binary, wait_for
 
 import jobcar
+from daemon import resume_and_drain  # bench/daemon.py
 from jobcar import Client, transitions, transport
 from jobcar.keys import QueueKeys
 from noop_app import serving
 
 UNBINDING = {"concurrency": 100_000, "per_key": 100_000, "key": "meta.tenant"}
 TENANTS = 100
-
-
-def unfinished(client: Any, keys: QueueKeys) -> int:
-    stats = transitions.parse_stats(keys, transport.execute(client, [transitions.stats_call(keys)])[0])
-    return stats.pending + stats.scheduled + stats.active + stats.held
 
 
 def throughput(server: RedisServer, tmp: Path, url: str, jobs: int, limits: dict[str, Any] | None) -> float:
@@ -63,10 +60,7 @@ def throughput(server: RedisServer, tmp: Path, url: str, jobs: int, limits: dict
         )
         daemon = DaemonProcess(config).start()
         try:
-            started = time.perf_counter()
-            transport.execute(client, [transitions.pause_call(keys, False)])
-            wait_for(lambda: unfinished(client, keys) == 0, timeout=600, what="every job")
-            elapsed = time.perf_counter() - started
+            elapsed = resume_and_drain(client, keys)
         finally:
             daemon.stop()
         client.flushdb()
@@ -117,8 +111,9 @@ def rate_accuracy(server: RedisServer, tmp: Path, url: str, rate: int = 50, burs
         ids = [info.id for info in producer.enqueue_many([("bench", n) for n in range(rate * seconds * 2)])]
         daemons = [DaemonProcess(config).start() for _ in range(3)]
         try:
-            first = redis_ms(client)
-            wait_for(lambda: redis_ms(client) - first >= seconds * 1000, timeout=seconds + 60, what="the period")
+            clock = QueueDriver(client, namespace)
+            first = clock.now_ms()
+            wait_for(lambda: clock.now_ms() - first >= seconds * 1000, timeout=seconds + 60, what="the period")
         finally:
             for daemon in daemons:
                 daemon.stop()
@@ -130,11 +125,6 @@ def rate_accuracy(server: RedisServer, tmp: Path, url: str, rate: int = 50, burs
     span = (starts[-1] - starts[0]) / 1000
     densest = max(bisect.bisect_left(starts, t + 1000) - n for n, t in enumerate(starts))
     return (len(starts) - burst) / span, densest
-
-
-def redis_ms(client: Any) -> int:
-    seconds, micros = client.time()
-    return int(seconds) * 1000 + int(micros) // 1000
 
 
 def main() -> None:
