@@ -1,8 +1,8 @@
 """Real `jobcar run` processes and real HTTP handlers for end-to-end tests.
 
 `DaemonProcess` runs the daemon as a subprocess on a config written by `write_config`, with its JSON
-log in a file the tests read. `HandlerServer` is a threaded HTTP server on loopback whose routes are
-plain functions; it records every request it receives.
+log in a file the tests read; `scrape` reads its /metrics. `HandlerServer` is a threaded HTTP server on
+loopback whose routes are plain functions; it records every request it receives.
 """
 
 from __future__ import annotations
@@ -22,6 +22,8 @@ from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any, ClassVar
+
+from prometheus_client.parser import text_string_to_metric_families
 
 from jobcar.job import Job, State
 from tests.integration.driver import QueueDriver
@@ -146,6 +148,28 @@ class DaemonProcess:
             if daemon.process is not None and daemon.process.poll() is None:
                 daemon.process.send_signal(signal.SIGCONT)  # a test that failed while it was stopped
             daemon.stop()
+
+
+def listen_url(daemon: DaemonProcess) -> str:
+    """The base URL of the daemon's API, from its log."""
+    line = daemon.wait_for_log("listening on")
+    return str(line["msg"].removeprefix("listening on "))
+
+
+def scrape(base: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+    """Every sample of /metrics, parsed (not grepped): (name, sorted labels) -> value."""
+    with urllib.request.urlopen(base + "/metrics", timeout=5) as response:
+        text = response.read().decode()
+    return {
+        (sample.name, tuple(sorted(sample.labels.items()))): sample.value
+        for family in text_string_to_metric_families(text)
+        for sample in family.samples
+    }
+
+
+def value(samples: dict[tuple[str, tuple[tuple[str, str], ...]], float], name: str, **labels: str) -> float:
+    """The sample with exactly these labels; NaN when there is none (it compares false with anything)."""
+    return samples.get((name, tuple(sorted(labels.items()))), float("nan"))
 
 
 @dataclass

@@ -805,9 +805,10 @@ async def test_a_reload_keeps_a_batched_handlers_call_limit_and_sends_later_batc
     second = [q.enqueue("t").id for _ in range(2)]
     for leased in q.lease(count=2).jobs:
         parts.attempts.start(q.keys, leased)
-    # A check that something does not happen: past max_wait (10 ms), the second batch is sent and must wait
-    # for the call slot. (Without the kept limit it starts in this time; with it, the test passes anyway.)
-    await asyncio.sleep(0.05)
+    # The second batch is full (max_size 2), so it is sent at once: its call's task then waits for the slot.
+    await eventually(lambda: sum(task.get_name() == "batch of t" for task in asyncio.all_tasks()) == 2,
+                     "the second batch sent")  # fmt: skip
+    await asyncio.sleep(0)  # one turn of the loop, no I/O: a call given a free slot would have begun by now
     assert len(calls) == 1, "concurrency 1 counts calls across the reload"
     calls[0][2].set_result(None)
     await eventually(lambda: len(calls) == 2, "the second batch's call")

@@ -6,30 +6,26 @@ import bisect
 import json
 import signal
 import time
-import urllib.request
 from pathlib import Path
 from typing import Any
 
 import pytest
-from prometheus_client.parser import text_string_to_metric_families
 
 from jobcar.client import Client
 from jobcar.job import State
-from tests.integration.daemon_harness import DaemonProcess, Gauge, HandlerServer, Received, answer_ok, write_config
+from tests.integration.daemon_harness import (
+    DaemonProcess,
+    Gauge,
+    HandlerServer,
+    Received,
+    answer_ok,
+    listen_url,
+    scrape,
+    value,
+    write_config,
+)
 from tests.integration.driver import QueueDriver
 from tests.servers import RedisServer, wait_for
-
-
-def metric(daemon: DaemonProcess, name: str, **labels: str) -> float:
-    """One sample of the daemon's /metrics, parsed; 0 when absent."""
-    listening = daemon.wait_for_log("listening on")["msg"]
-    with urllib.request.urlopen(listening.split("listening on ", 1)[1] + "/metrics", timeout=10) as response:
-        text = response.read().decode()
-    for family in text_string_to_metric_families(text):
-        for sample in family.samples:
-            if sample.name == name and labels.items() <= sample.labels.items():
-                return float(sample.value)
-    return 0.0
 
 
 def test_three_daemons_never_run_more_than_the_limit_and_a_killed_ones_slots_come_back_within_the_lease(
@@ -84,9 +80,11 @@ def test_a_tenant_behind_another_tenants_backlog_runs_after_a_few_of_its_jobs(
         b = {info.id for info in client.enqueue_many([("work", n, {"meta": {"tenant": "b"}}) for n in range(20)])}
         daemon = DaemonProcess(config).start()
         try:
-            wait_for(lambda: metric(daemon, "jobcar_jobs_held", type="work") > 0, timeout=20, what="held in /metrics")
+            api = listen_url(daemon)
+            labels = {"queue": "default", "type": "work"}
+            wait_for(lambda: value(scrape(api), "jobcar_jobs_held", **labels) > 0, timeout=20, what="held in /metrics")
             wait_for(lambda: b <= gauge.finished_ids(), timeout=60, what="tenant b's jobs to finish")
-            assert metric(daemon, "jobcar_job_held_seconds_count", type="work") > 0, "jobs leased after a hold"
+            assert value(scrape(api), "jobcar_job_held_seconds_count", **labels) > 0, "jobs leased after a hold"
         finally:
             daemon.stop()
     with gauge.lock:

@@ -9,37 +9,22 @@ import signal
 import socket
 import subprocess
 import sys
-import urllib.request
 from collections.abc import Callable
 from pathlib import Path
 
-from prometheus_client.parser import text_string_to_metric_families
-
 from jobcar import State
 from tests.factories import python_handler
-from tests.integration.daemon_harness import DaemonProcess, Received, handler_server, write_config
+from tests.integration.daemon_harness import (
+    DaemonProcess,
+    Received,
+    handler_server,
+    listen_url,
+    scrape,
+    value,
+    write_config,
+)
 from tests.integration.driver import QueueDriver
 from tests.servers import RedisServer, wait_for
-
-
-def listen_url(daemon: DaemonProcess) -> str:
-    line = daemon.wait_for_log("listening on")
-    return str(line["msg"].removeprefix("listening on "))
-
-
-def scrape(base: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
-    """Every sample of /metrics, parsed (not grepped): (name, sorted labels) -> value."""
-    with urllib.request.urlopen(base + "/metrics", timeout=5) as response:
-        text = response.read().decode()
-    return {
-        (sample.name, tuple(sorted(sample.labels.items()))): sample.value
-        for family in text_string_to_metric_families(text)
-        for sample in family.samples
-    }
-
-
-def value(samples: dict[tuple[str, tuple[tuple[str, str], ...]], float], name: str, **labels: str) -> float:
-    return samples.get((name, tuple(sorted(labels.items()))), float("nan"))
 
 
 def test_metrics_move_as_jobs_flow(redis_server: RedisServer, namespace: str, tmp_path: Path) -> None:
