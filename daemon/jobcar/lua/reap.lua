@@ -109,10 +109,7 @@ if limits then
         local limit = rule and (key and rule.per_key or (not key and rule.total)) or nil
         local free = MAX_UNPARKED
         if limit then free = math.min(free, limit - redis.call('SCARD', running)) end
-        if free > 0 then
-          free = free - unpark(prefix, group, free)
-          if not key and rule and rule.fair and free > 0 then next_turns(prefix, group, free) end
-        end
+        if free > 0 then let_go(prefix, group, free) end
       end
       forget_idle_group(prefix, group)
     end

@@ -1,4 +1,3 @@
---- @include "unpark"
 --- @include "turns"
 
 -- A job leaving active gives back the slots its lease took (`slots`, the JSON array of its groups that the
@@ -20,8 +19,6 @@ local function release_slots(prefix, id, slots)
   -- One EXISTS over the groups' held lists and turns: a limit that does not bind costs no more per job.
   if #lists == 0 or redis.call('EXISTS', unpack(lists)) == 0 then return end
   for _, group in ipairs(groups) do
-    if type(group) == 'string' and unpark(prefix, group, 1) == 0 and not string.find(group, '#', 1, true) then
-      next_turns(prefix, group, 1)
-    end
+    if type(group) == 'string' then let_go(prefix, group, 1) end
   end
 end

@@ -37,3 +37,11 @@ local function next_turns(prefix, job_type, n)
   end
   return moved
 end
+
+-- A concurrency group's freed slots: up to n of its held jobs go, and for a type's total the keys waiting
+-- for their turn take what its own list leaves (a key's group has no turns). Returns how many went.
+local function let_go(prefix, group, n)
+  local moved = unpark(prefix, group, n)
+  if moved < n and not string.find(group, '#', 1, true) then moved = moved + next_turns(prefix, group, n - moved) end
+  return moved
+end

@@ -5,7 +5,6 @@
 -- ARGV[3] the limit group.
 -- Returns 1 when it repaired, 0 when what it repairs no longer holds (nothing written).
 
---- @include "unpark"
 --- @include "turns"
 
 local prefix, id, group = ARGV[1], ARGV[2], ARGV[3]
@@ -14,5 +13,5 @@ if redis.call('TYPE', running).ok ~= 'set' or redis.call('SISMEMBER', running, i
 local state = redis.pcall('HGET', prefix .. 'job:' .. id, 'state')
 if state == 'active' then return 0 end
 redis.call('SREM', running, id)
-if unpark(prefix, group, 1) == 0 and not string.find(group, '#', 1, true) then next_turns(prefix, group, 1) end
+let_go(prefix, group, 1)
 return 1
