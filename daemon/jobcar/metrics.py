@@ -248,7 +248,6 @@ class Metrics:
         self.types = frozenset(config.handlers)
         self._queue_series: dict[str, QueueSeries] = {}
         self._job_series: dict[tuple[str, str], JobSeries] = {}
-        self._held_labels: set[tuple[str, str]] = set()
         queues = [*self.queues, OTHER]
         types = [*self.types, OTHER]
         for q in queues:
@@ -268,7 +267,6 @@ class Metrics:
             for t in self.types:
                 if config.handlers[t].limits is not None:
                     self.jobs_held.labels(q, t)
-                    self._held_labels.add((q, t))
         for result in ("ok", "failed"):
             self.reloads.labels(result)
 
@@ -322,9 +320,9 @@ class Metrics:
         for job_type, n in by_type.items():
             label = self.type(job_type)
             counts[label] = counts.get(label, 0) + n
-        for seen_queue, label in self._held_labels:  # a type held before and none now: back to 0
-            if seen_queue == queue and label not in counts:
-                self.jobs_held.labels(queue, label).set(0)
+        seen = [sample.labels for family in self.jobs_held.collect() for sample in family.samples]
+        for labels in seen:  # a type held before and none now: back to 0
+            if labels["queue"] == queue and labels["type"] not in counts:
+                self.jobs_held.labels(queue, labels["type"]).set(0)
         for label, n in counts.items():
             self.jobs_held.labels(queue, label).set(n)
-            self._held_labels.add((queue, label))

@@ -92,3 +92,14 @@ FLOW = re.compile(r"(# \w+ )?jobcar_(jobs_leased|jobs_finished|job_wait|job_dura
 def lines(exposition: str) -> list[str]:
     """The exposition's lines, with every creation time (the clock at which a series was made) blanked."""
     return [re.sub(r"^(\S+_created\{[^}]*\}) \S+$", r"\1 <time>", line) for line in exposition.splitlines()]
+
+
+def test_held_jobs_by_type_go_back_to_zero_and_unknown_types_count_as_other() -> None:
+    metrics = Metrics(CONFIG)
+    metrics._set_held("default", {"a": 3, "x": 2, "y": 1})
+    metrics._set_held("bulk", {"a": 7})
+    held = {(s.labels["queue"], s.labels["type"]): s.value for f in metrics.jobs_held.collect() for s in f.samples}
+    assert held == {("default", "a"): 3, ("default", "other"): 3, ("bulk", "a"): 7}
+    metrics._set_held("default", {})
+    held = {(s.labels["queue"], s.labels["type"]): s.value for f in metrics.jobs_held.collect() for s in f.samples}
+    assert held == {("default", "a"): 0, ("default", "other"): 0, ("bulk", "a"): 7}, "only the queue read"
