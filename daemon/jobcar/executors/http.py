@@ -205,6 +205,7 @@ class HttpExecutor:
         if _UNSAFE_IN_HEADER.search(first.type + first.queue):
             return [Outcome.fail("the job's type or queue holds a line break")] * count
         body = http_body(jobs, max_attempts)
+        limit = self._limit * count  # the answer holds a result of up to max_response_bytes per job
         head = (
             f"{self._head}Content-Type: application/json\r\nContent-Length: {len(body)}\r\n"
             f"Jobcar-Job-Type: {first.type}\r\nJobcar-Queue: {first.queue}\r\nJobcar-Batch-Size: {count}\r\n"
@@ -212,7 +213,7 @@ class HttpExecutor:
         )
         try:
             expires = asyncio.get_running_loop().time() + budget
-            response = await self._client.post(self._origin, head.encode(), body, self._limit * count, expires)
+            response = await self._client.post(self._origin, head.encode(), body, limit, expires)
         except TimeoutError:
             return [Outcome.retry(f"timeout after {budget:.1f}s (the whole batch of {count})")] * count
         except RequestFailed as exc:
@@ -220,7 +221,7 @@ class HttpExecutor:
         if not 200 <= response.status < 300:
             return [self._error_outcome(response)] * count
         if response.truncated:
-            why = f"batch answer: the response is longer than {self._limit * count} bytes (max_response_bytes per job)"
+            why = f"batch answer: the response is longer than {limit} bytes (max_response_bytes per job)"
             return [Outcome.retry(why)] * count
         handler = self.handler
         return outcomes_from_array(jobs, response.body, result_limit=handler.max_response_bytes,
