@@ -29,6 +29,7 @@ if refused then return refused end
 
 local prefix = ARGV[1]
 local finished, ended = {}, {}
+local returns = slot_returns(prefix)
 for n = 1, #KEYS - 1 do
   local job_key, at = KEYS[1 + n], 5 * n - 3
   local id, token, final, retention = ARGV[at], ARGV[at + 1], ARGV[at + 2], tonumber(ARGV[at + 3])
@@ -37,7 +38,7 @@ for n = 1, #KEYS - 1 do
     ended[#ended + 1] = id
     if fields[3] then release_lock(prefix, fields[3], id) end
     if fields[4] then add_to_batch(prefix, fields[4], final, 1) end
-    release_slots(prefix, id, fields[5])
+    returns.add(id, fields[5])
     if retention > 0 then
       redis.call('HSET', job_key, 'state', final, 'finished', now_ms())
       redis.call('HDEL', job_key, 'token', 'cancel', 'slots')
@@ -58,4 +59,5 @@ for n = 1, #KEYS - 1 do
   end
 end
 call_in_chunks('ZREM', KEYS[1], ended)
+returns.give_back()
 return finished

@@ -250,16 +250,33 @@ local function pass_turn(rule, job_type, held_in)
   if rule.fair and held_in and string.sub(held_in, 1, 1) == '~' then next_turns(prefix, job_type, 1) end
 end
 
--- The slots of `groups`, taken for the job; the JSON array of their names (stored as its `slots`).
+-- The slots of `groups`, taken for the job; the JSON array of their names (stored as its `slots`). The ids
+-- join the groups' slot sets at the end of the call (`add_taken`), one SADD per group: `running` counts
+-- them meanwhile.
+local taken = {}  -- limit group -> ids whose slots this call took
 local function take_slots(groups, id)
   local names = {}
   for _, group in ipairs(groups) do
     local name = group[1]
-    redis.pcall('SADD', prefix .. 'running:' .. name, id)
+    local ids = taken[name]
+    if not ids then
+      ids = {}
+      taken[name] = ids
+    end
+    ids[#ids + 1] = id
     running[name] = running[name] + 1
     names[#names + 1] = name
   end
   return cjson.encode(names)
+end
+
+local function add_taken()
+  for name, ids in pairs(taken) do
+    for first = 1, #ids, 1000 do
+      -- A slot set of another type (fsck reports it) limits nothing and takes no ids.
+      redis.pcall('SADD', prefix .. 'running:' .. name, unpack(ids, first, math.min(first + 999, #ids)))
+    end
+  end
 end
 
 -- Lease the popped job `id`, or hold it, or move it to the dead set when its start deadline passed. With
@@ -380,6 +397,7 @@ if limits and leased >= count and held < MAX_HELD
 end
 
 call_in_chunks('ZADD', KEYS[3], deadlines)
+add_taken()
 if redis.call('LLEN', KEYS[1]) == 0 and (others == 0 or redis.call('EXISTS', unpack(lists, 2)) == 0) then
   redis.call('DEL', KEYS[4])
 end
