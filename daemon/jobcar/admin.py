@@ -310,7 +310,12 @@ class Admin:
             return []
         if state is State.PENDING:
             return await self._pending_ids(keys, start, count)
-        sets = {State.SCHEDULED: keys.scheduled, State.ACTIVE: keys.active, State.DEAD: keys.dead}
+        sets = {
+            State.SCHEDULED: keys.scheduled,
+            State.ACTIVE: keys.active,
+            State.DEAD: keys.dead,
+            State.WAITING: keys.waiting,
+        }
         return [as_text(m) for m in await self.redis.zrange(sets[state], start, start + count - 1)]
 
     async def _pending_ids(self, keys: QueueKeys, start: int, count: int) -> list[str]:
@@ -343,7 +348,7 @@ class Admin:
 
 def _count(stats: QueueStats, state: State) -> int:
     counts = {State.PENDING: stats.pending, State.SCHEDULED: stats.scheduled, State.ACTIVE: stats.active,
-              State.DEAD: stats.dead}  # fmt: skip
+              State.DEAD: stats.dead, State.WAITING: stats.waiting}  # fmt: skip
     return counts[state]
 
 

@@ -14,7 +14,7 @@ import asyncio
 import functools
 import logging
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Final
@@ -30,7 +30,7 @@ from jobcar.metrics import Metrics
 from jobcar.outcome import Outcome, OutcomeKind
 from jobcar.recording import OutcomeCall, Recorded, outcome_call
 from jobcar.redis_link import REDIS_ERRORS, RedisLink
-from jobcar.transitions import LeasedJob
+from jobcar.transitions import ENDED_WITH_DEPENDENTS, LeasedJob
 
 log = logging.getLogger("jobcar.attempts")
 
@@ -94,6 +94,8 @@ class Attempts:
         # Every attempt's task until it has recorded its outcome (running only holds those still executing).
         self.tasks: set[asyncio.Task[None]] = set()
         self.returned_on_shutdown = 0
+        #: Told the queue of an acked job that others wait for (the runner's settler carries it to them).
+        self.on_dependents: Callable[[str], None] = lambda queue: None
         self._type_slots: dict[str, tuple[int, asyncio.Semaphore]] = {}
         self._batches: dict[str, Batches] = {}
 
@@ -311,6 +313,8 @@ class Attempts:
                 # if Redis was back a moment after the outcome failed.
                 await self.link.reachability.failed(exc, sent_at=sent, deadline=expires)
         recorded = recording.recorded(reply)
+        if reply == ENDED_WITH_DEPENDENTS:
+            self.on_dependents(job.queue)
         self.metrics.of_job(job.queue, job.type).finished[recorded].inc()  # a StrEnum: its own key
         self.history.add(job.queue, job.type, recorded)
         if recorded is Recorded.LEASE_LOST:

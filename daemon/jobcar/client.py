@@ -24,17 +24,18 @@ import redis
 import redis.asyncio
 
 from jobcar import schedule_store
+from jobcar.dependencies import chained, depend_calls, ended_dependency_calls, enqueue_order, ref_of, settle_calls
 from jobcar.job import FINISHED, Job, JobInfo
 from jobcar.keys import DEFAULT_NAMESPACE, DEFAULT_QUEUE, QueueKeys, queues_key
 from jobcar.names import ID_PATTERN, check_name
 from jobcar.records import DEFAULT_MAX_PAYLOAD_BYTES, JobSpec, Payload, build_record, build_records
 from jobcar.redis_url import EMBEDDED_URL, is_sentinel_url
-from jobcar.replies import BATCH_FIELDS, decode_names, parse_batch, parse_job
+from jobcar.replies import BATCH_FIELDS, as_text, decode_names, parse_batch, parse_job
 from jobcar.schedule_store import run_async, run_sync
 from jobcar.schedules import ScheduleState, make_spec
 from jobcar.scripts import Reply, ScriptCall
 from jobcar.sentinel import async_sentinel_client, replica_wait_of, sentinel_client
-from jobcar.transitions import EnqueueRecord, enqueue_calls, parse_enqueue
+from jobcar.transitions import DependOutcome, EnqueueRecord, enqueue_calls, parse_enqueue
 from jobcar.transport import AsyncRedis, ReplicaWait, SyncRedis, execute, execute_async
 
 
@@ -227,7 +228,8 @@ class Client(_Shell[SyncRedis]):
     def enqueue(self, type: str, payload: Payload = None, **options: Any) -> JobInfo:
         """Enqueue one job. Options: queue, delay, run_at, max_attempts, unique_for, unique_key, job_id,
         timeout, content_type, traceparent, meta, batch, priority, expires_in, expires_at, unique_mode,
-        debounce, debounce_key, debounce_max_wait, key (see the README and docs/protocol.md).
+        debounce, debounce_key, debounce_max_wait, key, after, on_dependency_failure (see the README and
+        docs/protocol.md; `after` and jobs that wait for others: docs/dependencies.md).
 
         With `job_id`, enqueue is add-if-absent: when that id exists, nothing is written and the
         existing job is returned with status EXISTS. With `unique_for`, a job whose unique key is
@@ -243,7 +245,26 @@ class Client(_Shell[SyncRedis]):
         """
         return self._enqueue(build_records(jobs, self.max_payload_bytes))
 
+    def chain(self, steps: Iterable[JobSpec]) -> list[JobInfo]:
+        """Enqueue jobs that run one after the other: each waits for the one before it (`after`), and
+        its `on_dependency_failure` says what happens when that one dies or is canceled."""
+        return self._enqueue(chained(build_records(steps, self.max_payload_bytes)))
+
     def _enqueue(self, records: list[EnqueueRecord]) -> list[JobInfo]:
+        order = enqueue_order(records)
+        if not order.later and len(order.stages) == 1:
+            return self._store(records)
+        infos = {ref_of(r): info for stage in order.stages for r, info in zip(stage, self._store(stage), strict=True)}
+        registering = depend_calls(self.namespace, order.later, infos)
+        replies = execute(self.redis, [c for _, c in registering]) if registering else []
+        outcomes = [DependOutcome(as_text(reply)) for reply in replies]
+        settle = settle_calls(self.namespace, [pair for pair, _ in registering], outcomes)
+        settle += ended_dependency_calls(self.namespace, (r for stage in order.stages for r in stage), infos)
+        if settle:
+            execute(self.redis, settle, wait=self._core.replica_wait)
+        return [infos[ref_of(r)] for r in records]
+
+    def _store(self, records: list[EnqueueRecord]) -> list[JobInfo]:
         plan = self._core.enqueue_plan(records)
         if not plan.records:
             return []
@@ -354,7 +375,26 @@ class AsyncClient(_Shell[AsyncRedis]):
     async def enqueue_many(self, jobs: Iterable[JobSpec]) -> list[JobInfo]:
         return await self._enqueue(build_records(jobs, self.max_payload_bytes))
 
+    async def chain(self, steps: Iterable[JobSpec]) -> list[JobInfo]:
+        return await self._enqueue(chained(build_records(steps, self.max_payload_bytes)))
+
     async def _enqueue(self, records: list[EnqueueRecord]) -> list[JobInfo]:
+        order = enqueue_order(records)
+        if not order.later and len(order.stages) == 1:
+            return await self._store(records)
+        infos = {}
+        for stage in order.stages:
+            infos.update({ref_of(r): info for r, info in zip(stage, await self._store(stage), strict=True)})
+        registering = depend_calls(self.namespace, order.later, infos)
+        replies = await execute_async(self.redis, [c for _, c in registering]) if registering else []
+        outcomes = [DependOutcome(as_text(reply)) for reply in replies]
+        settle = settle_calls(self.namespace, [pair for pair, _ in registering], outcomes)
+        settle += ended_dependency_calls(self.namespace, (r for stage in order.stages for r in stage), infos)
+        if settle:
+            await execute_async(self.redis, settle, wait=self._core.replica_wait)
+        return [infos[ref_of(r)] for r in records]
+
+    async def _store(self, records: list[EnqueueRecord]) -> list[JobInfo]:
         plan = self._core.enqueue_plan(records)
         if not plan.records:
             return []

@@ -25,13 +25,14 @@ class State(StrEnum):
     DONE = "done"  # only seen while a finished job's result is retained
     CANCELED = "canceled"  # only seen in replies: a canceled job is deleted
     HELD = "held"  # over a concurrency limit: waits in its limit group's list until a slot is free
+    WAITING = "waiting"  # for the jobs it runs after (`after`): pending once they are all done
 
 
 #: States a job ends in while its hash is kept: a waiter stops at these (a job that succeeds without a kept
 #: result, or is canceled, is deleted instead).
 FINISHED: Final = frozenset({State.DONE, State.DEAD})
 #: The sets that hold job ids in Redis; every stored job id is in exactly one of them.
-STORED_IN_SETS: Final = (State.PENDING, State.SCHEDULED, State.ACTIVE, State.DEAD)
+STORED_IN_SETS: Final = (State.PENDING, State.SCHEDULED, State.ACTIVE, State.DEAD, State.WAITING)
 
 
 class EnqueueStatus(StrEnum):

@@ -16,6 +16,18 @@ DEFAULT_QUEUE: Final = "default"
 MAX_PRIORITY: Final = 9
 
 
+def job_ref(queue: str, job_id: str) -> str:
+    """How a job names another across queues (dependencies, ADR 0016): "<queue>/<id>". A queue name holds
+    no "/", so the first one splits the two."""
+    return f"{queue}/{job_id}"
+
+
+def split_job_ref(ref: str) -> tuple[str, str]:
+    """(queue, id) of a reference made by `job_ref`."""
+    queue, _, job_id = ref.partition("/")
+    return queue, job_id
+
+
 def queues_key(namespace: str) -> str:
     """The SET of known queue names (written by producers outside the scripts: it crosses slots)."""
     return f"{namespace}:queues"
@@ -102,6 +114,25 @@ class QueueKeys:
     def all_limit_keys(self, kind: str) -> str:
         """A SCAN pattern matching every limit key of one kind ("running", "held" or "tat") of the queue."""
         return _glob_escape(f"{self.prefix}{kind}:") + "*"
+
+    @property
+    def waiting(self) -> str:
+        """The ZSET of jobs waiting for others (`after`) by creation time (ms): ADR 0016."""
+        return f"{self.prefix}waiting"
+
+    def deps(self, job_id: str) -> str:
+        """The SET of a waiting job's dependencies that have not ended, as references "<queue>/<id>"."""
+        return f"{self.prefix}deps:{job_id}"
+
+    def dependents(self, job_id: str) -> str:
+        """The SET of references "<queue>/<id>" of the jobs waiting for this one, until it ends."""
+        return f"{self.prefix}dependents:{job_id}"
+
+    @property
+    def settled(self) -> str:
+        """The LIST of the queue's ended jobs whose dependents the daemons have still to tell: JSON entries
+        [id, outcome, [reference, ...]]."""
+        return f"{self.prefix}settled"
 
     def batch(self, batch_id: str) -> str:
         return f"{self.prefix}batch:{batch_id}"

@@ -17,6 +17,7 @@ from collections.abc import Callable, Iterable, Mapping
 from datetime import datetime, timedelta
 from typing import Any, Final, TypeAlias
 
+from jobcar.dependencies import after_refs, on_dependency_failure
 from jobcar.errors import InvalidJob, PayloadTooLarge
 from jobcar.job import DEFAULT_CONTENT_TYPE
 from jobcar.keys import DEFAULT_QUEUE, MAX_PRIORITY
@@ -39,7 +40,7 @@ MAX_META_BYTES: Final = 4096
 ENQUEUE_OPTIONS: Final = frozenset(
     {"queue", "delay", "run_at", "max_attempts", "unique_for", "unique_key", "job_id", "timeout",
      "content_type", "traceparent", "meta", "batch", "priority", "expires_in", "expires_at", "unique_mode",
-     "debounce", "debounce_key", "debounce_max_wait", "key"}
+     "debounce", "debounce_key", "debounce_max_wait", "key", "after", "on_dependency_failure"}
 )  # fmt: skip
 UNIQUE_MODES: Final = ("until_done", "window")
 #: A job's key for its type's per-key limits (`key=`): a tenant, an account, a host.
@@ -260,6 +261,13 @@ def build_record(job_type: str, payload: Payload, max_payload_bytes: int, **opti
     if key is not None and not (isinstance(key, str) and LIMIT_KEY_PATTERN.fullmatch(key)):
         raise InvalidJob(f"key must be 1 to {MAX_LIMIT_KEY} characters without control characters, got {key!r}")
 
+    after = () if options.get("after") is None else after_refs(options["after"], queue)
+    if after and (delay_ms or run_at_ms or debounce_key):
+        raise InvalidJob("a job with after runs once the jobs it waits for are done: no delay, run_at or debounce")
+    failure_policy = on_dependency_failure(options.get("on_dependency_failure"))
+    if failure_policy and not after:
+        raise InvalidJob("on_dependency_failure needs after: the jobs to wait for")
+
     return EnqueueRecord(
         id=job_id,
         queue=queue,
@@ -283,6 +291,8 @@ def build_record(job_type: str, payload: Payload, max_payload_bytes: int, **opti
         debounce_ms=debounce_ms,
         debounce_max_ms=debounce_max_ms,
         key=key,
+        after=after,
+        on_dependency_failure=failure_policy,
     )
 
 

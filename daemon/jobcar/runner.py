@@ -4,6 +4,7 @@ config and drains them.
 
     leasing ──start──> attempts ──record outcome──> Redis (through redis_link)
     heartbeat ──renew / fence──> attempts            reaper ──> Redis
+    attempts ──a job others wait for ended──> settler ──> Redis (the waiting jobs)
     attempts ──count──> history ──every 5 s──> Redis
 
 A drain stops leasing, collects the leases still queued behind idle waits, and settles the attempts:
@@ -32,6 +33,7 @@ from jobcar.metrics import Metrics
 from jobcar.reaper import Reaper
 from jobcar.redis_link import RedisLink, RedisUnavailable
 from jobcar.scheduler import Scheduler
+from jobcar.settler import Settler
 
 log = logging.getLogger("jobcar.runner")
 
@@ -63,6 +65,8 @@ class Runner:
         self.heartbeat = Heartbeat(self.attempts, link, self.metrics, config.lease, alive)
         self.reaper = Reaper([q.keys for q in queues], link, self.metrics, config)
         self.scheduler = Scheduler([q.keys for q in queues], link, self.metrics, config)
+        self.settler = Settler([q.keys for q in queues], link, config)
+        self.attempts.on_dependents = self.settler.wake
         link.reachability.on_recovery = self.leaser.redis_recovered
         self.apply(config, executors)
 
@@ -74,6 +78,7 @@ class Runner:
         self.leaser.apply(config)
         self.reaper.config = config
         self.scheduler.apply(config)
+        self.settler.config = config
         self._changed.set()
 
     @property
@@ -94,6 +99,7 @@ class Runner:
         spawn("reaper", forever("reaper", self.reaper.step, reachability), self._tasks)
         spawn("history", forever("history", self.history.step, reachability), self._tasks)
         spawn("scheduler", forever("scheduler", self.scheduler.step, reachability), self._tasks)
+        spawn("settler", forever("settler", self.settler.step, reachability), self._tasks)
         try:
             while not self._draining.is_set():
                 try:

@@ -58,6 +58,9 @@ class EnqueueRecord:
     debounce_ms: int | None = None
     debounce_max_ms: int | None = None
     key: str | None = None  # for per-key limits
+    after: Sequence[str] = ()  # references "<queue>/<id>" of the jobs this one waits for (ADR 0016)
+    on_dependency_failure: str | None = None  # "fail" (the default, not stored), "run" or "cancel"
+    dependents: Sequence[str] = ()  # references of jobs stored before this one that wait for it
 
     def args(self) -> list[Arg]:
         """The record as the scripts that store jobs read it (`lua/includes/store_jobs.lua`)."""
@@ -88,6 +91,12 @@ class EnqueueRecord:
                 ("debounce_ms", self.debounce_ms),
                 ("debounce_max_ms", self.debounce_max_ms),
             )
+        if self.after or self.dependents:
+            optional += (
+                ("after", json.dumps(list(self.after)) if self.after else None),
+                ("on_dependency_failure", self.on_dependency_failure),
+                ("dependents", json.dumps(list(self.dependents)) if self.dependents else None),
+            )
         for name, value in optional:
             if value is not None:
                 out += [name, value]
@@ -115,7 +124,7 @@ def enqueue_calls(namespace: str, records: Sequence[EnqueueRecord]) -> list[Scri
     return calls
 
 
-_CREATED_STATES: Final = {b"pending": State.PENDING, b"scheduled": State.SCHEDULED}
+_CREATED_STATES: Final = {b"pending": State.PENDING, b"scheduled": State.SCHEDULED, b"waiting": State.WAITING}
 
 
 def parse_enqueue(records: Sequence[EnqueueRecord], replies: Sequence[Reply]) -> list[JobInfo]:
@@ -273,9 +282,42 @@ def merge_acks(acks: Sequence[ScriptCall]) -> ScriptCall:
     return ScriptCall(first.script, keys, args)
 
 
+#: An ack's reply for a job that ended while others waited for it (its queue's `settled` list has an entry).
+ENDED_WITH_DEPENDENTS: Final = 2
+
+
 def parse_ack(reply: Reply) -> list[int]:
-    """One value per job of the call, in order: 1 finished, 0 lease lost (nothing changed)."""
+    """One value per job of the call, in order: 1 finished, 2 finished and jobs waited for it (their
+    dependency's entry is in the queue's `settled` list), 0 lease lost (nothing changed)."""
     return [as_int(r) for r in as_list(reply)]
+
+
+# -- dependencies (ADR 0016) ------------------------------------------------------------------
+
+
+class DependOutcome(StrEnum):
+    """What `depend` found: the dependency will tell the waiting job, or what to tell it now."""
+
+    REGISTERED = "registered"
+    DONE = "done"
+    DEAD = "dead"
+    GONE = "gone"
+
+
+def depend_call(keys: QueueKeys, job_id: str, waiting_ref: str) -> ScriptCall:
+    """Register the job `waiting_ref` with its dependency `job_id` of `keys`' queue (on that queue's slot)."""
+    return call("depend", (keys.job(job_id),), (keys.prefix, job_id, waiting_ref))
+
+
+def settle_call(
+    keys: QueueKeys, job_id: str, dependency_ref: str, outcome: str, dead: DeadLetterLimits = DeadLetterLimits()
+) -> ScriptCall:
+    """Tell the waiting job `job_id` of `keys`' queue how its dependency `dependency_ref` ended."""
+    return call(
+        "settle",
+        (keys.pending, keys.waiting, keys.dead, keys.wake, keys.job(job_id)),
+        (keys.prefix, job_id, dependency_ref, outcome, dead.max_jobs, dead.max_age_ms),
+    )
 
 
 def coalesce(calls: Sequence[ScriptCall]) -> list[tuple[ScriptCall, list[int]]]:
@@ -427,6 +469,8 @@ class QueueStats:
     held: int = 0
     #: The same by job type (types with none held are absent).
     held_by_type: dict[str, int] = field(default_factory=dict)
+    #: Jobs waiting for others to end (`after`, ADR 0016).
+    waiting: int = 0
 
     @property
     def latency_s(self) -> float:
@@ -439,7 +483,7 @@ def stats_call(keys: QueueKeys) -> ScriptCall:
 
 
 def parse_stats(keys: QueueKeys, reply: Reply) -> QueueStats:
-    *counts, by_type = as_list(reply)
+    *counts, by_type, waiting = as_list(reply)
     now, pending, scheduled, active, dead, paused, oldest, held = (as_int(x) for x in counts)
     pairs = as_list(by_type)
     return QueueStats(
@@ -453,6 +497,7 @@ def parse_stats(keys: QueueKeys, reply: Reply) -> QueueStats:
         oldest_ready_ms=None if oldest < 0 else oldest,
         held=held,
         held_by_type={as_text(pairs[i]): as_int(pairs[i + 1]) for i in range(0, len(pairs), 2)},
+        waiting=as_int(waiting),
     )
 
 

@@ -25,7 +25,7 @@ for p = 0, 10 do
   end
 end
 local function score(key) return redis.call('ZSCORE', key, ARGV[1]) or false end
-return {in_pending, score(KEYS[2]), score(KEYS[3]), score(KEYS[4]), redis.call('HGETALL', KEYS[5])}
+return {in_pending, score(KEYS[2]), score(KEYS[3]), score(KEYS[4]), redis.call('HGETALL', KEYS[5]), score(KEYS[6])}
 """
 
 
@@ -102,7 +102,7 @@ class QueueDriver:
             self.redis.lrange(key, 0, -1).count(job_id.encode()) for key in self.keys.pending_lists
         )
         for state, key in ((State.SCHEDULED, self.keys.scheduled), (State.ACTIVE, self.keys.active),
-                           (State.DEAD, self.keys.dead)):  # fmt: skip
+                           (State.DEAD, self.keys.dead), (State.WAITING, self.keys.waiting)):  # fmt: skip
             if self.redis.zscore(key, job_id) is not None:
                 found.append(state)
         return found
@@ -110,9 +110,12 @@ class QueueDriver:
     def where(self, job_id: str) -> State | None:
         """The job's state, after checking that its hash and its set agree. Sets and hash are read in one
         script, so a daemon moving the job meanwhile cannot make them disagree."""
-        keys = (self.keys.pending, self.keys.scheduled, self.keys.active, self.keys.dead, self.keys.job(job_id))
-        pending, scheduled, active, dead, fields = self.redis.eval(_READ_JOB_AND_SETS, len(keys), *keys, job_id)
-        scores = ((State.SCHEDULED, scheduled), (State.ACTIVE, active), (State.DEAD, dead))
+        keys = (self.keys.pending, self.keys.scheduled, self.keys.active, self.keys.dead, self.keys.job(job_id),
+                self.keys.waiting)  # fmt: skip
+        pending, scheduled, active, dead, fields, waiting = self.redis.eval(
+            _READ_JOB_AND_SETS, len(keys), *keys, job_id
+        )
+        scores = ((State.SCHEDULED, scheduled), (State.ACTIVE, active), (State.DEAD, dead), (State.WAITING, waiting))
         sets = [State.PENDING] * pending + [state for state, score in scores if score is not None]
         job = None
         if fields:

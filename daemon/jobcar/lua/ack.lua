@@ -12,8 +12,10 @@
 --   the server is out of memory the result is not kept: the job is done, and its `result_dropped` field
 --   says why (this script runs under OOM so that jobs still finish; a result would grow a full server).
 -- Touches <prefix>unique:<key> (released), <prefix>batch:<batch> (done or canceled += 1), the job's limit
--- slots (given back: includes/release_slots.lua).
--- Returns one integer per job, in order: 1 finished, 0 lease lost (nothing changed for that job).
+-- slots (given back: includes/release_slots.lua),
+-- <prefix>settled (the jobs waiting for it are told: includes/tell_dependents.lua).
+-- Returns one integer per job, in order: 1 finished, 2 finished and jobs waited for it (the caller settles
+-- them now rather than at its next pass), 0 lease lost (nothing changed for that job).
 
 --- @include "now_ms"
 --- @include "holds_lease"
@@ -23,6 +25,7 @@
 --- @include "out_of_memory"
 --- @include "wrong_type"
 --- @include "release_slots"
+--- @include "tell_dependents"
 
 local refused = wrong_type({KEYS[1], 'zset'})
 if refused then return refused end
@@ -33,12 +36,13 @@ local returns = slot_returns(prefix)
 for n = 1, #KEYS - 1 do
   local job_key, at = KEYS[1 + n], 5 * n - 3
   local id, token, final, retention = ARGV[at], ARGV[at + 1], ARGV[at + 2], tonumber(ARGV[at + 3])
-  local held, fields = holds_lease(job_key, token, 'unique', 'batch', 'slots')
+  local held, fields = holds_lease(job_key, token, 'unique', 'batch', 'slots', 'dependents')
   if held then
     ended[#ended + 1] = id
     if fields[3] then release_lock(prefix, fields[3], id) end
     if fields[4] then add_to_batch(prefix, fields[4], final, 1) end
     returns.add(id, fields[5])
+    tell_dependents(prefix, job_key, id, final, fields[6])
     if retention > 0 then
       redis.call('HSET', job_key, 'state', final, 'finished', now_ms())
       redis.call('HDEL', job_key, 'token', 'cancel', 'slots')
@@ -53,7 +57,7 @@ for n = 1, #KEYS - 1 do
     else
       redis.call('DEL', job_key)
     end
-    finished[n] = 1
+    finished[n] = fields[6] and 2 or 1
   else
     finished[n] = 0
   end

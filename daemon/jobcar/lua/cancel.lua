@@ -7,9 +7,11 @@
 -- KEYS[3] job        HASH  <prefix>job:<id>
 -- ARGV[1] the queue's key prefix
 -- ARGV[2] id
--- Touches <prefix>unique:<key> (released), <prefix>batch:<batch> (canceled += 1).
+-- Touches <prefix>unique:<key> (released), <prefix>batch:<batch> (canceled += 1), <prefix>settled (the jobs
+-- waiting for it are told: includes/tell_dependents.lua); a waiting job leaves <prefix>waiting and its
+-- <prefix>deps:<id>.
 -- Returns {result, state before}:
---   {"canceled", "pending"|"scheduled"|"held"}  deleted (a held job leaves its limit group's list)
+--   {"canceled", "pending"|"scheduled"|"held"|"waiting"}  deleted (a held job leaves its limit group's list)
 --   {"cancel_requested", "active"}       flagged; the running daemon finishes it
 --   {"not_cancelable", "dead"|"done"|"canceled"}  already finished; nothing changed
 --   {"missing", ""}                      no such job
@@ -18,6 +20,7 @@
 --- @include "pending_key"
 --- @include "count_in_batch"
 --- @include "unpark"
+--- @include "tell_dependents"
 
 local prefix, id = ARGV[1], ARGV[2]
 local state = redis.call('HGET', KEYS[3], 'state')
@@ -32,6 +35,9 @@ if state == 'pending' then
   end
 elseif state == 'scheduled' then
   redis.call('ZREM', KEYS[2], id)
+elseif state == 'waiting' then
+  redis.call('ZREM', prefix .. 'waiting', id)
+  redis.call('DEL', prefix .. 'deps:' .. id)
 elseif state == 'held' then
   local group = redis.call('HGET', KEYS[3], 'held')
   if group then
@@ -43,5 +49,6 @@ else
 end
 release_unique(prefix, KEYS[3], id)
 count_in_batch(prefix, KEYS[3], 'canceled', 1)
+tell_dependents(prefix, KEYS[3], id, 'canceled')
 redis.call('DEL', KEYS[3])
 return {'canceled', state}

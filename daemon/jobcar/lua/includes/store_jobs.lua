@@ -18,10 +18,21 @@
 local function optional_fields()
   return {content_type = 'store', max_attempts = 'store+', timeout = 'store+', traceparent = 'store',
     meta = 'store', batch = 'store', key = 'store', priority = 'store', expires_at = 'store+', expires_in = 'read+',
-    unique_mode = 'read', debounce_key = 'read', debounce_ms = 'read+', debounce_max_ms = 'read+'}
+    unique_mode = 'read', debounce_key = 'read', debounce_ms = 'read+', debounce_max_ms = 'read+',
+    after = 'store', on_dependency_failure = 'store', dependents = 'read'}
 end
 -- A debounced job's key outlives its run time by this much, so a job promoted late is still found.
 local DEBOUNCE_LOCK_MARGIN_MS = 600000
+
+-- The references "<queue>/<id>" of a JSON array (`after`, `dependents`: ADR 0016), or nil when it is not one.
+local function job_refs(value)
+  local ok, refs = pcall(cjson.decode, value)
+  if not ok or type(refs) ~= 'table' or #refs == 0 then return nil end
+  for _, ref in ipairs(refs) do
+    if type(ref) ~= 'string' or not string.find(ref, '^[%w][%w._-]*/.') then return nil end
+  end
+  return refs
+end
 
 local function malformed(i, what)
   return redis.error_reply('ERR jobcar enqueue: ' .. what .. ' at ARGV[' .. i .. ']')
@@ -65,6 +76,16 @@ local function parse_records(first)
       if name == 'unique_mode' and value ~= 'until_done' and value ~= 'window' then
         return redis.error_reply('ERR jobcar enqueue: unique_mode must be until_done or window')
       end
+      if name == 'on_dependency_failure' and value ~= 'fail' and value ~= 'run' and value ~= 'cancel' then
+        return redis.error_reply('ERR jobcar enqueue: on_dependency_failure must be fail, run or cancel')
+      end
+      if name == 'after' or name == 'dependents' then
+        local refs = job_refs(value)
+        if not refs then
+          return redis.error_reply('ERR jobcar enqueue: ' .. name .. ' must be a JSON array of "<queue>/<id>" references')
+        end
+        record[name] = refs
+      end
       if kind:sub(1, 5) == 'store' then
         record.fields[#record.fields + 1] = name
         record.fields[#record.fields + 1] = value
@@ -87,6 +108,9 @@ local function parse_records(first)
       return malformed(i, 'a job is debounced or unique, not both')
     end
     if record.window and ARGV[i + 5] == '' then return malformed(i, 'unique_mode needs a unique key') end
+    if record.after and (record.debounce_key or tonumber(ARGV[i + 3]) ~= 0 or tonumber(ARGV[i + 4]) ~= 0) then
+      return malformed(i, 'a job waiting for others (after) runs when they are done, not delayed or debounced')
+    end
     records[#records + 1] = record
     i = i + 8 + 2 * nextra
   end
@@ -151,7 +175,9 @@ local function debounce_into_waiting(prefix, record, now, scheduled, lock)
 end
 
 -- Store the parsed records at Redis time `now`; returns one reply entry per record, in order:
---   "pending" | "scheduled"                     created, in that state
+--   "pending" | "scheduled" | "waiting"         created, in that state (waiting: for the jobs in `after`,
+--                                               <prefix>deps:<id>; `dependents` names the jobs waiting for
+--                                               this one, stored before it: ADR 0016)
 --   {"exists", id, state}                       a job with this id exists (nothing written)
 --   {"duplicate", holder's id, holder's state}  the unique key is held (nothing written)
 --   {"debounced", waiting id, "scheduled"}      the debounce key's waiting job took the payload
@@ -177,6 +203,11 @@ local function store_jobs(prefix, records, now, pending, scheduled, wake_key)
     end
 
     if existing then
+      -- Jobs stored before it to wait for it still do, unless it ended (the producer then tells them).
+      if record.dependents and existing ~= 'done' and existing ~= 'dead' then
+        call_in_chunks('SADD', prefix .. 'dependents:' .. id, record.dependents)
+        redis.call('HSET', job_key, 'dependents', '1')
+      end
       replies[#replies + 1] = {'exists', id, existing}
     elseif holder then
       -- A window outlives its holder: a holder gone has finished. Until it is done, a lock names a live job.
@@ -188,7 +219,11 @@ local function store_jobs(prefix, records, now, pending, scheduled, wake_key)
       if record.debounce_key then run_at, delay = 0, record.debounce_ms end
       if run_at == 0 and delay > 0 then run_at = now + delay end
       local state = 'pending'
-      if run_at > now then state = 'scheduled' end
+      if record.after then
+        state = 'waiting'
+      elseif run_at > now then
+        state = 'scheduled'
+      end
       redis.call('HSET', job_key, 'type', job_type, 'payload', payload, 'state', state, 'created', now)
       if record.fields and #record.fields > 0 then redis.call('HSET', job_key, unpack(record.fields)) end
       if record.expires_in then redis.call('HSET', job_key, 'expires_at', now + record.expires_in) end
@@ -201,7 +236,14 @@ local function store_jobs(prefix, records, now, pending, scheduled, wake_key)
       elseif unique ~= '' then
         redis.call('HSET', job_key, 'unique', unique)
       end
-      if state == 'scheduled' then
+      if record.dependents then
+        call_in_chunks('SADD', prefix .. 'dependents:' .. id, record.dependents)
+        redis.call('HSET', job_key, 'dependents', '1')
+      end
+      if state == 'waiting' then
+        call_in_chunks('SADD', prefix .. 'deps:' .. id, record.after)
+        redis.call('ZADD', prefix .. 'waiting', now, id)
+      elseif state == 'scheduled' then
         redis.call('HSET', job_key, 'run_at', run_at)
         redis.call('ZADD', scheduled, run_at, id)
         -- A job due before everything else must shorten the sleep of idle daemons.

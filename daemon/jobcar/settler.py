@@ -1,0 +1,92 @@
+"""Dependencies (ADR 0016): carry how a job ended to the jobs waiting for it.
+
+The script that ends a job others wait for leaves an entry in its queue's `settled` list: [id, outcome,
+[reference, ...]]. The settler tells each waiting job (the settle script, on that job's own slot, which on a
+Cluster may be another node's), then removes the entry. A daemon that acked such a job settles its queue at
+once; every daemon also looks at the queues it serves every PASS_INTERVAL, which carries what a crash left
+between the two steps, and what other scripts (a death, a cancel) left. Telling a job twice changes nothing,
+so two daemons carrying the same entry are harmless.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import functools
+import json
+import logging
+from typing import Final
+
+from jobcar.config_types import Config
+from jobcar.keys import QueueKeys, job_ref, split_job_ref
+from jobcar.recording import dead_letter_limits
+from jobcar.redis_link import RedisLink
+from jobcar.scripts import ScriptCall
+from jobcar.transitions import DeadLetterLimits, settle_call
+
+log = logging.getLogger("jobcar.settler")
+
+#: The longest a queue's ended dependencies wait for a look when no ack of this daemon announced them.
+PASS_INTERVAL: Final = 1.0
+#: Entries read per queue and look; a queue with more is looked at again at once.
+ENTRIES_PER_LOOK: Final = 100
+OUTCOMES: Final = frozenset({"done", "dead", "canceled"})
+
+
+class Settler:
+    def __init__(self, queues: list[QueueKeys], link: RedisLink, config: Config) -> None:
+        self.queues = {keys.queue: keys for keys in queues}
+        self.link = link
+        self.config = config
+        self._due: set[str] = set()
+        self._woken = asyncio.Event()
+
+    def wake(self, queue: str) -> None:
+        """An ack of this daemon ended a job others wait for: settle its queue now."""
+        if queue in self.queues:
+            self._due.add(queue)
+            self._woken.set()
+
+    async def step(self) -> None:
+        """The queues an ack announced as soon as it did, and every queue each PASS_INTERVAL."""
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(PASS_INTERVAL):
+                await self._woken.wait()
+        self._woken.clear()
+        due, self._due = (self._due or set(self.queues)), set()
+        for queue in sorted(due):
+            while await self.settle(self.queues[queue]) == ENTRIES_PER_LOOK:
+                pass
+
+    async def settle(self, keys: QueueKeys) -> int:
+        """Carry up to ENTRIES_PER_LOOK of the queue's entries; how many there were."""
+        client = self.link.client
+        entries: list[bytes | str] = await self.link.call(
+            functools.partial(client.lrange, keys.settled, 0, ENTRIES_PER_LOOK - 1)
+        )
+        for entry in entries:
+            calls = settle_calls_of(keys, entry, dead_letter_limits(self.config))
+            if calls:
+                replies = await self.link.scripts(calls, each_its_own=True)
+                for c, reply in zip(calls, replies, strict=True):
+                    if isinstance(reply, Exception):  # a refusal (a key of another type), for fsck to report
+                        log.error("could not settle a dependency: %s", reply, extra={"job_id": c.args[1]})
+            await self.link.call(functools.partial(client.lrem, keys.settled, 1, entry))  # type: ignore[arg-type]
+        return len(entries)
+
+
+def settle_calls_of(keys: QueueKeys, entry: bytes | str, dead: DeadLetterLimits) -> list[ScriptCall]:
+    """The settle calls an entry of `keys.settled` asks for; none for an entry that is not one (logged)."""
+    try:
+        job_id, outcome, refs = json.loads(entry)
+        if not (isinstance(job_id, str) and outcome in OUTCOMES and all(isinstance(r, str) for r in refs)):
+            raise ValueError(entry)
+    except (ValueError, TypeError):
+        log.error("dropped a malformed entry of %s: %r", keys.settled, entry[:200])
+        return []
+    dependency = job_ref(keys.queue, job_id)
+    calls = []
+    for ref in refs:
+        queue, waiting_id = split_job_ref(ref)
+        calls.append(settle_call(QueueKeys.of(keys.namespace, queue), waiting_id, dependency, outcome, dead))
+    return calls

@@ -1,0 +1,188 @@
+"""Jobs that wait for others (`after`, chains), through the real scripts: on a standalone server and on
+the Cluster, with the waiting jobs in other queues (other slots) than the jobs they wait for."""
+
+from __future__ import annotations
+
+import pytest
+import redis
+
+from jobcar import transitions
+from jobcar.errors import InvalidJob
+from jobcar.job import EnqueueStatus, State
+from jobcar.keys import job_ref
+from jobcar.settler import settle_calls_of
+from jobcar.transitions import DeadLetterLimits
+from tests.integration.driver import QueueDriver
+
+AnyRedis = redis.Redis | redis.RedisCluster
+
+
+def carry(*queues: QueueDriver) -> int:
+    """What the daemons' settler does: tell the waiting jobs of every entry in these queues' `settled`
+    lists, then drop the entry. Returns how many entries there were."""
+    carried = 0
+    for q in queues:
+        while entry := q.redis.lpop(q.keys.settled):
+            carried += 1
+            for call in settle_calls_of(q.keys, entry, DeadLetterLimits()):
+                q.run(call)
+    return carried
+
+
+def run_one(q: QueueDriver, job_id: str) -> None:
+    """Lease the queue's next job, which must be `job_id`, and ack it."""
+    leased = q.lease_one()
+    assert leased.job.id == job_id
+    q.ack(job_id, leased.token)
+
+
+@pytest.fixture
+def queues(any_redis: AnyRedis, namespace: str) -> tuple[QueueDriver, QueueDriver]:
+    # "a" and "b" hash to different Cluster slots: every step crosses nodes there.
+    return QueueDriver(any_redis, namespace, "a"), QueueDriver(any_redis, namespace, "b")
+
+
+def test_a_chain_runs_step_by_step_across_queues(queues: tuple[QueueDriver, QueueDriver]) -> None:
+    a, b = queues
+    first, second, third = a.producer.chain(
+        [("s", 1, {"queue": "a"}), ("s", 2, {"queue": "b"}), ("s", 3, {"queue": "a"})]
+    )
+    assert [first.state, second.state, third.state] == [State.PENDING, State.WAITING, State.WAITING]
+    assert b.lease().jobs == []
+    assert a.lease(count=10).jobs[0].job.id == first.id
+    assert len(a.lease().jobs) == 0
+
+    a.ack(first.id, a.token(first.id))
+    assert carry(a, b) == 1
+    assert b.where(second.id) is State.PENDING
+    assert a.where(third.id) is State.WAITING
+    run_one(b, second.id)
+    carry(a, b)
+    run_one(a, third.id)
+    assert carry(a, b) == 0, "the last step has nothing waiting for it"
+    assert not any(a.redis.exists(k) for k in (a.keys.waiting, b.keys.waiting, a.keys.settled, b.keys.settled))
+
+
+def test_a_fan_in_job_runs_once_after_all_of_its_dependencies(queues: tuple[QueueDriver, QueueDriver]) -> None:
+    a, b = queues
+    fan_out = [("part", n, {"queue": "a" if n % 2 else "b", "job_id": f"p{n}"}) for n in range(10)]
+    infos = a.producer.enqueue_many(
+        [*fan_out, ("sum", None, {"queue": "a", "after": [("a" if n % 2 else "b", f"p{n}") for n in range(10)]})]
+    )
+    fan_in = infos[-1]
+    assert fan_in.state is State.WAITING
+    assert [i.id for i in infos[:10]] == [f"p{n}" for n in range(10)]
+    for q in (a, b):
+        for leased in q.lease(count=10).jobs:
+            if leased.job.type == "part":
+                assert a.where(fan_in.id) is State.WAITING
+                q.ack(leased.job.id, leased.token)
+                carry(a, b)
+    assert a.where(fan_in.id) is State.PENDING
+    assert carry(a, b) == 0
+    assert a.producer.get(fan_in.id, queue="a").state is State.PENDING
+    assert a.run(transitions.stats_call(a.keys))[-1] == 0, "no job waits any more"
+
+
+@pytest.mark.parametrize(
+    ("policy", "then"), [(None, State.DEAD), ("fail", State.DEAD), ("run", State.PENDING), ("cancel", None)]
+)
+def test_a_dead_dependency_ends_the_waiting_job_by_its_policy(
+    queues: tuple[QueueDriver, QueueDriver], policy: str | None, then: State | None
+) -> None:
+    a, b = queues
+    dependency = a.enqueue("dies")
+    options = {"queue": "b", "after": [dependency]} | ({"on_dependency_failure": policy} if policy else {})
+    waiting = a.producer.enqueue("next", None, **options)
+    after_it = a.producer.enqueue("last", None, queue="a", after=[waiting])
+    a.kill(dependency.id, a.lease_one().token, reason="broken")
+    carry(a, b)
+    assert b.where(waiting.id) is then
+    if then is State.DEAD:
+        job = b.job(waiting.id)
+        assert job is not None
+        assert job.errors[-1].error == f"dependency {job_ref('a', dependency.id)} dead"
+    # What waits for the waiting job follows: it ran (runs), or it died (or was canceled) and tells its own.
+    carry(a, b)
+    last = a.job(after_it.id)
+    assert last is not None
+    if then is State.PENDING:
+        assert last.state is State.WAITING
+    else:
+        outcome = "dead" if then is State.DEAD else "canceled"
+        assert last.state is State.DEAD
+        assert last.errors[-1].error == f"dependency {job_ref('b', waiting.id)} {outcome}"
+
+
+def test_a_chain_whose_middle_step_is_canceled_stops_there(queues: tuple[QueueDriver, QueueDriver]) -> None:
+    a, b = queues
+    first, middle, last = a.producer.chain([("s", n, {"queue": "a"}) for n in range(3)])
+    assert a.run(transitions.cancel_call(a.keys, middle.id)) == [b"canceled", b"waiting"]
+    assert a.job(middle.id) is None
+    assert not a.redis.exists(a.keys.deps(middle.id))
+    carry(a, b)
+    assert a.where(last.id) is State.DEAD
+    run_one(a, first.id)
+    assert carry(a, b) == 1, "the first step still names the canceled one: telling it changes nothing"
+    assert a.job(middle.id) is None
+    assert a.where(last.id) is State.DEAD
+
+
+def test_after_a_job_enqueued_earlier_whatever_it_became(queues: tuple[QueueDriver, QueueDriver]) -> None:
+    a, b = queues
+    running = a.enqueue("r")
+    kept = a.enqueue("k")
+    gone = a.enqueue("g")
+    for _job in (kept, gone, running):
+        leased = a.lease_one()
+        if leased.job.id == kept.id:
+            a.ack(kept.id, leased.token, retention_ms=60_000)  # done, with its hash kept
+        elif leased.job.id == gone.id:
+            a.ack(gone.id, leased.token)  # done and deleted
+    on_running = b.enqueue("w", after=[running])
+    on_kept = b.enqueue("w", after=[kept])
+    on_gone = b.enqueue("w", after=[gone], on_dependency_failure="fail")
+    on_missing = b.enqueue("w", after=[("a", "never-enqueued")], on_dependency_failure="run")
+    assert b.where(on_running.id) is State.WAITING
+    assert b.where(on_kept.id) is State.PENDING, "a dependency done earlier counts at once"
+    gone_job = b.job(on_gone.id)
+    assert gone_job is not None
+    assert gone_job.state is State.DEAD
+    assert gone_job.errors[-1].error == f"dependency {job_ref('a', gone.id)} gone"
+    assert b.where(on_missing.id) is State.PENDING
+    a.ack(running.id, a.token(running.id))
+    carry(a, b)
+    assert b.where(on_running.id) is State.PENDING
+
+
+def test_telling_a_waiting_job_twice_changes_nothing(q: QueueDriver) -> None:
+    first = q.enqueue("a")
+    waiting = q.enqueue("b", after=[first.id, q.enqueue("c").id])
+    call = transitions.settle_call(q.keys, waiting.id, job_ref(q.keys.queue, first.id), "done")
+    assert [q.run(call), q.run(call)] == [b"waiting", b"ignored"]
+    assert q.where(waiting.id) is State.WAITING
+    assert q.redis.scard(q.keys.deps(waiting.id)) == 1
+
+
+def test_a_job_enqueued_again_with_its_id_keeps_the_jobs_waiting_for_it(q: QueueDriver) -> None:
+    first = q.enqueue("a", job_id="x")
+    again = q.producer.enqueue_many([("b", None, {"job_id": "y", "after": ["x"]}), ("a", None, {"job_id": "x"})])
+    assert again[1].status is EnqueueStatus.EXISTS
+    assert again[0].state is State.WAITING
+    run_one(q, first.id)
+    carry(q)
+    assert q.where("y") is State.PENDING
+
+
+def test_waiting_jobs_are_refused_what_they_cannot_be(q: QueueDriver) -> None:
+    with pytest.raises(InvalidJob, match="cycle"):
+        q.producer.enqueue_many(
+            [("a", None, {"job_id": "x", "after": ["y"]}), ("b", None, {"job_id": "y", "after": ["x"]})]
+        )
+    with pytest.raises(InvalidJob, match="no delay"):
+        q.producer.enqueue("a", None, after=["x"], delay=5)
+    with pytest.raises(InvalidJob, match="needs after"):
+        q.producer.enqueue("a", None, on_dependency_failure="run")
+    with pytest.raises(InvalidJob, match="on_dependency_failure must be"):
+        q.producer.enqueue("a", None, after=["x"], on_dependency_failure="ignore")
+    assert q.snapshot() == {}, "nothing was stored"
