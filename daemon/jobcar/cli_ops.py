@@ -58,7 +58,7 @@ def _per_queue(counts: Mapping[str, int]) -> str:
 
 MINUTE_MS: Final = 60_000
 HOUR_MS: Final = 3_600_000
-#: What `jobs list --state` takes: the four sets, and done jobs while their result is kept.
+#: What `jobs list --state` takes: the state sets, and done jobs while their result is kept.
 LISTABLE: Final = (*STORED_IN_SETS, State.DONE)
 
 
@@ -87,22 +87,23 @@ def cmd_stats(args: argparse.Namespace) -> int:
         print_json(
             [
                 {"queue": s.queue, "pending": s.pending, "scheduled": s.scheduled, "active": s.active,
-                 "held": s.held, "dead": s.dead, "paused": s.paused, "latency_seconds": s.latency_s,
+                 "held": s.held, "waiting": s.waiting, "dead": s.dead, "paused": s.paused,
+                 "latency_seconds": s.latency_s,
                  "processed_last_minute": m["done"] + m["failed"], "failed_last_minute": m["failed"],
                  "processed_last_hour": h["done"] + h["failed"], "failed_last_hour": h["failed"]}
                 for s, (m, h) in zip(stats, counts, strict=True)
             ]
         )  # fmt: skip
         return EX_OK
-    header = ("QUEUE", "PENDING", "SCHEDULED", "ACTIVE", "HELD", "DEAD", "PAUSED", "LATENCY", "DONE/1M", "FAILED/1M",
-              "DONE/1H", "FAILED/1H")  # fmt: skip
+    header = ("QUEUE", "PENDING", "SCHEDULED", "ACTIVE", "HELD", "WAITING", "DEAD", "PAUSED", "LATENCY", "DONE/1M",
+              "FAILED/1M", "DONE/1H", "FAILED/1H")  # fmt: skip
     rows = [
-        (s.queue, str(s.pending), str(s.scheduled), str(s.active), str(s.held), str(s.dead),
+        (s.queue, str(s.pending), str(s.scheduled), str(s.active), str(s.held), str(s.waiting), str(s.dead),
          "yes" if s.paused else "no", "-" if s.oldest_ready_ms is None else span(s.latency_s),
          str(m["done"]), str(m["failed"]), str(h["done"]), str(h["failed"]))
         for s, (m, h) in zip(stats, counts, strict=True)
     ]  # fmt: skip
-    print("\n".join(table(header, rows, numeric={1, 2, 3, 4, 5, 7, 8, 9, 10, 11})))
+    print("\n".join(table(header, rows, numeric={1, 2, 3, 4, 5, 6, 8, 9, 10, 11, 12})))
     return EX_OK
 
 

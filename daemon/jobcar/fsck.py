@@ -42,7 +42,7 @@ class Kind:
 
     SEVERAL_SETS: Final = "several_sets"  # an id in two or more of the state sets
     MISSING_HASH: Final = "missing_hash"  # an id in a set without a job hash
-    ORPHAN_HASH: Final = "orphan_hash"  # a pending/scheduled/dead hash in no set
+    ORPHAN_HASH: Final = "orphan_hash"  # a pending/scheduled/dead/waiting hash in no set
     NO_TTL: Final = "no_ttl"  # a done/canceled hash that never expires
     BAD_STATE: Final = "bad_state"  # a hash in no set whose state is missing or unknown
     STATE_MISMATCH: Final = "state_mismatch"  # the hash's state is not the one set it is in
@@ -187,6 +187,7 @@ def _set_types(keys: QueueKeys) -> dict[str, tuple[str, str]]:
         State.SCHEDULED.value: (keys.scheduled, "zset"),
         State.ACTIVE.value: (keys.active, "zset"),
         State.DEAD.value: (keys.dead, "zset"),
+        State.WAITING.value: (keys.waiting, "zset"),
         "wake": (keys.wake, "list"),
         "schedules": (keys.schedules, "zset"),
     }
@@ -199,7 +200,7 @@ async def _read_sets(
     `usable` (it holds another type) reads as empty."""
     expected = _set_types(keys)
     pipe = client.pipeline(transaction=False)
-    names = (State.SCHEDULED.value, State.ACTIVE.value, State.DEAD.value)
+    names = (State.SCHEDULED.value, State.ACTIVE.value, State.DEAD.value, State.WAITING.value)
     lists = [_pending_name(key, keys) for key in keys.pending_lists if _pending_name(key, keys) in usable]
     for name in lists:
         pipe.lrange(expected[name][0], 0, -1)

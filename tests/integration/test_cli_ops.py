@@ -109,16 +109,19 @@ def test_stats_counts_each_state_of_each_queue(run: Run, client: Client, config:
     enqueue(client, 2)
     enqueue(client, 1, delay=3600)
     enqueue(client, 1, queue="extra")  # used by a producer, not in the config
+    client.enqueue("t.echo", None, after=["never-enqueued"], on_dependency_failure="run", job_id="w")
+    client.enqueue("t.echo", None, after=["w"])  # waiting
 
     code, out, err = run("stats")
     assert (code, err) == (0, "")
     rows = table(out)
     assert list(rows) == ["default", "low", "extra"]  # the config's queues first, then the others
-    assert rows["default"][1:7] == ["2", "1", "1", "0", "1", "no"]  # pending scheduled active held dead paused
-    assert rows["default"][7].endswith("s")
-    assert rows["low"][1:8] == ["0", "0", "0", "0", "0", "no", "-"]  # nothing waits: no latency
-    assert rows["low"][8:] == ["0", "0", "0", "0"]  # attempts done and failed in the last minute and hour
-    assert rows["extra"][1:7] == ["1", "0", "0", "0", "0", "no"]
+    # pending scheduled active held waiting dead paused ("w" was pending at once: its dependency is gone)
+    assert rows["default"][1:8] == ["3", "1", "1", "0", "1", "1", "no"]
+    assert rows["default"][8].endswith("s")
+    assert rows["low"][1:9] == ["0", "0", "0", "0", "0", "0", "no", "-"]  # nothing waits: no latency
+    assert rows["low"][9:] == ["0", "0", "0", "0"]  # attempts done and failed in the last minute and hour
+    assert rows["extra"][1:8] == ["1", "0", "0", "0", "0", "0", "no"]
     # Aligned: the numbers and the latency are right-aligned, so every row is as long as the header.
     assert len({len(line) for line in out.splitlines()}) == 1, out
 
@@ -126,12 +129,12 @@ def test_stats_counts_each_state_of_each_queue(run: Run, client: Client, config:
     assert isinstance(stats, list)
     by_queue = {s["queue"]: s for s in stats}
     assert set(by_queue["default"]) == {
-        "queue", "pending", "scheduled", "active", "held", "dead", "paused", "latency_seconds", "processed_last_minute",
-        "failed_last_minute", "processed_last_hour", "failed_last_hour",
+        "queue", "pending", "scheduled", "active", "held", "waiting", "dead", "paused", "latency_seconds",
+        "processed_last_minute", "failed_last_minute", "processed_last_hour", "failed_last_hour",
     }  # fmt: skip
     default = by_queue["default"]
-    assert (default["pending"], default["scheduled"], default["active"]) == (2, 1, 1)
-    assert (default["held"], default["dead"]) == (0, 1)
+    assert (default["pending"], default["scheduled"], default["active"]) == (3, 1, 1)
+    assert (default["held"], default["waiting"], default["dead"]) == (0, 1, 1)
     assert default["paused"] is False
     assert 0 <= default["latency_seconds"] < 60
     assert by_queue["low"]["latency_seconds"] == 0
@@ -140,7 +143,7 @@ def test_stats_counts_each_state_of_each_queue(run: Run, client: Client, config:
 
     done = cli("stats", "-c", str(config), "--json")
     assert done.returncode == 0, done
-    assert {s["queue"]: s["pending"] for s in json.loads(done.stdout)} == {"default": 2, "low": 0, "extra": 1}
+    assert {s["queue"]: s["pending"] for s in json.loads(done.stdout)} == {"default": 3, "low": 0, "extra": 1}
 
 
 def test_stats_with_redis_unreachable_or_a_bad_config(tmp_path: Path) -> None:
@@ -395,7 +398,7 @@ def test_pause_and_resume_show_in_stats(run: Run, client: Client, config: Path) 
 
     assert run("queue", "pause", "low") == (0, "queue low paused: its jobs wait until `jobcar queue resume low`\n", "")
     assert paused() == {"default": False, "low": True}
-    assert table(run("stats")[1])["low"][6] == "yes"
+    assert table(run("stats")[1])["low"][7] == "yes"
     assert run("queue", "pause", "low") == (0, "queue low was already paused\n", "")
     # A paused queue leases nothing (what the daemon sees).
     enqueue(client, 1, queue="low")

@@ -72,6 +72,7 @@ def test_a_fan_in_job_runs_once_after_all_of_its_dependencies(queues: tuple[Queu
     fan_in = infos[-1]
     assert fan_in.state is State.WAITING
     assert [i.id for i in infos[:10]] == [f"p{n}" for n in range(10)]
+    assert a.run(transitions.stats_call(a.keys))[-1] == 1, "stats count the waiting job"
     for q in (a, b):
         for leased in q.lease(count=10).jobs:
             if leased.job.type == "part":

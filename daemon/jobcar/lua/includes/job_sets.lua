@@ -1,7 +1,8 @@
 --- @include "pending_lists"
 
 -- The state sets that hold a job id, by name, for fsck's repairs (KEYS[1..4]: pending scheduled active
--- dead; every priority's pending list counts as pending; ARGV[1] the key prefix, for a held job's list).
+-- dead; every priority's pending list counts as pending; ARGV[1] the key prefix, for a held job's list and
+-- <prefix>waiting).
 -- A repair re-checks with it, atomically, what the check saw before it writes anything.
 local function job_sets(id)
   local found = {}
@@ -14,6 +15,8 @@ local function job_sets(id)
   if redis.call('ZSCORE', KEYS[2], id) then found[#found + 1] = 'scheduled' end
   if redis.call('ZSCORE', KEYS[3], id) then found[#found + 1] = 'active' end
   if redis.call('ZSCORE', KEYS[4], id) then found[#found + 1] = 'dead' end
+  local waiting = redis.pcall('ZSCORE', ARGV[1] .. 'waiting', id)
+  if type(waiting) == 'string' then found[#found + 1] = 'waiting' end
   local group = redis.pcall('HGET', ARGV[1] .. 'job:' .. id, 'held')
   if type(group) == 'string' then
     local list = ARGV[1] .. 'held:' .. group

@@ -25,6 +25,8 @@ elseif state == 'scheduled' then
   wake(KEYS[5])
 elseif state == 'dead' then
   redis.call('ZADD', KEYS[4], now, id)
+elseif state == 'waiting' then
+  redis.call('ZADD', ARGV[1] .. 'waiting', tonumber(redis.call('HGET', job, 'created') or '') or now, id)
 else
   return 0
 end
