@@ -7,12 +7,13 @@ modules (config, runner, executors, api, ...) are imported only by the daemon.
 
 from __future__ import annotations
 
-from jobcar.client import AsyncClient, BatchStatus, Client
+from jobcar.client import AsyncClient, BatchSeal, BatchStatus, Client
 from jobcar.errors import InvalidJob, JobcarError, PayloadTooLarge
 from jobcar.job import EnqueueStatus, Job, JobInfo, State
 
 __all__ = [
     "AsyncClient",
+    "BatchSeal",
     "BatchStatus",
     "Client",
     "EnqueueStatus",

@@ -28,14 +28,22 @@ from jobcar.dependencies import chained, depend_calls, ended_dependency_calls, e
 from jobcar.job import FINISHED, Job, JobInfo
 from jobcar.keys import DEFAULT_NAMESPACE, DEFAULT_QUEUE, QueueKeys, queues_key
 from jobcar.names import ID_PATTERN, check_name
-from jobcar.records import DEFAULT_MAX_PAYLOAD_BYTES, JobSpec, Payload, build_record, build_records
+from jobcar.records import DEFAULT_MAX_PAYLOAD_BYTES, JobSpec, Payload, build_callbacks, build_record, build_records
 from jobcar.redis_url import EMBEDDED_URL, is_sentinel_url
 from jobcar.replies import BATCH_FIELDS, as_text, decode_names, parse_batch, parse_job
 from jobcar.schedule_store import run_async, run_sync
 from jobcar.schedules import ScheduleState, make_spec
 from jobcar.scripts import Reply, ScriptCall
 from jobcar.sentinel import async_sentinel_client, replica_wait_of, sentinel_client
-from jobcar.transitions import DependOutcome, EnqueueRecord, enqueue_calls, parse_enqueue
+from jobcar.transitions import (
+    DependOutcome,
+    EnqueueRecord,
+    SealResult,
+    cancel_call,
+    enqueue_calls,
+    parse_enqueue,
+    seal_batch_call,
+)
 from jobcar.transport import AsyncRedis, ReplicaWait, SyncRedis, execute, execute_async
 
 
@@ -70,6 +78,17 @@ class BatchStatus:
             f"batch {self.batch_id!r} in queue {self.queue!r}: total={self.total} done={self.done} "
             f"dead={self.dead} canceled={self.canceled} pending={self.pending}"
         )
+
+
+@dataclass(frozen=True, slots=True)
+class BatchSeal:
+    """What `seal_batch` did: the batch's callbacks as enqueued, and whether they wait (SEALED), were told
+    at once (COMPLETE: every job had ended), or were canceled because the batch had fired before (FIRED)."""
+
+    batch_id: str
+    queue: str
+    result: SealResult
+    callbacks: list[JobInfo]
 
 
 @dataclass(frozen=True, slots=True)
@@ -157,6 +176,13 @@ def _waited(job_id: str, job: Job | None) -> str | None:
 def _batch_status(batch_id: str, queue: str, reply: Reply) -> BatchStatus:
     total, done, dead, canceled = parse_batch(reply)
     return BatchStatus(batch_id, queue, total, done, dead, canceled)
+
+
+def _cancels_after_fired(namespace: str, result: SealResult, infos: Sequence[JobInfo]) -> list[ScriptCall]:
+    """A batch that had fired before tells no callback again: the ones this seal created are canceled."""
+    if result is not SealResult.FIRED:
+        return []
+    return [cancel_call(QueueKeys.of(namespace, i.queue), i.id) for i in infos if i.created]
 
 
 R = TypeVar("R", SyncRedis, AsyncRedis)
@@ -300,6 +326,29 @@ class Client(_Shell[SyncRedis]):
         reply = self.redis.hmget(self._core.batch_key(batch_id, queue), BATCH_FIELDS)
         return _batch_status(batch_id, queue, reply)
 
+    def seal_batch(
+        self,
+        batch_id: str,
+        *,
+        queue: str = DEFAULT_QUEUE,
+        on_complete: JobSpec | None = None,
+        on_success: JobSpec | None = None,
+    ) -> BatchSeal:
+        """Say that every job of the batch is enqueued, with the jobs to enqueue once all of them have ended:
+        `on_complete` whatever their outcome, `on_success` only when none died or was canceled (else it is
+        canceled). Each is (type, data) or (type, data, options); its payload is then {"batch": {queue, batch,
+        total, done, dead, canceled}, "data": data}. Each is enqueued once per batch, however many daemons end
+        its last jobs at once, and calling this again changes nothing (docs/dependencies.md)."""
+        records = build_callbacks(batch_id, queue, {"on_complete": on_complete, "on_success": on_success},
+                                  self.max_payload_bytes)  # fmt: skip
+        infos = self._store(records) if records else []
+        seal = seal_batch_call(QueueKeys.of(self.namespace, queue), batch_id, [ref_of(r) for r in records])
+        result = SealResult(as_text(execute(self.redis, [seal])[0]))
+        cancels = _cancels_after_fired(self.namespace, result, infos)
+        if cancels:
+            execute(self.redis, cancels)
+        return BatchSeal(batch_id, queue, result, infos)
+
     def wait_batch(
         self, batch_id: str, timeout: float, *, queue: str = DEFAULT_QUEUE, poll: float = 0.2
     ) -> BatchStatus:
@@ -402,6 +451,24 @@ class AsyncClient(_Shell[AsyncRedis]):
             await self.redis.sadd(queues_key(self.namespace), queue)
             self._core.registered(queue)
         return parse_enqueue(plan.records, await execute_async(self.redis, plan.calls, wait=self._core.replica_wait))
+
+    async def seal_batch(
+        self,
+        batch_id: str,
+        *,
+        queue: str = DEFAULT_QUEUE,
+        on_complete: JobSpec | None = None,
+        on_success: JobSpec | None = None,
+    ) -> BatchSeal:
+        records = build_callbacks(batch_id, queue, {"on_complete": on_complete, "on_success": on_success},
+                                  self.max_payload_bytes)  # fmt: skip
+        infos = await self._store(records) if records else []
+        seal = seal_batch_call(QueueKeys.of(self.namespace, queue), batch_id, [ref_of(r) for r in records])
+        result = SealResult(as_text((await execute_async(self.redis, [seal]))[0]))
+        cancels = _cancels_after_fired(self.namespace, result, infos)
+        if cancels:
+            await execute_async(self.redis, cancels)
+        return BatchSeal(batch_id, queue, result, infos)
 
     async def get(self, job_id: str, *, queue: str | None = None) -> Job | None:
         queues = [queue] if queue else decode_names(await self.redis.smembers(queues_key(self.namespace)))

@@ -307,3 +307,43 @@ def build_records(specs: Iterable[JobSpec], max_payload_bytes: int) -> list[Enqu
         except InvalidJob as exc:
             raise type(exc)(f"job #{n}: {exc}") from None
     return records
+
+
+#: A batch's callbacks and what each does when a job of the batch did not end done (ADR 0016): on_complete
+#: runs whatever the outcome, on_success is canceled.
+CALLBACK_POLICIES: Final = {"on_complete": "run", "on_success": "cancel"}
+#: Options a callback may not set: it waits for its batch, and its payload gets the counts around it.
+CALLBACK_RESERVED: Final = frozenset({"after", "on_dependency_failure", "delay", "run_at", "debounce"})
+
+
+def build_callbacks(
+    batch_id: str, queue: str, callbacks: Mapping[str, JobSpec | None], max_payload_bytes: int
+) -> list[EnqueueRecord]:
+    """The callback jobs of a batch (`on_complete`, `on_success`: each a (type, data) or (type, data,
+    options) like an item of enqueue_many), waiting for the batch. Their job id is "<batch>.<kind>" unless
+    the options give one, so that sealing the batch again stores none twice."""
+    check_name("batch id", batch_id, ID_PATTERN)
+    check_name("queue name", queue)
+    records = []
+    for kind, spec in callbacks.items():
+        if spec is None:
+            continue
+        if kind not in CALLBACK_POLICIES:
+            raise InvalidJob(f"a batch's callbacks are {', '.join(CALLBACK_POLICIES)}, not {kind}")
+        if not isinstance(spec, tuple) or len(spec) not in (2, 3):
+            raise InvalidJob(f"{kind}: expected (type, data) or (type, data, options), got {spec!r}")
+        options = dict(spec[2]) if len(spec) == 3 else {}
+        if isinstance(spec[1], bytes | bytearray | memoryview) or options.get("content_type") is not None:
+            raise InvalidJob(f"{kind}: its data must be JSON: the job gets it with the batch's counts around it")
+        clash = sorted(CALLBACK_RESERVED & set(options))
+        if clash:
+            raise InvalidJob(f"{kind}: a callback runs when its batch has ended, so it takes no {', '.join(clash)}")
+        options = {"queue": queue, "job_id": f"{batch_id}.{kind}", **options}
+        try:
+            records.append(
+                build_record(spec[0], spec[1], max_payload_bytes, **options,
+                             after=[(queue, f"batch:{batch_id}")], on_dependency_failure=CALLBACK_POLICIES[kind])
+            )  # fmt: skip
+        except InvalidJob as exc:
+            raise type(exc)(f"{kind}: {exc}") from None
+    return records

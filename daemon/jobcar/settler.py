@@ -78,15 +78,20 @@ class Settler:
 def settle_calls_of(keys: QueueKeys, entry: bytes | str, dead: DeadLetterLimits) -> list[ScriptCall]:
     """The settle calls an entry of `keys.settled` asks for; none for an entry that is not one (logged)."""
     try:
-        job_id, outcome, refs = json.loads(entry)
+        job_id, outcome, refs, *counts = json.loads(entry)
         if not (isinstance(job_id, str) and outcome in OUTCOMES and all(isinstance(r, str) for r in refs)):
+            raise ValueError(entry)
+        if counts and not isinstance(counts[0], dict):
             raise ValueError(entry)
     except (ValueError, TypeError):
         log.error("dropped a malformed entry of %s: %r", keys.settled, entry[:200])
         return []
     dependency = job_ref(keys.queue, job_id)
+    # A batch's counts (its callbacks' entry), as the callbacks' payloads carry them.
+    batch_counts = json.dumps({"queue": keys.queue, **counts[0]}, separators=(",", ":")) if counts else ""
     calls = []
     for ref in refs:
         queue, waiting_id = split_job_ref(ref)
-        calls.append(settle_call(QueueKeys.of(keys.namespace, queue), waiting_id, dependency, outcome, dead))
+        waiting_keys = QueueKeys.of(keys.namespace, queue)
+        calls.append(settle_call(waiting_keys, waiting_id, dependency, outcome, dead, batch_counts))
     return calls

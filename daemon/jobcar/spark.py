@@ -22,7 +22,7 @@ from jobcar.client import Client
 from jobcar.errors import InvalidJob
 from jobcar.keys import DEFAULT_NAMESPACE, DEFAULT_QUEUE
 from jobcar.names import ID_PATTERN, TYPE_PATTERN, check_name
-from jobcar.records import DEFAULT_MAX_PAYLOAD_BYTES, JobSpec, build_record
+from jobcar.records import DEFAULT_MAX_PAYLOAD_BYTES, JobSpec, build_callbacks, build_record
 from jobcar.transitions import ENQUEUE_CHUNK
 
 if TYPE_CHECKING:
@@ -47,6 +47,8 @@ def enqueue_dataframe(
     batch_size: int = ENQUEUE_CHUNK,
     options: Mapping[str, object] | None = None,
     cluster: bool = False,
+    on_complete: JobSpec | None = None,
+    on_success: JobSpec | None = None,
 ) -> str:
     """Enqueue a job of `type` for every row of `df` and return the batch id they all carry.
 
@@ -78,6 +80,12 @@ def enqueue_dataframe(
     `total` is the number of distinct jobs the batch holds (an id enqueued again after its horizon
     is a new job and counts again).
 
+    **Callbacks** (`on_complete`, `on_success`: (type, data) or (type, data, options), as for
+    `Client.seal_batch`): once every partition has enqueued, the driver seals the batch, and the callback
+    is enqueued once when the batch's last job ends, its payload carrying the batch's counts. A task
+    retried after a partial enqueue counts each row once (the ids above), so the counts are the rows'.
+    Seal only what is complete: the callbacks are enqueued only when this call returns.
+
     Raises InvalidJob on the driver for bad arguments, before any job is sent. If the Spark job fails
     (a task out of retries, a row whose payload is not JSON-serialisable...), the jobs already sent
     stay enqueued; call again with the same `batch_id` to complete the batch without duplicates.
@@ -91,8 +99,10 @@ def enqueue_dataframe(
     clash = sorted(RESERVED_OPTIONS & set(extra))
     if clash:
         raise InvalidJob(f"options may not set {', '.join(clash)}: enqueue_dataframe sets them")
-    # Validates queue, batch id and every option here, not once per row on the executors.
+    # Validates queue, batch id, every option and the callbacks here, not once per row on the executors.
     build_record(type, None, DEFAULT_MAX_PAYLOAD_BYTES, job_id="check", queue=queue, batch=batch_id, **extra)
+    callbacks = {"on_complete": on_complete, "on_success": on_success}
+    build_callbacks(batch_id, queue, callbacks, DEFAULT_MAX_PAYLOAD_BYTES)
     columns = set(df.columns)
     for what, given in (("job_id", job_id), ("payload", payload)):
         if isinstance(given, str) and given not in columns:
@@ -111,6 +121,9 @@ def enqueue_dataframe(
         cluster=cluster,
     )
     df.foreachPartition(writer)
+    if on_complete is not None or on_success is not None:
+        with Client.from_url(redis_url, namespace=namespace, cluster=cluster) as client:
+            client.seal_batch(batch_id, queue=queue, on_complete=on_complete, on_success=on_success)
     return batch_id
 
 

@@ -310,14 +310,34 @@ def depend_call(keys: QueueKeys, job_id: str, waiting_ref: str) -> ScriptCall:
 
 
 def settle_call(
-    keys: QueueKeys, job_id: str, dependency_ref: str, outcome: str, dead: DeadLetterLimits = DeadLetterLimits()
+    keys: QueueKeys,
+    job_id: str,
+    dependency_ref: str,
+    outcome: str,
+    dead: DeadLetterLimits = DeadLetterLimits(),
+    batch_counts: str = "",
 ) -> ScriptCall:
-    """Tell the waiting job `job_id` of `keys`' queue how its dependency `dependency_ref` ended."""
+    """Tell the waiting job `job_id` of `keys`' queue how its dependency `dependency_ref` ended; for a
+    batch's callback, with the batch's counts (JSON), which its payload then carries."""
     return call(
         "settle",
         (keys.pending, keys.waiting, keys.dead, keys.wake, keys.job(job_id)),
-        (keys.prefix, job_id, dependency_ref, outcome, dead.max_jobs, dead.max_age_ms),
+        (keys.prefix, job_id, dependency_ref, outcome, dead.max_jobs, dead.max_age_ms, batch_counts),
     )
+
+
+class SealResult(StrEnum):
+    """What sealing a batch did (`seal_batch_call`)."""
+
+    SEALED = "sealed"  # its callbacks are told when its last job ends
+    COMPLETE = "complete"  # every job had ended: its callbacks were told now
+    FIRED = "fired"  # sealed and told before: nothing changed
+
+
+def seal_batch_call(keys: QueueKeys, batch_id: str, callbacks: Sequence[str]) -> ScriptCall:
+    """Every job of the batch is enqueued; `callbacks` (references of jobs waiting for "<queue>/batch:<id>")
+    are told once all of its jobs have ended."""
+    return call("seal_batch", (keys.batch(batch_id),), (keys.prefix, batch_id, *callbacks))
 
 
 def coalesce(calls: Sequence[ScriptCall]) -> list[tuple[ScriptCall, list[int]]]:

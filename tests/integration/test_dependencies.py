@@ -3,6 +3,8 @@ the Cluster, with the waiting jobs in other queues (other slots) than the jobs t
 
 from __future__ import annotations
 
+import json
+
 import pytest
 import redis
 
@@ -11,7 +13,7 @@ from jobcar.errors import InvalidJob
 from jobcar.job import EnqueueStatus, State
 from jobcar.keys import job_ref
 from jobcar.settler import settle_calls_of
-from jobcar.transitions import DeadLetterLimits
+from jobcar.transitions import DeadLetterLimits, SealResult
 from tests.integration.driver import QueueDriver
 
 AnyRedis = redis.Redis | redis.RedisCluster
@@ -187,3 +189,65 @@ def test_waiting_jobs_are_refused_what_they_cannot_be(q: QueueDriver) -> None:
     with pytest.raises(InvalidJob, match="on_dependency_failure must be"):
         q.producer.enqueue("a", None, after=["x"], on_dependency_failure="ignore")
     assert q.snapshot() == {}, "nothing was stored"
+
+
+# -- a batch's callbacks ----------------------------------------------------------------------------
+
+
+def _payload(q: QueueDriver, job_id: str) -> object:
+    job = q.job(job_id)
+    assert job is not None
+    return json.loads(job.payload)
+
+
+def test_a_batch_tells_its_callbacks_once_when_its_last_jobs_end_in_one_call(
+    queues: tuple[QueueDriver, QueueDriver],
+) -> None:
+    a, b = queues
+    a.producer.enqueue_many([("part", n, {"queue": "a", "batch": "nightly"}) for n in range(4)])
+    sealed = a.producer.seal_batch(
+        "nightly", queue="a", on_complete=("report", {"day": 7}, {"queue": "b"}), on_success=("publish", None)
+    )
+    assert sealed.result is SealResult.SEALED
+    complete, success = sealed.callbacks
+    assert (complete.queue, complete.id, complete.state) == ("b", "nightly.on_complete", State.WAITING)
+    assert (success.queue, success.id) == ("a", "nightly.on_success")
+    first, second, *last_two = a.lease(count=4).jobs
+    a.ack(first.job.id, first.token)
+    a.kill(second.job.id, second.token, reason="bad row")
+    assert carry(a, b) == 0, "two jobs of the batch still run"
+    # The last two end in one script (the daemon merges acks): the batch fires once, in it.
+    a.run(transitions.merge_acks([transitions.ack_call(a.keys, j.job.id, j.token) for j in last_two]))
+    assert carry(a, b) == 1
+    assert b.where(complete.id) is State.PENDING
+    counts = {"queue": "a", "batch": "nightly", "total": 4, "done": 3, "dead": 1, "canceled": 0}
+    assert _payload(b, complete.id) == {"batch": counts, "data": {"day": 7}}
+    assert a.job(success.id) is None, "a job of the batch died: on_success is canceled"
+
+    # Requeued from the dead-letter queue and done, the batch's last job fires nothing more.
+    assert a.run(transitions.requeue_call(a.keys, [second.job.id])) == 1
+    run_one(a, second.job.id)
+    assert carry(a, b) == 0
+    again = a.producer.seal_batch("nightly", queue="a", on_complete=("report", {"day": 7}, {"queue": "b"}))
+    assert again.result is SealResult.FIRED
+    assert b.where(complete.id) is State.PENDING, "the callback told before is left as it is"
+
+
+def test_a_batch_sealed_after_its_jobs_ended_tells_its_callbacks_at_once(q: QueueDriver) -> None:
+    leased = [q.enqueue("part", n, batch="b1") for n in range(2)]
+    for _ in leased:
+        job = q.lease_one()
+        q.ack(job.job.id, job.token)
+    sealed = q.producer.seal_batch("b1", on_success=("publish", [1, 2.5, 12345678901234567890]))
+    assert sealed.result is SealResult.COMPLETE
+    carry(q)
+    counts = {"queue": q.keys.queue, "batch": "b1", "total": 2, "done": 2, "dead": 0, "canceled": 0}
+    assert _payload(q, "b1.on_success") == {"batch": counts, "data": [1, 2.5, 12345678901234567890]}
+
+
+def test_a_callback_takes_json_data_and_waits_for_nothing_else(q: QueueDriver) -> None:
+    with pytest.raises(InvalidJob, match="must be JSON"):
+        q.producer.seal_batch("b", on_complete=("report", b"raw"))
+    with pytest.raises(InvalidJob, match="takes no after, delay"):
+        q.producer.seal_batch("b", on_complete=("report", None, {"delay": 5, "after": ["x"]}))
+    assert q.snapshot() == {}

@@ -37,7 +37,7 @@ from jobcar.client import AsyncClient, BatchStatus
 from jobcar.keys import QueueKeys
 from jobcar.spark import enqueue_dataframe
 from tests.integration.daemon_harness import DaemonProcess, Received, handler_server, write_config
-from tests.servers import RedisServer
+from tests.servers import RedisServer, wait_for
 
 # The functions below run on the executors: pickle them by value (the executors cannot import this
 # module, which needs pytest and the installed jobcar).
@@ -247,6 +247,61 @@ def test_a_daemon_processes_the_batch_and_wait_batch_sees_it_end(
     assert status.finished
     assert len(handlers.requests_to("/rows")) == rows
     assert elapsed < 60
+
+
+def _fail_first_attempt_at_3000(row: Row) -> dict[str, int]:
+    if TaskContext.get().attemptNumber() == 0 and row["id"] % 5000 == 3000:  # type: ignore[union-attr]
+        raise RuntimeError("injected: attempt 0 fails after enqueuing 3,000 rows of its partition")
+    return {"id": row["id"]}
+
+
+def test_on_complete_runs_once_after_the_last_rows_job_with_the_rows_counts(
+    spark: SparkSession, redis_server: RedisServer, namespace: str, tmp_path: Path
+) -> None:
+    """10,000 rows, each partition's first attempt failing after 3,000 of its 5,000, run by a daemon
+    (batched, a hundred rows a call) as they come: the callback is enqueued once, after the last row's
+    job, counting each row once."""
+    rows = 10_000
+    finished: list[float] = []
+    seen: list[int] = []
+
+    def handle_rows(req: Received) -> tuple[int, dict[str, str], bytes]:
+        """A batched handler (a hundred rows a call): row ids ending in 007 are refused for good."""
+        answers = []
+        for job in json.loads(req.body):
+            row = job["payload"]["id"]
+            seen.append(row)
+            answers.append({"id": job["id"], "outcome": "fail" if row % 1000 == 7 else "done"})
+        finished.append(time.monotonic())
+        return 200, {"Content-Type": "application/json"}, json.dumps(answers).encode()
+
+    with handler_server() as handlers:
+        handler = {"spark.row": {"url": handlers.url("/rows", handle_rows), "batch": {"max_size": 100}},
+                   "spark.done": {"url": handlers.url("/done", lambda req: (200, {}, b"ok"))}}  # fmt: skip
+        # Results kept past the Spark job: a retried task finds the rows its failed attempt enqueued, even
+        # those already done, and enqueues none of them again (enqueue_dataframe's dedup horizon).
+        config = write_config(tmp_path, redis_server.url, namespace, handler, concurrency=200, result_ttl="1h")
+        daemon = DaemonProcess(config).start()
+        try:
+            enqueue_dataframe(
+                spark.range(rows, numPartitions=2),
+                type="spark.row",
+                job_id=lambda row: f"row-{row['id']}",
+                payload=_fail_first_attempt_at_3000,
+                redis_url=redis_server.url,
+                namespace=namespace,
+                batch_id="rows",
+                batch_size=500,
+                on_complete=("spark.done", {"report": "daily"}),
+            )
+            wait_for(lambda: handlers.requests_to("/done"), timeout=120, what=f"the callback ({daemon.log_tail()})")
+        finally:
+            daemon.stop()
+    (callback,) = handlers.requests_to("/done")
+    assert sorted(seen) == list(range(rows))
+    assert callback.at > max(finished), "the callback started before the last row's job had ended"
+    counts = {"queue": "default", "batch": "rows", "total": rows, "done": rows - 10, "dead": 10, "canceled": 0}
+    assert json.loads(callback.body) == {"batch": counts, "data": {"report": "daily"}}
 
 
 def test_enqueue_dataframe_checks_its_arguments_on_the_driver(spark: SparkSession, redis_server: RedisServer) -> None:

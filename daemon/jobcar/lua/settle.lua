@@ -13,6 +13,8 @@
 -- ARGV[3] the dependency's reference "<queue>/<id>"
 -- ARGV[4] how it ended: "done", "dead", "canceled" or "gone" (no such job when the producer registered)
 -- ARGV[5] dead set max jobs, ARGV[6] dead set max age ms
+-- ARGV[7] (optional) for a batch's callback: the batch's counts, a JSON object; the job's payload (its
+--         callback data, JSON) becomes {"batch": <counts>, "data": <that payload>} when it runs
 -- Touches <prefix>deps:<id> SET (the reference removed; deleted with the job's last one). A dependency that
 -- did not end done fails the job by its `on_dependency_failure`: "fail" (the default: to the dead-letter
 -- set with the reason "dependency <reference> <outcome>"), "cancel" (deleted, as a cancel does) or "run"
@@ -51,6 +53,11 @@ if outcome ~= 'done' and policy ~= 'run' then
   return 'dead'
 end
 if redis.call('SCARD', deps) > 0 then return 'waiting' end
+if ARGV[7] and ARGV[7] ~= '' then
+  -- Spliced, not re-encoded: cjson would round the producer's numbers.
+  local data = redis.call('HGET', job_key, 'payload') or 'null'
+  redis.call('HSET', job_key, 'payload', '{"batch":' .. ARGV[7] .. ',"data":' .. data .. '}')
+end
 redis.call('ZREM', KEYS[2], id)
 redis.call('HSET', job_key, 'state', 'pending')
 redis.call('LPUSH', pending_key(KEYS[1], redis.call('HGET', job_key, 'priority')), id)

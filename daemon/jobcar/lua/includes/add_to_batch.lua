@@ -1,11 +1,32 @@
+--- @include "now_ms"
+--- @include "tell_dependents"
+
 -- Count an outcome in a batch (Spark producers wait on these counters). A batch key of another type
 -- (written by something else) counts nothing, for fsck to report, and the script goes on: a script
 -- that fails half-way keeps the writes it made.
+-- A batch sealed by its producer (seal_batch.lua: every job of it is enqueued) whose jobs have all ended
+-- tells its callbacks once: the script whose count makes it so, atomically with that count, sets `fired`.
+-- A job requeued from the dead-letter queue later counts again but fires nothing more.
 local BATCH_TTL_MS = 7 * 86400 * 1000
+
+-- Tell the callbacks of a sealed batch whose every job has ended, unless told before. True when it did.
+local function fire_batch(prefix, batch, key)
+  local f = redis.call('HMGET', key, 'sealed', 'fired', 'total', 'done', 'dead', 'canceled')
+  if not f[1] or f[2] then return false end
+  local total, done = tonumber(f[3]) or 0, tonumber(f[4]) or 0
+  local dead, canceled = tonumber(f[5]) or 0, tonumber(f[6]) or 0
+  if done + dead + canceled < total then return false end
+  redis.call('HSET', key, 'fired', now_ms())
+  local counts = {batch = batch, total = total, done = done, dead = dead, canceled = canceled}
+  tell_dependents(prefix, key, 'batch:' .. batch, (dead + canceled == 0) and 'done' or 'dead', nil, counts)
+  return true
+end
+
 local function add_to_batch(prefix, batch, field, by)
   local key = prefix .. 'batch:' .. batch
   local kind = redis.call('TYPE', key).ok
   if kind ~= 'hash' and kind ~= 'none' then return end
   redis.call('HINCRBY', key, field, by)
   redis.call('PEXPIRE', key, BATCH_TTL_MS)
+  if by > 0 and field ~= 'total' then fire_batch(prefix, batch, key) end
 end
