@@ -66,6 +66,10 @@ class JobView:
     lease_deadline_ms: int | None
     #: Redis time when it was read, the clock every stored time was taken with.
     now_ms: int
+    #: Of the jobs it waits for (`after`), those that have not ended yet, as references "<queue>/<id>".
+    waiting_for: tuple[str, ...] = ()
+    #: The jobs waiting for it to end (ADR 0016).
+    dependents: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -204,14 +208,18 @@ class Admin:
         pipe.hgetall(keys.job(job_id))
         pipe.zscore(keys.active, job_id)
         pipe.time()
-        fields, deadline, (seconds, micros) = await pipe.execute()
+        pipe.smembers(keys.deps(job_id))
+        pipe.smembers(keys.dependents(job_id))
+        fields, deadline, (seconds, micros), deps, dependents = await pipe.execute(raise_on_error=False)
         if not fields:
             raise JobNotFound(gone)
         job = readable(job_id, queue, fields)
         if isinstance(job, str):
             raise JobNotFound(job)
         lease_deadline_ms = None if deadline is None or job.state is not State.ACTIVE else int(deadline)
-        return JobView(job, lease_deadline_ms, int(seconds) * 1000 + int(micros) // 1000)
+        return JobView(
+            job, lease_deadline_ms, int(seconds) * 1000 + int(micros) // 1000, _refs(deps), _refs(dependents)
+        )
 
     async def wait(self, job_id: str, queue: str | None, seconds: float) -> JobView:
         """The job once it has finished (done or dead), or as it is after `seconds`; JobNotFound when
@@ -360,7 +368,16 @@ def readable(job_id: str, queue: str, fields: Any) -> Job | str:
         return f"job {job_id} in queue {queue} cannot be read: {exc}"
 
 
-def job_document(job: Job, lease_deadline_ms: int | None = None) -> dict[str, Any]:
+def _refs(members: object) -> tuple[str, ...]:
+    """A SET of job references, sorted; a key of another type (fsck reports it) reads as none."""
+    if not isinstance(members, set):
+        return ()
+    return tuple(sorted(as_text(m) for m in members))
+
+
+def job_document(
+    job: Job, lease_deadline_ms: int | None = None, waiting_for: Sequence[str] = (), dependents: Sequence[str] = ()
+) -> dict[str, Any]:
     """A job as JSON, the same from `jobcar jobs show --json`, `GET /v1/jobs/{id}` and the dashboard.
 
     Times are RFC 3339 in UTC. The payload is the JSON value itself when it is stored as JSON, else
@@ -378,7 +395,9 @@ def job_document(job: Job, lease_deadline_ms: int | None = None) -> dict[str, An
         "batch": job.batch, "meta": job.meta, "priority": job.priority,
         "expires_at": rfc3339_ms(job.expires_at_ms), "debounce_key": job.debounce_key,
         "schedule": job.schedule, "scheduled_at": rfc3339_ms(job.scheduled_at_ms),
-        "key": job.limit_key, "held_for": job.held_for,
+        "key": job.limit_key, "held_for": job.held_for, "after": list(job.after),
+        "on_dependency_failure": job.on_dependency_failure or ("fail" if job.after else None),
+        "waiting_for": list(waiting_for), "dependents": list(dependents),
         "errors": [{"attempt": e.attempt, "at": rfc3339_ms(e.at_ms), "error": e.error} for e in job.errors],
     }  # fmt: skip
     try:

@@ -71,7 +71,7 @@ SHUTDOWN_TIMEOUT: Final = 5.0  # for in-flight requests when the listener is cle
 
 #: Request fields passed on to AsyncClient.enqueue as they are ("id" as job_id): the client validates them.
 _PLAIN: Final = ("queue", "id", "unique_key", "traceparent", "batch", "meta", "max_attempts", "priority", "unique_mode",
-                  "debounce_key", "key")  # fmt: skip
+                  "debounce_key", "key", "after", "on_dependency_failure")  # fmt: skip
 _DURATIONS: Final = ("delay", "unique_for", "timeout", "expires_in", "debounce", "debounce_max_wait")
 _MOMENTS: Final = ("run_at", "expires_at")
 JOB_FIELDS: Final = frozenset({"type", "payload", "payload_base64", "content_type", *_MOMENTS, *_PLAIN, *_DURATIONS})
@@ -273,7 +273,7 @@ async def _get_job(request: web.Request) -> web.Response:
     wait = request.query.get("wait")
     if wait is None:
         view = await request.app[ADMIN].job(job_id, queue)
-        return web.json_response(job_document(view.job, view.lease_deadline_ms))
+        return web.json_response(job_document(view.job, view.lease_deadline_ms, view.waiting_for, view.dependents))
     # A long poll: the answer comes when the job has finished, or when the wait is over.
     seconds = _duration("wait", wait)
     if seconds > MAX_WAIT:
@@ -281,7 +281,9 @@ async def _get_job(request: web.Request) -> web.Response:
     view = await request.app[ADMIN].wait(job_id, queue, seconds)
     finished = view.job.state in FINISHED
     headers = {"Jobcar-Wait": "finished" if finished else "timeout"}
-    return web.json_response(job_document(view.job, view.lease_deadline_ms), headers=headers)
+    return web.json_response(
+        job_document(view.job, view.lease_deadline_ms, view.waiting_for, view.dependents), headers=headers
+    )
 
 
 async def _cancel(request: web.Request) -> web.Response:

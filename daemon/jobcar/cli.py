@@ -271,11 +271,25 @@ def _enqueue_arguments(parser: argparse.ArgumentParser) -> None:
         "--debounce-max-wait", type=duration, metavar="DURATION", help="run by then however many enqueues come"
     )
     parser.add_argument("--key", metavar="K", help="the job's key for its type's per-key limits (a tenant, ...)")
+    parser.add_argument(
+        "--after", action="append", metavar="[QUEUE/]ID",
+        help="wait until this job is done (repeatable); an id in another queue, or holding '/', with its queue",
+    )  # fmt: skip
+    parser.add_argument(
+        "--on-dependency-failure", choices=("fail", "run", "cancel"),
+        help="when a job of --after dies or is canceled: fail (default, to the dead-letter queue), run, cancel",
+    )  # fmt: skip
     parser.add_argument("--timeout", type=duration, metavar="DURATION", help="the handler's timeout for this job")
     parser.add_argument(
         "--content-type", metavar="T", help="send the payload bytes as they are, with this Content-Type"
     )
     parser.add_argument("--json", action="store_true", help='print {"id", "queue", "state", "status"}')
+
+
+def _after_ref(text: str) -> str | tuple[str, str]:
+    """An --after value: an id, or "QUEUE/ID" (the first "/" ends the queue's name)."""
+    queue, slash, job_id = text.partition("/")
+    return (queue, job_id) if slash else text
 
 
 def _read_payload(source: str | None, content_type: str | None, max_bytes: int) -> tuple[bytes | None, str | None]:
@@ -347,6 +361,8 @@ def cmd_enqueue(args: argparse.Namespace) -> int:
             "priority": args.priority, "expires_in": args.expires_in, "expires_at": args.expires_at,
             "unique_mode": args.unique_mode, "debounce": args.debounce, "debounce_key": args.debounce_key,
             "debounce_max_wait": args.debounce_max_wait, "key": args.key,
+            "after": None if args.after is None else [_after_ref(ref) for ref in args.after],
+            "on_dependency_failure": args.on_dependency_failure,
         }  # fmt: skip
         info = asyncio.run(enqueue(payload, options))
     except PayloadTooLarge as exc:

@@ -8,7 +8,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Final
 
 from jobcar.admin import Admin, CancelReply, JobListing, JobView, job_document
@@ -220,7 +220,9 @@ def _window(job: Job) -> str:
     return " (held for its whole window)" if job.unique_window else ""
 
 
-def _job_lines(job: Job, lease_deadline_ms: int | None, now_ms: int) -> list[str]:
+def _job_lines(view: JobView) -> list[str]:
+    job, lease_deadline_ms, now_ms = view.job, view.lease_deadline_ms, view.now_ms
+
     def when(ms: int | None) -> str | None:
         if ms is None:
             return None
@@ -247,6 +249,9 @@ def _job_lines(job: Job, lease_deadline_ms: int | None, now_ms: int) -> list[str
         ("debounce key", None if job.debounce_key is None else printable(job.debounce_key)),
         ("key", None if job.limit_key is None else printable(job.limit_key)),
         ("held for", None if job.held_for is None else "a slot of limit group " + printable(job.held_for)),
+        ("after", _refs_text(job.after, job.on_dependency_failure or "fail")),
+        ("waiting for", _refs_text(view.waiting_for)),
+        ("waited for by", _refs_text(view.dependents)),
         ("schedule", None if job.schedule is None else printable(job.schedule)),
         ("scheduled for", when(job.scheduled_at_ms)),
         ("traceparent", job.traceparent),
@@ -271,15 +276,23 @@ def _job_lines(job: Job, lease_deadline_ms: int | None, now_ms: int) -> list[str
     return lines
 
 
+def _refs_text(refs: Sequence[str], on_failure: str | None = None) -> str | None:
+    """Job references on one line; with `after`'s policy when a dependency fails."""
+    if not refs:
+        return None
+    text = printable(" ".join(refs))
+    return text if on_failure is None else f"{text} (if one fails: {on_failure})"
+
+
 def cmd_jobs_show(args: argparse.Namespace) -> int:
     async def read(admin: Admin) -> JobView:
         return await admin.job(args.job_id, args.queue)
 
     view = with_admin(load(args), read)
     if args.json:
-        print_json(job_document(view.job, view.lease_deadline_ms))
+        print_json(job_document(view.job, view.lease_deadline_ms, view.waiting_for, view.dependents))
     else:
-        print("\n".join(_job_lines(view.job, view.lease_deadline_ms, view.now_ms)))
+        print("\n".join(_job_lines(view)))
     return EX_OK
 
 

@@ -28,6 +28,9 @@ class State(StrEnum):
     WAITING = "waiting"  # for the jobs it runs after (`after`): pending once they are all done
 
 
+#: The most references of `after` a handler gets with the job (a chain's step has one).
+MAX_AFTER_IN_HEADER: Final = 16
+
 #: States a job ends in while its hash is kept: a waiter stops at these (a job that succeeds without a kept
 #: result, or is canceled, is deleted instead).
 FINISHED: Final = frozenset({State.DONE, State.DEAD})
@@ -131,6 +134,19 @@ class Job:
     #: When a limit first held the job (ms, Redis time), until it is leased: in a lease's reply, how long
     #: limits held it.
     held_at_ms: int | None = None
+    #: The jobs it was enqueued to wait for, as references "<queue>/<id>" (ADR 0016), and what a failed one
+    #: does to it (None: the default, "fail").
+    after: tuple[str, ...] = ()
+    on_dependency_failure: str | None = None
+
+    @property
+    def after_header(self) -> str | None:
+        """What the job waits for, as handlers get it (`Jobcar-After`, `JOBCAR_AFTER`): the references
+        separated by spaces, which neither queue names nor ids hold. None for a job that waits for nothing
+        or for more than MAX_AFTER_IN_HEADER jobs (a fan-in: its handler reads its job document instead)."""
+        if not self.after or len(self.after) > MAX_AFTER_IN_HEADER:
+            return None
+        return " ".join(self.after)
 
     @property
     def last_error(self) -> str | None:
@@ -187,6 +203,8 @@ class Job:
             limit_key=_opt_str(get(b"key")),
             held_for=_opt_str(get(b"held")) if get(b"state") == b"held" else None,
             held_at_ms=_opt_int(get(b"held_at")),
+            after=_refs(get(b"after")),
+            on_dependency_failure=_opt_str(get(b"on_dependency_failure")),
         )
 
 
@@ -201,6 +219,14 @@ def _state(raw: bytes | None) -> State:
     if state is None:
         raise ValueError(f"unknown job state {raw!r}")
     return state
+
+
+def _refs(raw: bytes | None) -> tuple[str, ...]:
+    """A JSON array of job references; a field that is not one (written by hand) reads as none."""
+    if raw is None:
+        return ()
+    refs = json.loads(raw)
+    return tuple(r for r in refs if isinstance(r, str)) if isinstance(refs, list) else ()
 
 
 def _opt_str(raw: bytes | None) -> str | None:

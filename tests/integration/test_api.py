@@ -277,6 +277,21 @@ async def test_priority_deadline_window_and_debounce_are_taken_and_shown(api: Ap
         assert reply.status == 400, (bad, reply.body)
 
 
+async def test_a_job_waits_for_others_and_its_document_shows_them(api: Api) -> None:
+    first = (await api.enqueue({"type": "t", "id": "first"})).body
+    other = (await api.enqueue({"type": "t", "id": "other", "queue": "low"})).body
+    waiting = await api.enqueue({"type": "t", "after": ["first", ["low", "other"]], "on_dependency_failure": "run"})
+    assert (waiting.status, waiting.body["state"]) == (201, "waiting")
+    job = (await api.get(waiting.body["id"])).body
+    assert job["after"] == job["waiting_for"] == ["default/first", "low/other"]
+    assert (job["on_dependency_failure"], job["dependents"]) == ("run", [])
+    assert (await api.get(first["id"])).body["dependents"] == [f"default/{waiting.body['id']}"]
+    assert (await api.get(other["id"], queue="low")).body["dependents"] == [f"default/{waiting.body['id']}"]
+    for bad in ({"after": []}, {"after": [["low"]]}, {"after": ["x"], "on_dependency_failure": "retry"}):
+        reply = await api.enqueue({"type": "t", **bad})
+        assert reply.status == 400, (bad, reply.body)
+
+
 async def test_schedules_are_created_read_paused_triggered_and_removed(api: Api) -> None:
     spec = {"type": "report.build", "cron": "0 3 * * *", "timezone": "Europe/Berlin", "payload": {"r": 1},
             "catchup": "all", "priority": 4}  # fmt: skip

@@ -287,6 +287,27 @@ def test_jobs_show_every_field(run: Run, client: Client) -> None:
     assert out.rstrip().endswith("exit status 1: bad input")
 
 
+def test_jobs_show_what_a_job_waits_for_and_what_waits_for_it(run: Run, client: Client) -> None:
+    client.enqueue("t.echo", None, job_id="first")
+    client.enqueue("t.echo", None, job_id="other", queue="low")
+    assert run("enqueue", "t.echo", "--id", "next", "--after", "first", "--after", "low/other")[0] == 0
+    assert run("enqueue", "t.echo", "--id", "last", "--after", "next", "--on-dependency-failure", "cancel")[0] == 0
+
+    code, out, err = run("jobs", "show", "next")
+    assert (code, err) == (0, "")
+    fields = {line.split("  ", 1)[0]: line.split("  ", 1)[1].strip() for line in out.splitlines()}
+    assert fields["state"] == "waiting"
+    assert fields["after"] == "default/first low/other (if one fails: fail)"
+    assert fields["waiting for"] == "default/first low/other"
+    assert fields["waited for by"] == "default/last"
+    shown = run_json(run, "jobs", "show", "last")
+    assert isinstance(shown, dict)
+    assert (shown["after"], shown["on_dependency_failure"], shown["dependents"]) == (["default/next"], "cancel", [])
+    listed = run_json(run, "jobs", "list", "--state", "waiting")
+    assert isinstance(listed, list)
+    assert sorted(job["id"] for job in listed) == ["last", "next"]
+
+
 def test_jobs_show_an_active_job_and_a_binary_payload(run: Run, client: Client) -> None:
     raw = bytes(range(256))
     client.enqueue("t.echo", raw, job_id="blob")

@@ -171,7 +171,7 @@ async def test_environment_holds_job_metadata_and_only_allow_listed_variables(
         cwd=str(tmp_path),
     )
     job = make_job(content_type="application/x-thing", traceparent=TRACEPARENT, schedule="nightly",
-                   scheduled_at_ms=1_700_000_000_000)  # fmt: skip
+                   scheduled_at_ms=1_700_000_000_000, after=("default/extract", "low/7"))  # fmt: skip
     outcome = await execute(handler, job)
     assert outcome.kind is OutcomeKind.SUCCESS, outcome
     assert outcome.result is not None
@@ -186,6 +186,7 @@ async def test_environment_holds_job_metadata_and_only_allow_listed_variables(
     assert env["JOBCAR_CONTENT_TYPE"] == "application/x-thing"
     assert env["TRACEPARENT"] == TRACEPARENT
     assert (env["JOBCAR_SCHEDULE"], env["JOBCAR_SCHEDULED_AT"]) == ("nightly", "2023-11-14T22:13:20.000Z")
+    assert env["JOBCAR_AFTER"] == "default/extract low/7"
     assert env["PATH"] == os.environ["PATH"]
     assert env["TZ"] == "Europe/Paris"
     assert env["JOBCAR_TEST_ALLOWED"] == "passed on"

@@ -25,11 +25,13 @@ class Steps:
         self.started: dict[str, float] = {}  # job id -> its first start
         self.succeeded: dict[str, float] = {}  # job id -> its first success
         self.successes: dict[str, int] = {}
+        self.after: dict[str, str | None] = {}  # job id -> its Jobcar-After header
 
     def __call__(self, req: Received) -> tuple[int, dict[str, str], bytes]:
         job_id, attempt = req.headers["jobcar-job-id"], int(req.headers["jobcar-attempt"])
         with self.lock:
             self.started.setdefault(job_id, time.monotonic())
+            self.after[job_id] = req.headers.get("jobcar-after")
         time.sleep(0.05)
         if attempt == 1 and zlib.crc32(job_id.encode()) % 4 == 0:
             return 500, {}, b"flaky"
@@ -85,6 +87,8 @@ def test_a_dag_of_50_runs_in_order_through_failures_and_a_killed_daemon(
     for job_id, deps in after.items():
         for dep in deps:
             assert steps.started[job_id] > steps.succeeded[dep], f"{job_id} started before {dep} was done"
+        # What it ran after comes with it (a fan-in of 10 too: at most 16 go in the header).
+        assert steps.after[job_id] == (" ".join(f"default/{d}" for d in deps) or None)
     # Each job was released once; only a job the killed daemon held when it died ran again (at most 4).
     again = [job_id for job_id, n in steps.successes.items() if n > 1]
     assert len(again) <= 4, steps.successes

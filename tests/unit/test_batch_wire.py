@@ -24,14 +24,16 @@ def _outcomes(answers: object) -> list[Outcome]:
 
 
 def test_jobs_go_out_with_json_payloads_inline_and_others_in_base64() -> None:
-    raw = _job("r", b"\x00\x01", content_type="application/octet-stream", meta={"tenant": "t"}, limit_key="k")
+    raw = _job("r", b"\x00\x01", content_type="application/octet-stream", meta={"tenant": "t"}, limit_key="k",
+               after=("q/a", "other/b"))  # fmt: skip
     broken = _job("x", b"{not json")
     items = json.loads(http_body([JOBS[0], raw, broken], [5, 5, 5]))
     assert items[0]["payload"] == {"n": 1}
     assert items[0]["attempt"] == 1
     assert items[0]["max_attempts"] == 5
     assert base64.b64decode(items[1]["payload_base64"]) == b"\x00\x01"
-    assert (items[1]["meta"], items[1]["key"]) == ({"tenant": "t"}, "k")
+    assert (items[1]["meta"], items[1]["key"], items[1]["after"]) == ({"tenant": "t"}, "k", ["q/a", "other/b"])
+    assert "after" not in items[0]
     assert base64.b64decode(items[2]["payload_base64"]) == b"{not json"
     lines = command_input([JOBS[0], raw], [5, 5]).splitlines()
     assert [json.loads(line)["id"] for line in lines] == ["a", "r"]

@@ -48,6 +48,8 @@ def _item(job: Job, max_attempts: int, *, one_line: bool) -> bytes:
         head += ',"traceparent":' + _string(job.traceparent)
     if job.scheduled_at_ms is not None:
         head += f',"schedule":{_string(job.schedule or "")},"scheduled_at":"{rfc3339_ms(job.scheduled_at_ms)}"'
+    if job.after:
+        head += ',"after":' + _encode(list(job.after))
     return head.encode() + _payload(job, one_line=one_line) + b"}"
 
 

@@ -127,6 +127,8 @@ class CommandExecutor:
         if job.scheduled_at_ms is not None:  # a periodic job: which schedule, and which of its ticks
             env["JOBCAR_SCHEDULE"] = job.schedule or ""
             env["JOBCAR_SCHEDULED_AT"] = rfc3339_ms(job.scheduled_at_ms) or ""
+        if job.after_header:
+            env["JOBCAR_AFTER"] = job.after_header
         return env
 
     def _batch_environment(self, first: Job, count: int, *, deadline: float) -> dict[str, str]:

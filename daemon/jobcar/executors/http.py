@@ -152,7 +152,9 @@ class HttpExecutor:
 
     def _request_head(self, job: Job, *, deadline: float, max_attempts: int) -> bytes | None:
         """The request head for one job, or None when a job field would break out of its header."""
+        after = job.after_header
         job_fields = job.content_type + job.id + job.type + job.queue + (job.traceparent or "") + (job.schedule or "")
+        job_fields += after or ""
         if _UNSAFE_IN_HEADER.search(job_fields):
             return None
         head = (
@@ -164,6 +166,8 @@ class HttpExecutor:
         head += f"traceparent: {job.traceparent}\r\n" if job.traceparent else self._default_traceparent
         if job.scheduled_at_ms is not None:  # a periodic job: which schedule, and which of its ticks
             head += f"Jobcar-Schedule: {job.schedule}\r\nJobcar-Scheduled-At: {rfc3339_ms(job.scheduled_at_ms)}\r\n"
+        if after:  # a step of a chain: which jobs it ran after (their results, while kept, are theirs)
+            head += f"Jobcar-After: {after}\r\n"
         return (head + self._signature(job.payload) + "\r\n").encode()
 
     def _signature(self, body: bytes) -> str:
