@@ -160,3 +160,40 @@ def test_batched_delivery_on_cluster_sends_one_queue_per_batch_and_records_each_
     assert sum(map(len, batches)) == 30
     assert max(map(len, batches)) == 10
     assert [d.redis.zcard(d.keys.dead) for d in drivers] == [1, 1], "each queue's job 0 failed for good"
+
+
+def test_a_workflow_over_queues_on_different_nodes_runs_in_order_and_its_batch_calls_back_once(
+    redis_cluster: list[RedisServer], cluster: redis.RedisCluster, handlers: HandlerServer,
+    namespace: str, tmp_path: Path,
+) -> None:  # fmt: skip
+    order: list[str] = []
+
+    def record(req: Received) -> tuple[int, dict[str, str], bytes]:
+        order.append(json.loads(req.body)["step"] if req.path == "/jobs/t" else "callback")
+        return 200, {}, b"ok"
+
+    url = handlers.url("/jobs/t", record)
+    queues = {"a": 1, "b": 1, "c": 1}
+    redis_config = {"url": redis_cluster[0].url, "cluster": True}
+    handler = {"t": {"url": url}, "done": {"url": handlers.url("/jobs/done", record)}}
+    config = write_config(tmp_path, "", namespace, handler, redis=redis_config, queues=queues)
+    client = Client(cluster, namespace=namespace)
+    # A chain a -> b -> c, then a fan-in in a of three parts in b, c and a, which form a batch whose callback
+    # waits in c: every step crosses slots, and the queues spread over the masters.
+    chain = client.chain([("t", {"step": f"chain{n}"}, {"queue": q}) for n, q in enumerate("abc")])
+    part = {"batch": "parts", "after": chain[-1]}
+    parts = client.enqueue_many([("t", {"step": f"part{n}"}, {**part, "queue": q}) for n, q in enumerate("bca")])
+    client.enqueue("t", {"step": "fan-in"}, queue="a", after=parts)
+    assert len({cluster.get_node_from_key(QueueDriver(cluster, namespace, q).keys.pending).name for q in "abc"}) >= 2
+    daemons = [DaemonProcess(config).start() for _ in range(2)]
+    try:
+        # A batch's counters live in one queue: in queue b, the batch "parts" is part0.
+        client.seal_batch("parts", queue="b", on_complete=("done", None, {"queue": "c"}))
+        wait_for(lambda: len(order) == 8, timeout=30, what=f"every step ({daemons[0].log_tail()})")
+    finally:
+        for daemon in daemons:
+            daemon.stop()
+    assert order[:3] == ["chain0", "chain1", "chain2"]
+    assert sorted(order[3:]) == ["callback", "fan-in", "part0", "part1", "part2"]
+    assert order.index("fan-in") > max(order.index(p) for p in ("part0", "part1", "part2"))
+    assert order.index("callback") > order.index("part0"), "the batch in queue b is part0 alone"

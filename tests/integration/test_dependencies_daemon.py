@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import json
 import signal
 import threading
 import time
@@ -93,3 +94,40 @@ def test_a_dag_of_50_runs_in_order_through_failures_and_a_killed_daemon(
     again = [job_id for job_id, n in steps.successes.items() if n > 1]
     assert len(again) <= 4, steps.successes
     assert all(steps.successes[j] == 2 for j in again), steps.successes
+
+
+def test_a_batch_whose_last_two_jobs_end_at_once_on_two_daemons_calls_back_once(
+    redis_server: RedisServer, namespace: str, tmp_path: Path, handlers: HandlerServer
+) -> None:
+    together = threading.Barrier(2, timeout=20)  # each pair of jobs answers at the same moment
+    callbacks: list[dict[str, Any]] = []
+
+    def part(req: Received) -> tuple[int, dict[str, str], bytes]:
+        together.wait()
+        return 200, {}, b"ok"
+
+    def callback(req: Received) -> tuple[int, dict[str, str], bytes]:
+        callbacks.append(json.loads(req.body))
+        return 200, {}, b"ok"
+
+    handler = {"part": {"url": handlers.url("/part", part)}, "report": {"url": handlers.url("/report", callback)}}
+    # One job at a time per daemon (leased one at a time too): a pair's two jobs run on the two daemons.
+    config = write_config(tmp_path, redis_server.url, namespace, handler, concurrency=1)
+    batches = [f"b{n}" for n in range(5)]
+    with redis_server.client() as r:
+        client = Client(r, namespace=namespace)
+        for batch in batches:  # two jobs each: one daemon runs one, the other daemon the other
+            client.enqueue_many([("part", None, {"batch": batch}), ("part", None, {"batch": batch})])
+            client.seal_batch(batch, on_complete=("report", batch))
+        daemons = [DaemonProcess(config).start() for _ in range(2)]
+        try:
+            wait_for(lambda: len(callbacks) >= len(batches), timeout=60, what="every batch's callback")
+            q = QueueDriver(r, namespace)
+            wait_for(lambda: not r.exists(q.keys.settled), timeout=10, what="every entry carried")
+        finally:
+            for daemon in daemons:
+                daemon.stop()
+    assert sorted(c["data"] for c in callbacks) == batches, "one callback per batch"
+    assert all(c["batch"]["done"] == c["batch"]["total"] == 2 for c in callbacks)
+    # The barrier let no part answer alone: every pair ran on the two daemons at once, and no part ran again.
+    assert len(handlers.requests_to("/part")) == 2 * len(batches)
