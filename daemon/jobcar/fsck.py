@@ -15,6 +15,8 @@ Repairs touch only keys of the queue's hash tag, so each script stays in one Clu
 
 from __future__ import annotations
 
+import functools
+import json
 from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Final
@@ -22,10 +24,10 @@ from typing import Final
 from redis.exceptions import ResponseError
 
 from jobcar.job import STORED_IN_SETS, State
-from jobcar.keys import QueueKeys
+from jobcar.keys import QueueKeys, job_ref, split_job_ref
 from jobcar.replies import as_int, as_text
 from jobcar.scripts import call
-from jobcar.transitions import DeadLetterLimits
+from jobcar.transitions import DeadLetterLimits, DependOutcome, depend_call, settle_call
 from jobcar.transport import AsyncRedis, execute_async
 
 __all__ = ["Finding", "Kind", "check_queue"]
@@ -33,6 +35,8 @@ __all__ = ["Finding", "Kind", "check_queue"]
 #: A repaired done/canceled hash without a TTL, or a unique lock without one (its unique_for is
 #: unknown), expires after this long.
 REPAIR_TTL_MS: Final = 86400 * 1000
+#: A waiting job younger than this is left alone: its producer may still be storing the jobs it waits for.
+SETTLING_MS: Final = 60_000
 SCAN_COUNT: Final = 1000
 _CHUNK: Final = 500
 
@@ -55,6 +59,7 @@ class Kind:
     SCHEDULE_MISSING: Final = "schedule_missing"  # a name in the schedules ZSET without its hash
     SCHEDULE_UNINDEXED: Final = "schedule_unindexed"  # a live schedule whose next tick the ZSET lacks
     LEAKED_SLOT: Final = "leaked_slot"  # a concurrency slot held for a job that is not active
+    LOST_DEPENDENCY: Final = "lost_dependency"  # a waiting job's dependency that will never tell it it ended
 
 
 @dataclass(frozen=True, slots=True)
@@ -111,6 +116,73 @@ async def _check_schedules(
         if next_tick is not None and indexed.get(name) != next_tick:
             await found(Kind.SCHEDULE_UNINDEXED, name, f"waits at tick {next_tick} but the ZSET says "
                         f"{indexed.get(name, 'nothing')}: no daemon would fire it then", next_tick)  # fmt: skip
+
+
+async def _check_waiting(
+    client: AsyncRedis,
+    keys: QueueKeys,
+    waiting: Sequence[tuple[str, float]],
+    now: int,
+    dead_limits: DeadLetterLimits,
+    found: Callable[..., Awaitable[None]],
+) -> None:
+    """Each dependency a waiting job still waits for will tell it it ended (ADR 0016): it names the job
+    among its dependents, or its ending waits in its queue's settled list, or (a batch) it still exists.
+    One that will not (a producer that died between storing the job and registering it, a key deleted by
+    hand) is settled as the producer would: registered if it has not ended, else told how it ended, a
+    dependency that no longer exists counting as gone (failed)."""
+    endings: dict[str, set[str]] = {}  # queue -> ids whose ending waits in its settled list
+    for job_id, created in waiting:
+        if created > now - SETTLING_MS:
+            continue
+        waiting_ref = job_ref(keys.queue, job_id)
+        for ref in sorted(as_text(m) for m in await _members(client, keys.deps(job_id))):
+            queue, dep_id = split_job_ref(ref)
+            dep_keys = QueueKeys.of(keys.namespace, queue)
+            if dep_id.startswith("batch:"):
+                if await client.exists(dep_keys.batch(dep_id.removeprefix("batch:"))):
+                    continue
+                what = "a batch that no longer exists"
+            else:
+                if queue not in endings:
+                    endings[queue] = await _ending_ids(client, dep_keys)
+                if dep_id in endings[queue] or await client.sismember(dep_keys.dependents(dep_id), waiting_ref):
+                    continue
+                what = "a job that does not name it among its dependents"
+            repair_by = functools.partial(_settle_lost, client, keys, job_id, ref, dead_limits)
+            await found(Kind.LOST_DEPENDENCY, job_id, f"waits for {ref}, {what}", repair_by=repair_by)
+
+
+async def _ending_ids(client: AsyncRedis, keys: QueueKeys) -> set[str]:
+    """The ids whose ending waits in the queue's settled list (a list of another type holds none)."""
+    try:
+        entries = await client.lrange(keys.settled, 0, -1)
+    except ResponseError:
+        return set()
+    ids = set()
+    for entry in entries:
+        try:
+            job_id = json.loads(entry)[0]
+        except (ValueError, TypeError, IndexError, KeyError):
+            continue
+        if isinstance(job_id, str):
+            ids.add(job_id)
+    return ids
+
+
+async def _settle_lost(client: AsyncRedis, keys: QueueKeys, job_id: str, ref: str, dead: DeadLetterLimits) -> int:
+    """What the producer does for a dependency enqueued earlier: register the waiting job with it, or tell the
+    waiting job how it ended (a batch found gone is gone)."""
+    queue, dep_id = split_job_ref(ref)
+    outcome = DependOutcome.GONE
+    if not dep_id.startswith("batch:"):
+        depend = depend_call(QueueKeys.of(keys.namespace, queue), dep_id, job_ref(keys.queue, job_id))
+        (reply,) = await execute_async(client, [depend])
+        outcome = DependOutcome(as_text(reply))
+    if outcome is not DependOutcome.REGISTERED:
+        (told,) = await execute_async(client, [settle_call(keys, job_id, ref, outcome.value, dead)])
+        return 0 if as_text(told) == "ignored" else 1
+    return 1
 
 
 # -- repairs --------------------------------------------------------------------------------------
@@ -254,10 +326,18 @@ async def check_queue(
     exists, and marked so. A finding whose condition was gone by the time its repair ran is left out."""
     findings: list[Finding] = []
 
-    async def found(kind: str, job_id: str, detail: str, *repair_args: str | int, fixable: bool = True) -> None:
+    async def found(
+        kind: str,
+        job_id: str,
+        detail: str,
+        *repair_args: str | int,
+        fixable: bool = True,
+        repair_by: Callable[[], Awaitable[int]] | None = None,
+    ) -> None:
         repaired = False
         if repair and fixable:
-            repaired = await _repair(client, keys, kind, job_id, *repair_args) == 1
+            done = await (repair_by() if repair_by else _repair(client, keys, kind, job_id, *repair_args))
+            repaired = done == 1
             if not repaired:
                 return  # the condition no longer holds: a transition changed the job meanwhile
         findings.append(Finding(keys.queue, kind, job_id, detail, repaired))
@@ -401,8 +481,10 @@ async def check_queue(
             if kind not in ("none", "hash"):
                 await found(Kind.WRONG_TYPE, batch_key, f"batch counters hold a {kind}, not a hash", "", kind, "hash")
 
-    # The dead set's bounds.
     now = await _redis_now_ms(client)
+    await _check_waiting(client, keys, zsets[State.WAITING.value], now, dead_limits, found)
+
+    # The dead set's bounds.
     dead = zsets[State.DEAD.value]
     over = len(dead) - dead_limits.max_jobs if dead_limits.max_jobs > 0 else 0
     old = sum(1 for _, died in dead if died < now - dead_limits.max_age_ms) if dead_limits.max_age_ms > 0 else 0

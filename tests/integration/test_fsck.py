@@ -293,6 +293,48 @@ def _settled(state: State, job_id: str) -> Callable[[QueueDriver], None]:
     return check
 
 
+def _aged(q: QueueDriver, job_id: str) -> None:
+    """A waiting job enqueued long ago: fsck leaves younger ones to their producer."""
+    q.redis.zadd(q.keys.waiting, {job_id: 1})
+
+
+def _unregistered_dependency(q: QueueDriver) -> tuple[str, str]:
+    enqueue_id(q, "first")
+    enqueue_id(q, "next", after=["first"])
+    q.redis.delete(q.keys.dependents("first"))  # as if the producer died before registering "next"
+    q.redis.hdel(q.keys.job("first"), "dependents")
+    _aged(q, "next")
+    return "lost_dependency", "next"
+
+
+def _registered_again(q: QueueDriver) -> None:
+    assert q.redis.smembers(q.keys.dependents("first")) == {b"default/next"}
+    assert q.where("next") is State.WAITING
+
+
+def _vanished_dependency(q: QueueDriver) -> tuple[str, str]:
+    enqueue_id(q, "first")
+    enqueue_id(q, "next", after=["first"])
+    q.redis.delete(q.keys.job("first"), q.keys.dependents("first"))  # deleted by hand, never ended
+    q.redis.lrem(q.keys.pending, 0, "first")
+    _aged(q, "next")
+    return "lost_dependency", "next"
+
+
+def _failed_as_gone(q: QueueDriver) -> None:
+    job = q.job("next")
+    assert job is not None
+    assert (job.state, job.last_error) == (State.DEAD, "dependency default/first gone")
+
+
+def _expired_batch(q: QueueDriver) -> tuple[str, str]:
+    q.producer.seal_batch("nightly", on_complete=("report", None))  # a batch of no job: it fires at once
+    # ... but its entry is lost and its counters expired, with the callback still waiting.
+    q.redis.delete(q.keys.settled, q.keys.batch("nightly"))
+    _aged(q, "nightly.on_complete")
+    return "lost_dependency", "nightly.on_complete"
+
+
 CASES = {
     "missing hash (pending)": Case(_missing_hash, _missing_hash_check),
     "missing hash (scheduled)": Case(_missing_hash_zset, _missing_hash_check),
@@ -317,6 +359,9 @@ CASES = {
     "unique lock of a dead job": Case(_unique_finished, _unique_gone),
     "unique lock without ttl": Case(_unique_no_ttl, _unique_ttl_check),
     "dead set too old": Case(_dead_too_old, _dead_trimmed),
+    "waiting for a job that never registered it": Case(_unregistered_dependency, _registered_again),
+    "waiting for a job deleted by hand": Case(_vanished_dependency, _failed_as_gone),
+    "a batch callback whose batch expired": Case(_expired_batch, _settled(State.PENDING, "nightly.on_complete")),
 }
 
 
@@ -376,6 +421,13 @@ def test_a_healthy_queue_in_every_state_has_no_findings(q: QueueDriver, run: Run
     assert q.kill("dead", dead) == 1
     enqueue_id(q, "pending")
     enqueue_id(q, "later", delay=3600)
+    # Jobs waiting for others, long enough for fsck to look (ADR 0016): for a job, and for a sealed batch.
+    enqueue_id(q, "waits", after=["pending", "active"])
+    q.producer.enqueue_many([("t", None, {"batch": "b"})])
+    q.producer.seal_batch("b", on_complete=("t", None))
+    for job_id in ("waits", "b.on_complete"):
+        _aged(q, job_id)
+        assert q.where(job_id) is State.WAITING
     assert q.where("low") is State.PENDING
     assert q.where("debounced") is State.SCHEDULED
     assert [q.where(i) for i in ("done", "retried", "dead", "active", "unique", "pending", "later")] == [
