@@ -25,7 +25,7 @@ from jobcar.scripts import ScriptCall
 from jobcar.transitions import DependOutcome, EnqueueRecord, depend_call, settle_call
 
 #: What a job may wait for: at most this many dependencies (each costs a call when it was enqueued earlier).
-MAX_AFTER: Final = 1000
+MAX_AFTER: Final = 100_000
 ON_DEPENDENCY_FAILURE: Final = ("fail", "run", "cancel")
 
 

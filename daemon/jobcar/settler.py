@@ -29,7 +29,7 @@ log = logging.getLogger("jobcar.settler")
 #: The longest a queue's ended dependencies wait for a look when no ack of this daemon announced them.
 PASS_INTERVAL: Final = 1.0
 #: Entries read per queue and look; a queue with more is looked at again at once.
-ENTRIES_PER_LOOK: Final = 100
+ENTRIES_PER_LOOK: Final = 500
 OUTCOMES: Final = frozenset({"done", "dead", "canceled"})
 
 
@@ -64,14 +64,21 @@ class Settler:
         entries: list[bytes | str] = await self.link.call(
             functools.partial(client.lrange, keys.settled, 0, ENTRIES_PER_LOOK - 1)
         )
+        if not entries:
+            return 0
+        # Every waiting job of these entries told in one round trip, then the entries removed in another: a
+        # fan-in of 10,000 jobs is 10,000 entries, and one round trip each would make the settler its pace.
+        dead = dead_letter_limits(self.config)
+        calls = [c for entry in entries for c in settle_calls_of(keys, entry, dead)]
+        if calls:
+            replies = await self.link.scripts(calls, each_its_own=True)
+            for c, reply in zip(calls, replies, strict=True):
+                if isinstance(reply, Exception):  # a refusal (a key of another type), for fsck to report
+                    log.error("could not settle a dependency: %s", reply, extra={"job_id": c.args[1]})
+        pipe = client.pipeline(transaction=False)
         for entry in entries:
-            calls = settle_calls_of(keys, entry, dead_letter_limits(self.config))
-            if calls:
-                replies = await self.link.scripts(calls, each_its_own=True)
-                for c, reply in zip(calls, replies, strict=True):
-                    if isinstance(reply, Exception):  # a refusal (a key of another type), for fsck to report
-                        log.error("could not settle a dependency: %s", reply, extra={"job_id": c.args[1]})
-            await self.link.call(functools.partial(client.lrem, keys.settled, 1, entry))  # type: ignore[arg-type]
+            pipe.lrem(keys.settled, 1, entry)  # type: ignore[arg-type]
+        await self.link.call(pipe.execute)
         return len(entries)
 
 

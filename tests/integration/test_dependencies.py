@@ -217,7 +217,8 @@ def test_a_batch_tells_its_callbacks_once_when_its_last_jobs_end_in_one_call(
     a.kill(second.job.id, second.token, reason="bad row")
     assert carry(a, b) == 0, "two jobs of the batch still run"
     # The last two end in one script (the daemon merges acks): the batch fires once, in it.
-    a.run(transitions.merge_acks([transitions.ack_call(a.keys, j.job.id, j.token) for j in last_two]))
+    acks = transitions.merge_acks([transitions.ack_call(a.keys, j.job.id, j.token) for j in last_two])
+    assert a.run(acks) == [1, 2], "the call that ended the batch says so for its last job: settle now"
     assert carry(a, b) == 1
     assert b.where(complete.id) is State.PENDING
     counts = {"queue": "a", "batch": "nightly", "total": 4, "done": 3, "dead": 1, "canceled": 0}

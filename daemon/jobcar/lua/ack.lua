@@ -14,8 +14,9 @@
 -- Touches <prefix>unique:<key> (released), <prefix>batch:<batch> (done or canceled += 1), the job's limit
 -- slots (given back: includes/release_slots.lua),
 -- <prefix>settled (the jobs waiting for it are told: includes/tell_dependents.lua).
--- Returns one integer per job, in order: 1 finished, 2 finished and jobs waited for it (the caller settles
--- them now rather than at its next pass), 0 lease lost (nothing changed for that job).
+-- Returns one integer per job, in order: 1 finished, 2 finished and jobs waited for it or for its batch,
+-- which this call ended (the caller settles them now rather than at its next pass), 0 lease lost (nothing
+-- changed for that job).
 
 --- @include "now_ms"
 --- @include "holds_lease"
@@ -33,6 +34,8 @@ if refused then return refused end
 local prefix = ARGV[1]
 local finished, ended = {}, {}
 local returns = slot_returns(prefix)
+-- A call's jobs of one batch are counted in it once (a Spark batch's jobs are acked fifty at a time).
+local ended_in, batches = {}, {}  -- batch -> {done = n, canceled = n, last = its last job's n}; in order
 for n = 1, #KEYS - 1 do
   local job_key, at = KEYS[1 + n], 5 * n - 3
   local id, token, final, retention = ARGV[at], ARGV[at + 1], ARGV[at + 2], tonumber(ARGV[at + 3])
@@ -40,7 +43,16 @@ for n = 1, #KEYS - 1 do
   if held then
     ended[#ended + 1] = id
     if fields[3] then release_lock(prefix, fields[3], id) end
-    if fields[4] then add_to_batch(prefix, fields[4], final, 1) end
+    if fields[4] then
+      local counts = ended_in[fields[4]]
+      if not counts then
+        counts = {}
+        ended_in[fields[4]] = counts
+        batches[#batches + 1] = fields[4]
+      end
+      counts[final] = (counts[final] or 0) + 1
+      counts.last = n
+    end
     returns.add(id, fields[5])
     tell_dependents(prefix, job_key, id, final, fields[6])
     if retention > 0 then
@@ -64,4 +76,11 @@ for n = 1, #KEYS - 1 do
 end
 call_in_chunks('ZREM', KEYS[1], ended)
 returns.give_back()
+for _, batch in ipairs(batches) do
+  local counts = ended_in[batch]
+  for _, final in ipairs({'done', 'canceled'}) do
+    -- A batch this call ended told its callbacks: its last job's reply says so, as for a job's dependents.
+    if counts[final] and add_to_batch(prefix, batch, final, counts[final]) then finished[counts.last] = 2 end
+  end
+end
 return finished

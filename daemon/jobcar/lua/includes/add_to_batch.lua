@@ -22,11 +22,12 @@ local function fire_batch(prefix, batch, key)
   return true
 end
 
+-- True when this count ended the batch and told its callbacks.
 local function add_to_batch(prefix, batch, field, by)
   local key = prefix .. 'batch:' .. batch
   local kind = redis.call('TYPE', key).ok
-  if kind ~= 'hash' and kind ~= 'none' then return end
+  if kind ~= 'hash' and kind ~= 'none' then return false end
   redis.call('HINCRBY', key, field, by)
   redis.call('PEXPIRE', key, BATCH_TTL_MS)
-  if by > 0 and field ~= 'total' then fire_batch(prefix, batch, key) end
+  return by > 0 and field ~= 'total' and fire_batch(prefix, batch, key)
 end

@@ -186,6 +186,8 @@ local function store_jobs(prefix, records, now, pending, scheduled, wake_key)
   local woken = false
   -- ids for each pending list, pushed together at the end (in order, as one LPUSH each would)
   local runnable, lists = {}, {}
+  -- jobs stored per batch, counted once each at the end (a Spark partition's jobs share one)
+  local totals, batches = {}, {}
   for _, record in ipairs(records) do
     local r = record.at
     local id, job_type, payload = ARGV[r], ARGV[r + 1], ARGV[r + 2]
@@ -260,11 +262,15 @@ local function store_jobs(prefix, records, now, pending, scheduled, wake_key)
         local ids = runnable[list]
         ids[#ids + 1] = id
       end
-      if record.batch then add_to_batch(prefix, record.batch, 'total', 1) end
+      if record.batch then
+        if not totals[record.batch] then batches[#batches + 1] = record.batch end
+        totals[record.batch] = (totals[record.batch] or 0) + 1
+      end
       replies[#replies + 1] = state
     end
   end
   for _, list in ipairs(lists) do call_in_chunks('LPUSH', list, runnable[list]) end
+  for _, batch in ipairs(batches) do add_to_batch(prefix, batch, 'total', totals[batch]) end
   if #lists > 0 and not woken then wake(wake_key) end
   return replies
 end
