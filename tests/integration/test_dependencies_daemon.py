@@ -131,3 +131,32 @@ def test_a_batch_whose_last_two_jobs_end_at_once_on_two_daemons_calls_back_once(
     assert all(c["batch"]["done"] == c["batch"]["total"] == 2 for c in callbacks)
     # The barrier let no part answer alone: every pair ran on the two daemons at once, and no part ran again.
     assert len(handlers.requests_to("/part")) == 2 * len(batches)
+
+
+def test_a_chains_next_step_reads_the_result_of_the_one_before(
+    redis_server: RedisServer, namespace: str, tmp_path: Path, handlers: HandlerServer
+) -> None:
+    with redis_server.client() as r:
+        client = Client(r, namespace=namespace)
+        read: list[bytes | None] = []
+
+        def extract(req: Received) -> tuple[int, dict[str, str], bytes]:
+            return 200, {}, b'{"rows": 42}'
+
+        def load(req: Received) -> tuple[int, dict[str, str], bytes]:
+            # What a handler of the next step does: the header names the step before, kept for result_ttl.
+            queue, _, job_id = req.headers["jobcar-after"].partition("/")
+            before = client.get(job_id, queue=queue)
+            read.append(None if before is None else before.result)
+            return 200, {}, b"loaded"
+
+        handler = {"extract": {"url": handlers.url("/extract", extract)}, "load": {"url": handlers.url("/load", load)}}
+        config = write_config(tmp_path, redis_server.url, namespace, handler, result_ttl="1m")
+        _, last = client.chain([("extract", None), ("load", None)])
+        daemon = DaemonProcess(config).start()
+        try:
+            wait_for(lambda: (job := client.get(last.id)) is not None and job.result == b"loaded", timeout=20,
+                     what=f"the chain ({daemon.log_tail()})")  # fmt: skip
+        finally:
+            daemon.stop()
+    assert read == [b'{"rows": 42}']
