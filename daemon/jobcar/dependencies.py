@@ -155,7 +155,7 @@ def settle_calls(
     calls = []
     for (record, ref), outcome in zip(registered, outcomes, strict=True):
         if outcome is not DependOutcome.REGISTERED:
-            calls.append(settle_call(QueueKeys.of(namespace, record.queue), record.id, ref, outcome.value))
+            calls.append(settle_call(QueueKeys.of(namespace, record.queue), record.id, [ref], outcome.value))
     return calls
 
 
@@ -171,5 +171,5 @@ def ended_dependency_calls(
         if r.dependents and info.status is EnqueueStatus.EXISTS and info.state in (State.DONE, State.DEAD):
             for waiting in r.dependents:
                 queue, job_id = split_job_ref(waiting)
-                calls.append(settle_call(QueueKeys.of(namespace, queue), job_id, ref, info.state.value))
+                calls.append(settle_call(QueueKeys.of(namespace, queue), job_id, [ref], info.state.value))
     return calls

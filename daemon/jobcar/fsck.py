@@ -159,14 +159,14 @@ async def _ending_ids(client: AsyncRedis, keys: QueueKeys) -> set[str]:
         entries = await client.lrange(keys.settled, 0, -1)
     except ResponseError:
         return set()
-    ids = set()
+    ids: set[str] = set()
     for entry in entries:
         try:
-            job_id = json.loads(entry)[0]
+            ended = json.loads(entry)[0]
         except (ValueError, TypeError, IndexError, KeyError):
             continue
-        if isinstance(job_id, str):
-            ids.add(job_id)
+        if isinstance(ended, list):
+            ids.update(i for i in ended if isinstance(i, str))
     return ids
 
 
@@ -180,7 +180,7 @@ async def _settle_lost(client: AsyncRedis, keys: QueueKeys, job_id: str, ref: st
         (reply,) = await execute_async(client, [depend])
         outcome = DependOutcome(as_text(reply))
     if outcome is not DependOutcome.REGISTERED:
-        (told,) = await execute_async(client, [settle_call(keys, job_id, ref, outcome.value, dead)])
+        (told,) = await execute_async(client, [settle_call(keys, job_id, [ref], outcome.value, dead)])
         return 0 if as_text(told) == "ignored" else 1
     return 1
 

@@ -1,11 +1,12 @@
 """Dependencies (ADR 0016): carry how a job ended to the jobs waiting for it.
 
-The script that ends a job others wait for leaves an entry in its queue's `settled` list: [id, outcome,
-[reference, ...]]. The settler tells each waiting job (the settle script, on that job's own slot, which on a
-Cluster may be another node's), then removes the entry. A daemon that acked such a job settles its queue at
-once; every daemon also looks at the queues it serves every PASS_INTERVAL, which carries what a crash left
-between the two steps, and what other scripts (a death, a cancel) left. Telling a job twice changes nothing,
-so two daemons carrying the same entry are harmless.
+The script that ends a job others wait for leaves an entry in its queue's `settled` list: [[id, ...],
+outcome, [reference, ...]] (the jobs one call ended the same way for the same waiting jobs). The settler
+tells each waiting job (the settle script, on that job's own slot, which on a Cluster may be another
+node's), then removes the entry. A daemon that acked such a job settles its queue at once; every daemon
+also looks at the queues it serves every PASS_INTERVAL, which carries what a crash left between the two
+steps, and what other scripts (a death, a cancel) left. Telling a job twice changes nothing, so two daemons
+carrying the same entry are harmless.
 """
 
 from __future__ import annotations
@@ -83,22 +84,25 @@ class Settler:
 
 
 def settle_calls_of(keys: QueueKeys, entry: bytes | str, dead: DeadLetterLimits) -> list[ScriptCall]:
-    """The settle calls an entry of `keys.settled` asks for; none for an entry that is not one (logged)."""
+    """The settle calls an entry of `keys.settled` asks for, one per waiting job; none for an entry that is
+    not one (logged)."""
     try:
-        job_id, outcome, refs, *counts = json.loads(entry)
-        if not (isinstance(job_id, str) and outcome in OUTCOMES and all(isinstance(r, str) for r in refs)):
-            raise ValueError(entry)
-        if counts and not isinstance(counts[0], dict):
+        ended, outcome, refs, *counts = json.loads(entry)
+        well_formed = (
+            isinstance(ended, list) and all(isinstance(i, str) for i in ended) and outcome in OUTCOMES
+            and all(isinstance(r, str) for r in refs) and (not counts or isinstance(counts[0], dict))
+        )  # fmt: skip
+        if not well_formed:
             raise ValueError(entry)
     except (ValueError, TypeError):
         log.error("dropped a malformed entry of %s: %r", keys.settled, entry[:200])
         return []
-    dependency = job_ref(keys.queue, job_id)
+    dependencies = [job_ref(keys.queue, job_id) for job_id in ended]
     # A batch's counts (its callbacks' entry), as the callbacks' payloads carry them.
     batch_counts = json.dumps({"queue": keys.queue, **counts[0]}, separators=(",", ":")) if counts else ""
     calls = []
     for ref in refs:
         queue, waiting_id = split_job_ref(ref)
         waiting_keys = QueueKeys.of(keys.namespace, queue)
-        calls.append(settle_call(waiting_keys, waiting_id, dependency, outcome, dead, batch_counts))
+        calls.append(settle_call(waiting_keys, waiting_id, dependencies, outcome, dead, batch_counts))
     return calls

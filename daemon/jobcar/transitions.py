@@ -312,17 +312,17 @@ def depend_call(keys: QueueKeys, job_id: str, waiting_ref: str) -> ScriptCall:
 def settle_call(
     keys: QueueKeys,
     job_id: str,
-    dependency_ref: str,
+    dependency_refs: Sequence[str],
     outcome: str,
     dead: DeadLetterLimits = DeadLetterLimits(),
     batch_counts: str = "",
 ) -> ScriptCall:
-    """Tell the waiting job `job_id` of `keys`' queue how its dependency `dependency_ref` ended; for a
-    batch's callback, with the batch's counts (JSON), which its payload then carries."""
+    """Tell the waiting job `job_id` of `keys`' queue that its dependencies `dependency_refs` ended, all as
+    `outcome`; for a batch's callback, with the batch's counts (JSON), which its payload then carries."""
     return call(
         "settle",
         (keys.pending, keys.waiting, keys.dead, keys.wake, keys.job(job_id)),
-        (keys.prefix, job_id, dependency_ref, outcome, dead.max_jobs, dead.max_age_ms, batch_counts),
+        (keys.prefix, job_id, outcome, dead.max_jobs, dead.max_age_ms, batch_counts, *dependency_refs),
     )
 
 

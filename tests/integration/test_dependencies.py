@@ -161,7 +161,7 @@ def test_after_a_job_enqueued_earlier_whatever_it_became(queues: tuple[QueueDriv
 def test_telling_a_waiting_job_twice_changes_nothing(q: QueueDriver) -> None:
     first = q.enqueue("a")
     waiting = q.enqueue("b", after=[first.id, q.enqueue("c").id])
-    call = transitions.settle_call(q.keys, waiting.id, job_ref(q.keys.queue, first.id), "done")
+    call = transitions.settle_call(q.keys, waiting.id, [job_ref(q.keys.queue, first.id)], "done")
     assert [q.run(call), q.run(call)] == [b"waiting", b"ignored"]
     assert q.where(waiting.id) is State.WAITING
     assert q.redis.scard(q.keys.deps(waiting.id)) == 1

@@ -34,6 +34,7 @@ if refused then return refused end
 local prefix = ARGV[1]
 local finished, ended = {}, {}
 local returns = slot_returns(prefix)
+local told = dependents_told(prefix)
 -- A call's jobs of one batch are counted in it once (a Spark batch's jobs are acked fifty at a time).
 local ended_in, batches = {}, {}  -- batch -> {done = n, canceled = n, last = its last job's n}; in order
 for n = 1, #KEYS - 1 do
@@ -54,7 +55,7 @@ for n = 1, #KEYS - 1 do
       counts.last = n
     end
     returns.add(id, fields[5])
-    tell_dependents(prefix, job_key, id, final, fields[6])
+    told.add(job_key, id, final, fields[6])
     if retention > 0 then
       redis.call('HSET', job_key, 'state', final, 'finished', now_ms())
       redis.call('HDEL', job_key, 'token', 'cancel', 'slots')
@@ -76,6 +77,7 @@ for n = 1, #KEYS - 1 do
 end
 call_in_chunks('ZREM', KEYS[1], ended)
 returns.give_back()
+told.push()
 for _, batch in ipairs(batches) do
   local counts = ended_in[batch]
   for _, final in ipairs({'done', 'canceled'}) do

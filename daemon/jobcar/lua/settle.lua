@@ -1,7 +1,8 @@
 #!lua flags=allow-oom
--- settle: tell a waiting job that one of its dependencies ended, on the waiting job's slot (ADR 0016). The
--- daemons call it for each reference of an entry in a dependency's <prefix>settled list, and the producer
--- for a dependency that had ended before it could register. Telling it twice changes nothing.
+-- settle: tell a waiting job that some of its dependencies ended, all the same way, on the waiting job's
+-- slot (ADR 0016). The daemons call it for each reference of an entry in a dependencies' <prefix>settled
+-- list, and the producer for a dependency that had ended before it could register. Telling it twice
+-- changes nothing.
 --
 -- KEYS[1] pending    LIST  (a job of priority p > 0 goes to `pending:<p>`)
 -- KEYS[2] waiting    ZSET  id -> created ms
@@ -10,17 +11,18 @@
 -- KEYS[5] job        HASH  <prefix>job:<id>
 -- ARGV[1] the queue's key prefix
 -- ARGV[2] id
--- ARGV[3] the dependency's reference "<queue>/<id>"
--- ARGV[4] how it ended: "done", "dead", "canceled" or "gone" (no such job when the producer registered)
--- ARGV[5] dead set max jobs, ARGV[6] dead set max age ms
--- ARGV[7] (optional) for a batch's callback: the batch's counts, a JSON object; the job's payload (its
+-- ARGV[3] how they ended: "done", "dead", "canceled" or "gone" (no such job when the producer registered)
+-- ARGV[4] dead set max jobs, ARGV[5] dead set max age ms
+-- ARGV[6] for a batch's callback, the batch's counts (a JSON object), else "": the job's payload (its
 --         callback data, JSON) becomes {"batch": <counts>, "data": <that payload>} when it runs
--- Touches <prefix>deps:<id> SET (the reference removed; deleted with the job's last one). A dependency that
--- did not end done fails the job by its `on_dependency_failure`: "fail" (the default: to the dead-letter
--- set with the reason "dependency <reference> <outcome>"), "cancel" (deleted, as a cancel does) or "run"
--- (counts as done). Either way its own dependents are told (includes/tell_dependents.lua).
--- Returns "pending" (that was its last dependency: it runs now), "waiting" (others remain), "dead",
--- "canceled", or "ignored" (not waiting, or not for this dependency: told before).
+-- ARGV[7..] the dependencies' references "<queue>/<id>"
+-- Touches <prefix>deps:<id> SET (the references removed; deleted with the job's last one). Dependencies
+-- that did not end done fail the job by its `on_dependency_failure`: "fail" (the default: to the dead-letter
+-- set with the reason "dependency <reference> <outcome>", naming the first of them it waited for),
+-- "cancel" (deleted, as a cancel does) or "run" (they count as done). Either way its own dependents are
+-- told (includes/tell_dependents.lua).
+-- Returns "pending" (those were its last dependencies: it runs now), "waiting" (others remain), "dead",
+-- "canceled", or "ignored" (not waiting, or for none of these: told before).
 
 --- @include "now_ms"
 --- @include "wake"
@@ -30,15 +32,22 @@
 --- @include "count_in_batch"
 --- @include "tell_dependents"
 
-local prefix, id, ref, outcome = ARGV[1], ARGV[2], ARGV[3], ARGV[4]
+local prefix, id, outcome, counts = ARGV[1], ARGV[2], ARGV[3], ARGV[6]
 local job_key = KEYS[5]
 if redis.pcall('HGET', job_key, 'state') ~= 'waiting' then return 'ignored' end
 local deps = prefix .. 'deps:' .. id
-local removed = redis.pcall('SREM', deps, ref)
-if removed ~= 1 then return 'ignored' end
+if redis.call('TYPE', deps).ok ~= 'set' then return 'ignored' end
 
 local policy = redis.call('HGET', job_key, 'on_dependency_failure') or 'fail'
 if outcome ~= 'done' and policy ~= 'run' then
+  local failed = nil  -- the first of them the job waited for, which its reason names
+  for i = 7, #ARGV do
+    if redis.call('SISMEMBER', deps, ARGV[i]) == 1 then
+      failed = ARGV[i]
+      break
+    end
+  end
+  if not failed then return 'ignored' end
   redis.call('ZREM', KEYS[2], id)
   redis.call('DEL', deps)
   if policy == 'cancel' then
@@ -48,15 +57,20 @@ if outcome ~= 'done' and policy ~= 'run' then
     redis.call('DEL', job_key)
     return 'canceled'
   end
-  move_to_dead(prefix, KEYS[3], job_key, id, now_ms(), 'dependency ' .. ref .. ' ' .. outcome,
-    tonumber(ARGV[5]), tonumber(ARGV[6]))
+  move_to_dead(prefix, KEYS[3], job_key, id, now_ms(), 'dependency ' .. failed .. ' ' .. outcome,
+    tonumber(ARGV[4]), tonumber(ARGV[5]))
   return 'dead'
 end
+local removed = 0
+for first = 7, #ARGV, 1000 do
+  removed = removed + redis.call('SREM', deps, unpack(ARGV, first, math.min(first + 999, #ARGV)))
+end
+if removed == 0 then return 'ignored' end
 if redis.call('SCARD', deps) > 0 then return 'waiting' end
-if ARGV[7] and ARGV[7] ~= '' then
+if counts ~= '' then
   -- Spliced, not re-encoded: cjson would round the producer's numbers.
   local data = redis.call('HGET', job_key, 'payload') or 'null'
-  redis.call('HSET', job_key, 'payload', '{"batch":' .. ARGV[7] .. ',"data":' .. data .. '}')
+  redis.call('HSET', job_key, 'payload', '{"batch":' .. counts .. ',"data":' .. data .. '}')
 end
 redis.call('ZREM', KEYS[2], id)
 redis.call('HSET', job_key, 'state', 'pending')
