@@ -87,6 +87,19 @@ def test_a_fan_in_job_runs_once_after_all_of_its_dependencies(queues: tuple[Queu
     assert a.run(transitions.stats_call(a.keys))[-1] == 0, "no job waits any more"
 
 
+def test_the_parts_of_a_fan_in_acked_in_one_call_make_one_entry(queues: tuple[QueueDriver, QueueDriver]) -> None:
+    a, b = queues
+    parts = a.producer.enqueue_many([("part", n, {"queue": "a"}) for n in range(3)])
+    fan_in = a.producer.enqueue("sum", None, queue="b", after=parts)
+    leased = a.lease(count=3).jobs
+    acks = transitions.merge_acks([transitions.ack_call(a.keys, j.job.id, j.token) for j in leased])
+    assert a.run(acks) == [2, 2, 2]
+    (entry,) = a.redis.lrange(a.keys.settled, 0, -1)
+    assert json.loads(entry) == [[i.id for i in parts], "done", [job_ref("b", fan_in.id)]]
+    assert carry(a, b) == 1
+    assert b.where(fan_in.id) is State.PENDING
+
+
 @pytest.mark.parametrize(
     ("policy", "then"), [(None, State.DEAD), ("fail", State.DEAD), ("run", State.PENDING), ("cancel", None)]
 )
