@@ -27,12 +27,14 @@ class Steps:
         self.succeeded: dict[str, float] = {}  # job id -> its first success
         self.successes: dict[str, int] = {}
         self.after: dict[str, str | None] = {}  # job id -> its Jobcar-After header
+        self.attempts: dict[str, list[int]] = {}  # job id -> the attempt of each of its requests, in order
 
     def __call__(self, req: Received) -> tuple[int, dict[str, str], bytes]:
         job_id, attempt = req.headers["jobcar-job-id"], int(req.headers["jobcar-attempt"])
         with self.lock:
             self.started.setdefault(job_id, time.monotonic())
             self.after[job_id] = req.headers.get("jobcar-after")
+            self.attempts.setdefault(job_id, []).append(attempt)
         time.sleep(0.05)
         if attempt == 1 and zlib.crc32(job_id.encode()) % 4 == 0:
             return 500, {}, b"flaky"
@@ -90,7 +92,10 @@ def test_a_dag_of_50_runs_in_order_through_failures_and_a_killed_daemon(
             assert steps.started[job_id] > steps.succeeded[dep], f"{job_id} started before {dep} was done"
         # What it ran after comes with it (a fan-in of 10 too: at most 16 go in the header).
         assert steps.after[job_id] == (" ".join(f"default/{d}" for d in deps) or None)
-    # Each job was released once; only a job the killed daemon held when it died ran again (at most 4).
+    # Each job was released once: its requests are its attempts one after the other (a second release
+    # would start again at attempt 1). Only a job the killed daemon held when it died ran again (at most 4).
+    for job_id, attempts in steps.attempts.items():
+        assert attempts == sorted(set(attempts)), f"{job_id} ran as attempts {attempts}"
     again = [job_id for job_id, n in steps.successes.items() if n > 1]
     assert len(again) <= 4, steps.successes
     assert all(steps.successes[j] == 2 for j in again), steps.successes
