@@ -24,7 +24,7 @@ import redis
 import redis.asyncio
 
 from jobcar import schedule_store
-from jobcar.dependencies import chained, depend_calls, ended_dependency_calls, enqueue_order, ref_of, settle_calls
+from jobcar.dependencies import chained, depend_calls, enqueue_order, ref_of, settle_calls, silent_dependency_calls
 from jobcar.job import FINISHED, Job, JobInfo
 from jobcar.keys import DEFAULT_NAMESPACE, DEFAULT_QUEUE, QueueKeys, queues_key
 from jobcar.names import ID_PATTERN, check_name
@@ -285,7 +285,7 @@ class Client(_Shell[SyncRedis]):
         replies = execute(self.redis, [c for _, c in registering]) if registering else []
         outcomes = [DependOutcome(as_text(reply)) for reply in replies]
         settle = settle_calls(self.namespace, [pair for pair, _ in registering], outcomes)
-        settle += ended_dependency_calls(self.namespace, (r for stage in order.stages for r in stage), infos)
+        settle += silent_dependency_calls(self.namespace, (r for stage in order.stages for r in stage), infos)
         if settle:
             execute(self.redis, settle, wait=self._core.replica_wait)
         return [infos[ref_of(r)] for r in records]
@@ -438,7 +438,7 @@ class AsyncClient(_Shell[AsyncRedis]):
         replies = await execute_async(self.redis, [c for _, c in registering]) if registering else []
         outcomes = [DependOutcome(as_text(reply)) for reply in replies]
         settle = settle_calls(self.namespace, [pair for pair, _ in registering], outcomes)
-        settle += ended_dependency_calls(self.namespace, (r for stage in order.stages for r in stage), infos)
+        settle += silent_dependency_calls(self.namespace, (r for stage in order.stages for r in stage), infos)
         if settle:
             await execute_async(self.redis, settle, wait=self._core.replica_wait)
         return [infos[ref_of(r)] for r in records]

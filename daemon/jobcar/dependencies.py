@@ -27,6 +27,8 @@ from jobcar.transitions import DependOutcome, EnqueueRecord, depend_call, settle
 #: What a job may wait for: at most this many dependencies (each costs a call when it was enqueued earlier).
 MAX_AFTER: Final = 100_000
 ON_DEPENDENCY_FAILURE: Final = ("fail", "run", "cancel")
+#: A batch's callbacks wait for "<queue>/batch:<id>": no job id starts so.
+BATCH_REF_PREFIX: Final = "batch:"
 
 
 def after_refs(after: object, queue: str) -> tuple[str, ...]:
@@ -159,17 +161,29 @@ def settle_calls(
     return calls
 
 
-def ended_dependency_calls(
+#: What an enqueue of a dependency whose id existed found it to be when it had ended: what it tells.
+_ENDED: Final = {State.DONE: "done", State.DEAD: "dead", State.CANCELED: "canceled"}
+
+
+def silent_dependency_calls(
     namespace: str, records: Iterable[EnqueueRecord], infos: dict[str, JobInfo]
 ) -> list[ScriptCall]:
-    """A record carrying dependents whose id existed and had ended (done, or dead) cannot tell them when
-    it ends: they are told now."""
+    """The records carrying dependents that will never tell them, and what they are told now: one whose id
+    existed and had ended (done, dead, or canceled and kept), or one not stored at all (its unique key was
+    held, or it was debounced into a waiting job: gone)."""
     calls = []
     for r in records:
         ref = ref_of(r)
         info = infos[ref]
-        if r.dependents and info.status is EnqueueStatus.EXISTS and info.state in (State.DONE, State.DEAD):
-            for waiting in r.dependents:
-                queue, job_id = split_job_ref(waiting)
-                calls.append(settle_call(QueueKeys.of(namespace, queue), job_id, [ref], info.state.value))
+        if not r.dependents or info.status is EnqueueStatus.CREATED:
+            continue
+        if info.status is EnqueueStatus.EXISTS:
+            outcome = _ENDED.get(info.state)
+            if outcome is None:
+                continue  # it has not ended: the enqueue registered them with it
+        else:
+            outcome = DependOutcome.GONE.value
+        for waiting in r.dependents:
+            queue, job_id = split_job_ref(waiting)
+            calls.append(settle_call(QueueKeys.of(namespace, queue), job_id, [ref], outcome))
     return calls

@@ -17,7 +17,7 @@ from collections.abc import Callable, Iterable, Mapping
 from datetime import datetime, timedelta
 from typing import Any, Final, TypeAlias
 
-from jobcar.dependencies import after_refs, on_dependency_failure
+from jobcar.dependencies import BATCH_REF_PREFIX, after_refs, on_dependency_failure
 from jobcar.errors import InvalidJob, PayloadTooLarge
 from jobcar.job import DEFAULT_CONTENT_TYPE
 from jobcar.keys import DEFAULT_QUEUE, MAX_PRIORITY
@@ -216,6 +216,8 @@ def build_record(job_type: str, payload: Payload, max_payload_bytes: int, **opti
 
     job_id = options.get("job_id")
     job_id = new_job_id() if job_id is None else check_name("job_id", job_id, ID_PATTERN)
+    if job_id.startswith(BATCH_REF_PREFIX):
+        raise InvalidJob(f"a job id may not start with {BATCH_REF_PREFIX!r}: that names a batch its callbacks wait for")
 
     unique_key, unique_for = options.get("unique_key"), options.get("unique_for")
     unique_mode = options.get("unique_mode")
@@ -339,11 +341,9 @@ def build_callbacks(
         if clash:
             raise InvalidJob(f"{kind}: a callback runs when its batch has ended, so it takes no {', '.join(clash)}")
         options = {"queue": queue, "job_id": f"{batch_id}.{kind}", **options}
+        waits = {"after": [(queue, BATCH_REF_PREFIX + batch_id)], "on_dependency_failure": CALLBACK_POLICIES[kind]}
         try:
-            records.append(
-                build_record(spec[0], spec[1], max_payload_bytes, **options,
-                             after=[(queue, f"batch:{batch_id}")], on_dependency_failure=CALLBACK_POLICIES[kind])
-            )  # fmt: skip
+            records.append(build_record(spec[0], spec[1], max_payload_bytes, **options, **waits))
         except InvalidJob as exc:
             raise type(exc)(f"{kind}: {exc}") from None
     return records

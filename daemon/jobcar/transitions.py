@@ -301,6 +301,7 @@ class DependOutcome(StrEnum):
     REGISTERED = "registered"
     DONE = "done"
     DEAD = "dead"
+    CANCELED = "canceled"
     GONE = "gone"
 
 

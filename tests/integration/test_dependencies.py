@@ -57,6 +57,10 @@ def test_a_chain_runs_step_by_step_across_queues(queues: tuple[QueueDriver, Queu
     a.ack(first.id, a.token(first.id))
     assert carry(a, b) == 1
     assert b.where(second.id) is State.PENDING
+    released = b.job(second.id)
+    assert released is not None
+    assert released.run_at_ms is not None, "ready from its release: its wait for the first is not queue latency"
+    assert released.run_at_ms >= released.created_ms
     assert a.where(third.id) is State.WAITING
     run_one(b, second.id)
     carry(a, b)
@@ -159,6 +163,11 @@ def test_after_a_job_enqueued_earlier_whatever_it_became(queues: tuple[QueueDriv
     on_kept = b.enqueue("w", after=[kept])
     on_gone = b.enqueue("w", after=[gone], on_dependency_failure="fail")
     on_missing = b.enqueue("w", after=[("a", "never-enqueued")], on_dependency_failure="run")
+    canceled = a.enqueue("c")
+    c = a.lease_one()
+    a.run(transitions.cancel_call(a.keys, canceled.id))  # canceled while it runs, and kept
+    a.ack(canceled.id, c.token, retention_ms=60_000, final=State.CANCELED)
+    on_canceled = b.enqueue("w", after=[canceled])
     assert b.where(on_running.id) is State.WAITING
     assert b.where(on_kept.id) is State.PENDING, "a dependency done earlier counts at once"
     gone_job = b.job(on_gone.id)
@@ -166,6 +175,9 @@ def test_after_a_job_enqueued_earlier_whatever_it_became(queues: tuple[QueueDriv
     assert gone_job.state is State.DEAD
     assert gone_job.errors[-1].error == f"dependency {job_ref('a', gone.id)} gone"
     assert b.where(on_missing.id) is State.PENDING
+    canceled_job = b.job(on_canceled.id)
+    assert canceled_job is not None
+    assert canceled_job.last_error == f"dependency {job_ref('a', canceled.id)} canceled"
     a.ack(running.id, a.token(running.id))
     carry(a, b)
     assert b.where(on_running.id) is State.PENDING
@@ -178,6 +190,17 @@ def test_telling_a_waiting_job_twice_changes_nothing(q: QueueDriver) -> None:
     assert [q.run(call), q.run(call)] == [b"waiting", b"ignored"]
     assert q.where(waiting.id) is State.WAITING
     assert q.redis.scard(q.keys.deps(waiting.id)) == 1
+
+
+def test_a_dependency_not_stored_by_its_call_fails_the_job_waiting_for_it(q: QueueDriver) -> None:
+    holder = q.enqueue("d", unique_for=600, unique_key="k")
+    waiting, duplicate = q.producer.enqueue_many(
+        [("w", None, {"after": ["d1"]}), ("d", None, {"job_id": "d1", "unique_for": 600, "unique_key": "k"})]
+    )
+    assert (duplicate.status, duplicate.id) == (EnqueueStatus.DUPLICATE, holder.id)
+    job = q.job(waiting.id)
+    assert job is not None
+    assert (job.state, job.last_error) == (State.DEAD, f"dependency {job_ref(q.keys.queue, 'd1')} gone")
 
 
 def test_a_job_enqueued_again_with_its_id_keeps_the_jobs_waiting_for_it(q: QueueDriver) -> None:
@@ -199,6 +222,8 @@ def test_waiting_jobs_are_refused_what_they_cannot_be(q: QueueDriver) -> None:
         q.producer.enqueue("a", None, after=["x"], delay=5)
     with pytest.raises(InvalidJob, match="needs after"):
         q.producer.enqueue("a", None, on_dependency_failure="run")
+    with pytest.raises(InvalidJob, match="may not start with 'batch:'"):
+        q.producer.enqueue("a", None, job_id="batch:7")
     with pytest.raises(InvalidJob, match="on_dependency_failure must be"):
         q.producer.enqueue("a", None, after=["x"], on_dependency_failure="ignore")
     assert q.snapshot() == {}, "nothing was stored"

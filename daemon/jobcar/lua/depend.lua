@@ -9,12 +9,12 @@
 -- Touches <prefix>dependents:<id> SET (the reference added), the dependency's `dependents` field.
 -- Returns what the waiting job must be told now:
 --   "registered"   the dependency has not ended: it tells the waiting job when it does
---   "done" | "dead"  it ended already (its hash is kept: a result_ttl, the dead-letter set)
---   "gone"         no such job (it succeeded without a kept result, was canceled, or never existed)
+--   "done" | "dead" | "canceled"  it ended already (its hash is kept: a result_ttl, the dead-letter set)
+--   "gone"         no such job (it succeeded or was canceled without a kept hash, or never existed)
 
 local state = redis.pcall('HGET', KEYS[1], 'state')
 if type(state) ~= 'string' then return 'gone' end
-if state == 'done' or state == 'dead' then return state end
+if state == 'done' or state == 'dead' or state == 'canceled' then return state end
 redis.call('SADD', ARGV[1] .. 'dependents:' .. ARGV[2], ARGV[3])
 redis.call('HSET', KEYS[1], 'dependents', '1')
 return 'registered'

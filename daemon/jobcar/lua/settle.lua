@@ -73,7 +73,8 @@ if counts ~= '' then
   redis.call('HSET', job_key, 'payload', '{"batch":' .. counts .. ',"data":' .. data .. '}')
 end
 redis.call('ZREM', KEYS[2], id)
-redis.call('HSET', job_key, 'state', 'pending')
+-- Ready from now (as a requeue): its wait for the others is not a wait in the queue.
+redis.call('HSET', job_key, 'state', 'pending', 'run_at', now_ms())
 redis.call('LPUSH', pending_key(KEYS[1], redis.call('HGET', job_key, 'priority')), id)
 wake(KEYS[4])
 return 'pending'

@@ -206,7 +206,7 @@ local function store_jobs(prefix, records, now, pending, scheduled, wake_key)
 
     if existing then
       -- Jobs stored before it to wait for it still do, unless it ended (the producer then tells them).
-      if record.dependents and existing ~= 'done' and existing ~= 'dead' then
+      if record.dependents and existing ~= 'done' and existing ~= 'dead' and existing ~= 'canceled' then
         call_in_chunks('SADD', prefix .. 'dependents:' .. id, record.dependents)
         redis.call('HSET', job_key, 'dependents', '1')
       end
