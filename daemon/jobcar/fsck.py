@@ -23,6 +23,7 @@ from typing import Final
 
 from redis.exceptions import ResponseError
 
+from jobcar.dependencies import BATCH_REF_PREFIX
 from jobcar.job import STORED_IN_SETS, State
 from jobcar.keys import QueueKeys, job_ref, split_job_ref
 from jobcar.replies import as_int, as_text
@@ -60,6 +61,7 @@ class Kind:
     SCHEDULE_UNINDEXED: Final = "schedule_unindexed"  # a live schedule whose next tick the ZSET lacks
     LEAKED_SLOT: Final = "leaked_slot"  # a concurrency slot held for a job that is not active
     LOST_DEPENDENCY: Final = "lost_dependency"  # a waiting job's dependency that will never tell it it ended
+    WAITING_FOR_NOTHING: Final = "waiting_for_nothing"  # a waiting job with no dependency left
 
 
 @dataclass(frozen=True, slots=True)
@@ -118,6 +120,10 @@ async def _check_schedules(
                         f"{indexed.get(name, 'nothing')}: no daemon would fire it then", next_tick)  # fmt: skip
 
 
+#: The states of a job that has not ended: it tells the jobs its dependents SET names when it does.
+_RUNNING: Final = frozenset({"pending", "scheduled", "active", "held", "waiting"})
+
+
 async def _check_waiting(
     client: AsyncRedis,
     keys: QueueKeys,
@@ -126,31 +132,51 @@ async def _check_waiting(
     dead_limits: DeadLetterLimits,
     found: Callable[..., Awaitable[None]],
 ) -> None:
-    """Each dependency a waiting job still waits for will tell it it ended (ADR 0016): it names the job
-    among its dependents, or its ending waits in its queue's settled list, or (a batch) it still exists.
-    One that will not (a producer that died between storing the job and registering it, a key deleted by
-    hand) is settled as the producer would: registered if it has not ended, else told how it ended, a
-    dependency that no longer exists counting as gone (failed)."""
-    endings: dict[str, set[str]] = {}  # queue -> ids whose ending waits in its settled list
+    """Each dependency a waiting job still waits for will tell it it ended (ADR 0016): a job that has not
+    ended and names it among its dependents, an ending that waits in its queue's settled list, or a batch
+    that has not fired. One that will not (a producer that died between storing the job and registering
+    it, keys deleted by hand, a refused settle) is settled as the producer would: registered if it has not
+    ended, else told how it ended, a dependency that no longer exists counting as gone (failed). A waiting
+    job that waits for nothing runs."""
     for job_id, created in waiting:
         if created > now - SETTLING_MS:
             continue
-        waiting_ref = job_ref(keys.queue, job_id)
-        for ref in sorted(as_text(m) for m in await _members(client, keys.deps(job_id))):
-            queue, dep_id = split_job_ref(ref)
-            dep_keys = QueueKeys.of(keys.namespace, queue)
-            if dep_id.startswith("batch:"):
-                if await client.exists(dep_keys.batch(dep_id.removeprefix("batch:"))):
-                    continue
-                what = "a batch that no longer exists"
-            else:
-                if queue not in endings:
-                    endings[queue] = await _ending_ids(client, dep_keys)
-                if dep_id in endings[queue] or await client.sismember(dep_keys.dependents(dep_id), waiting_ref):
-                    continue
-                what = "a job that does not name it among its dependents"
-            repair_by = functools.partial(_settle_lost, client, keys, job_id, ref, dead_limits)
-            await found(Kind.LOST_DEPENDENCY, job_id, f"waits for {ref}, {what}", repair_by=repair_by)
+        refs = sorted(as_text(m) for m in await _members(client, keys.deps(job_id)))
+        if not refs:
+            await found(Kind.WAITING_FOR_NOTHING, job_id, "waiting, with no dependency left to wait for")
+        for ref in refs:
+            what = await _why_silent(client, keys, job_id, ref)
+            if what is not None:
+                repair_by = functools.partial(_settle_lost, client, keys, job_id, ref, dead_limits)
+                await found(Kind.LOST_DEPENDENCY, job_id, f"waits for {ref}, {what}", repair_by=repair_by)
+
+
+async def _why_silent(client: AsyncRedis, keys: QueueKeys, job_id: str, ref: str) -> str | None:
+    """Why the dependency `ref` of the waiting job will never tell it it ended, or None when it will."""
+    queue, dep_id = split_job_ref(ref)
+    dep_keys = QueueKeys.of(keys.namespace, queue)
+    if dep_id in await _ending_ids(client, dep_keys):
+        return None
+    if dep_id.startswith(BATCH_REF_PREFIX):
+        batch_key = dep_keys.batch(dep_id.removeprefix(BATCH_REF_PREFIX))
+        if not await client.exists(batch_key):
+            return "a batch that no longer exists"
+        try:
+            fired = await client.hget(batch_key, "fired")
+        except ResponseError:
+            return "a batch whose counters are not a hash"
+        return None if fired is None else "a batch that ended without telling it"
+    try:
+        state = await client.hget(dep_keys.job(dep_id), "state")
+    except ResponseError:
+        state = None
+    if state is None:
+        return "a job that no longer exists"
+    if as_text(state) not in _RUNNING:
+        return f"a job {as_text(state)} without telling it"
+    if not await client.sismember(dep_keys.dependents(dep_id), job_ref(keys.queue, job_id)):
+        return "a job that does not name it among its dependents"
+    return None
 
 
 async def _ending_ids(client: AsyncRedis, keys: QueueKeys) -> set[str]:
@@ -172,17 +198,38 @@ async def _ending_ids(client: AsyncRedis, keys: QueueKeys) -> set[str]:
 
 async def _settle_lost(client: AsyncRedis, keys: QueueKeys, job_id: str, ref: str, dead: DeadLetterLimits) -> int:
     """What the producer does for a dependency enqueued earlier: register the waiting job with it, or tell the
-    waiting job how it ended (a batch found gone is gone)."""
+    waiting job how it ended. 0 when an ending turned up meanwhile (the settler carries it) or the job no
+    longer waits for it."""
     queue, dep_id = split_job_ref(ref)
-    outcome = DependOutcome.GONE
-    if not dep_id.startswith("batch:"):
-        depend = depend_call(QueueKeys.of(keys.namespace, queue), dep_id, job_ref(keys.queue, job_id))
-        (reply,) = await execute_async(client, [depend])
-        outcome = DependOutcome(as_text(reply))
-    if outcome is not DependOutcome.REGISTERED:
-        (told,) = await execute_async(client, [settle_call(keys, job_id, [ref], outcome.value, dead)])
-        return 0 if as_text(told) == "ignored" else 1
-    return 1
+    dep_keys = QueueKeys.of(keys.namespace, queue)
+    counts = ""
+    if dep_id.startswith(BATCH_REF_PREFIX):
+        batch = dep_id.removeprefix(BATCH_REF_PREFIX)
+        outcome, counts = await _batch_ending(client, dep_keys, batch)
+    else:
+        (reply,) = await execute_async(client, [depend_call(dep_keys, dep_id, job_ref(keys.queue, job_id))])
+        outcome = as_text(reply)
+        if outcome == DependOutcome.REGISTERED:
+            return 1
+    # An ending pushed since the check (the dependency ended just now) is the settler's to carry: read after
+    # the dependency's state, it is there if the ending was.
+    if dep_id in await _ending_ids(client, dep_keys):
+        return 0
+    (told,) = await execute_async(client, [settle_call(keys, job_id, [ref], outcome, dead, counts)])
+    return 0 if as_text(told) == "ignored" else 1
+
+
+async def _batch_ending(client: AsyncRedis, keys: QueueKeys, batch: str) -> tuple[str, str]:
+    """How a batch ended, as its callbacks are told it (outcome, counts JSON); gone when its counters are."""
+    try:
+        fired, *counts = await client.hmget(keys.batch(batch), "fired", "total", "done", "dead", "canceled")
+    except ResponseError:
+        return DependOutcome.GONE.value, ""
+    if fired is None:
+        return DependOutcome.GONE.value, ""
+    total, done, dead, canceled = (int(c or 0) for c in counts)
+    document = {"queue": keys.queue, "batch": batch, "total": total, "done": done, "dead": dead, "canceled": canceled}
+    return ("done" if dead + canceled == 0 else "dead"), json.dumps(document, separators=(",", ":"))
 
 
 # -- repairs --------------------------------------------------------------------------------------

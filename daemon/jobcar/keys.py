@@ -131,7 +131,7 @@ class QueueKeys:
     @property
     def settled(self) -> str:
         """The LIST of the queue's ended jobs whose dependents the daemons have still to tell: JSON entries
-        [id, outcome, [reference, ...]]."""
+        [[id, ...], outcome, [reference, ...]] (and a batch's counts, for its callbacks)."""
         return f"{self.prefix}settled"
 
     def batch(self, batch_id: str) -> str:

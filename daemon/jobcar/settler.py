@@ -16,6 +16,7 @@ import contextlib
 import functools
 import json
 import logging
+import time
 from typing import Final
 
 from jobcar.config_types import Config
@@ -41,6 +42,7 @@ class Settler:
         self.config = config
         self._due: set[str] = set()
         self._woken = asyncio.Event()
+        self._full_pass_at = 0.0  # monotonic time of the last look at every queue
 
     def wake(self, queue: str) -> None:
         """An ack of this daemon ended a job others wait for: settle its queue now."""
@@ -49,12 +51,16 @@ class Settler:
             self._woken.set()
 
     async def step(self) -> None:
-        """The queues an ack announced as soon as it did, and every queue each PASS_INTERVAL."""
+        """The queues an ack announced as soon as it did, and every queue each PASS_INTERVAL, however busy
+        the announced ones keep it (a fan-in's acks must not hold up the deaths and cancels of the others)."""
         with contextlib.suppress(TimeoutError):
-            async with asyncio.timeout(PASS_INTERVAL):
+            async with asyncio.timeout(max(0.0, self._full_pass_at + PASS_INTERVAL - time.monotonic())):
                 await self._woken.wait()
         self._woken.clear()
-        due, self._due = (self._due or set(self.queues)), set()
+        due, self._due = self._due, set()
+        if time.monotonic() >= self._full_pass_at + PASS_INTERVAL:
+            due = set(self.queues)
+            self._full_pass_at = time.monotonic()
         for queue in sorted(due):
             while await self.settle(self.queues[queue]) == ENTRIES_PER_LOOK:
                 pass

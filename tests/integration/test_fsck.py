@@ -315,10 +315,37 @@ def _registered_again(q: QueueDriver) -> None:
 def _vanished_dependency(q: QueueDriver) -> tuple[str, str]:
     enqueue_id(q, "first")
     enqueue_id(q, "next", after=["first"])
-    q.redis.delete(q.keys.job("first"), q.keys.dependents("first"))  # deleted by hand, never ended
+    # Deleted by hand, never ended: its dependents SET, left behind, names "next" still.
+    q.redis.delete(q.keys.job("first"))
     q.redis.lrem(q.keys.pending, 0, "first")
     _aged(q, "next")
     return "lost_dependency", "next"
+
+
+def _waiting_for_nothing(q: QueueDriver) -> tuple[str, str]:
+    enqueue_id(q, "first")
+    enqueue_id(q, "next", after=["first"])
+    q.redis.delete(q.keys.deps("next"))
+    _aged(q, "next")
+    return "waiting_for_nothing", "next"
+
+
+def _batch_fired_untold(q: QueueDriver) -> tuple[str, str]:
+    enqueue_id(q, "part", batch="nightly")
+    q.producer.seal_batch("nightly", on_complete=("report", {"n": 1}))
+    leased = q.lease_one()
+    assert q.ack("part", leased.token) == 2
+    q.redis.delete(q.keys.settled)  # its entry dropped (a settle refused, say): the callback waits on
+    _aged(q, "nightly.on_complete")
+    return "lost_dependency", "nightly.on_complete"
+
+
+def _told_with_counts(q: QueueDriver) -> None:
+    job = q.job("nightly.on_complete")
+    assert job is not None
+    assert job.state is State.PENDING
+    counts = {"queue": "default", "batch": "nightly", "total": 1, "done": 1, "dead": 0, "canceled": 0}
+    assert json.loads(job.payload) == {"batch": counts, "data": {"n": 1}}
 
 
 def _failed_as_gone(q: QueueDriver) -> None:
@@ -362,6 +389,8 @@ CASES = {
     "waiting for a job that never registered it": Case(_unregistered_dependency, _registered_again),
     "waiting for a job deleted by hand": Case(_vanished_dependency, _failed_as_gone),
     "a batch callback whose batch expired": Case(_expired_batch, _settled(State.PENDING, "nightly.on_complete")),
+    "a batch callback its batch never told": Case(_batch_fired_untold, _told_with_counts),
+    "waiting for nothing": Case(_waiting_for_nothing, _settled(State.PENDING, "next")),
 }
 
 
