@@ -307,6 +307,7 @@ def _set_types(keys: QueueKeys) -> dict[str, tuple[str, str]]:
         State.ACTIVE.value: (keys.active, "zset"),
         State.DEAD.value: (keys.dead, "zset"),
         State.WAITING.value: (keys.waiting, "zset"),
+        "settled": (keys.settled, "list"),
         "wake": (keys.wake, "list"),
         "schedules": (keys.schedules, "zset"),
     }

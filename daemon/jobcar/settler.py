@@ -61,18 +61,25 @@ class Settler:
         if time.monotonic() >= self._full_pass_at + PASS_INTERVAL:
             due = set(self.queues)
             self._full_pass_at = time.monotonic()
-        for queue in sorted(due):
-            while await self.settle(self.queues[queue]) == ENTRIES_PER_LOOK:
-                pass
+        queues = [self.queues[queue] for queue in sorted(due)]
+        while queues:  # again for the queues whose look was full: they may hold more
+            looks = await self._look(queues)
+            for keys, entries in zip(queues, looks, strict=True):
+                if entries:
+                    await self._carry(keys, entries)
+            queues = [keys for keys, entries in zip(queues, looks, strict=True) if len(entries) == ENTRIES_PER_LOOK]
 
-    async def settle(self, keys: QueueKeys) -> int:
-        """Carry up to ENTRIES_PER_LOOK of the queue's entries; how many there were."""
-        client = self.link.client
-        entries: list[bytes | str] = await self.link.call(
-            functools.partial(client.lrange, keys.settled, 0, ENTRIES_PER_LOOK - 1)
-        )
-        if not entries:
-            return 0
+    async def _look(self, queues: list[QueueKeys]) -> list[list[bytes | str]]:
+        """Up to ENTRIES_PER_LOOK entries of each queue's settled list, in one round trip; a list of another
+        type (fsck reports it) holds none."""
+        pipe = self.link.client.pipeline(transaction=False)
+        for keys in queues:
+            pipe.lrange(keys.settled, 0, ENTRIES_PER_LOOK - 1)
+        replies = await self.link.call(functools.partial(pipe.execute, raise_on_error=False))
+        return [reply if isinstance(reply, list) else [] for reply in replies]
+
+    async def _carry(self, keys: QueueKeys, entries: list[bytes | str]) -> None:
+        """Tell the waiting jobs of these entries, then remove them."""
         # Every waiting job of these entries told in one round trip, then the entries removed in another: a
         # fan-in of 10,000 jobs is 10,000 entries, and one round trip each would make the settler its pace.
         dead = dead_letter_limits(self.config)
@@ -82,11 +89,10 @@ class Settler:
             for c, reply in zip(calls, replies, strict=True):
                 if isinstance(reply, Exception):  # a refusal (a key of another type), for fsck to report
                     log.error("could not settle a dependency: %s", reply, extra={"job_id": c.args[1]})
-        pipe = client.pipeline(transaction=False)
+        pipe = self.link.client.pipeline(transaction=False)
         for entry in entries:
             pipe.lrem(keys.settled, 1, entry)  # type: ignore[arg-type]
         await self.link.call(pipe.execute)
-        return len(entries)
 
 
 def settle_calls_of(keys: QueueKeys, entry: bytes | str, dead: DeadLetterLimits) -> list[ScriptCall]:

@@ -183,6 +183,15 @@ def test_after_a_job_enqueued_earlier_whatever_it_became(queues: tuple[QueueDriv
     assert b.where(on_running.id) is State.PENDING
 
 
+def test_an_ack_is_not_stopped_half_way_by_a_settled_list_of_another_type(q: QueueDriver) -> None:
+    first = q.enqueue("a")
+    waiting = q.enqueue("b", after=[first])
+    q.redis.set(q.keys.settled, "not a list")  # fsck reports it (wrong_type), then the job that waits
+    assert q.ack(first.id, q.lease_one().token) == 2
+    assert q.job(first.id) is None, "the ack went through whole"
+    assert q.where(waiting.id) is State.WAITING
+
+
 def test_telling_a_waiting_job_twice_changes_nothing(q: QueueDriver) -> None:
     first = q.enqueue("a")
     waiting = q.enqueue("b", after=[first.id, q.enqueue("c").id])

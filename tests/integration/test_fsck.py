@@ -223,6 +223,15 @@ def _debounce_gone(q: QueueDriver) -> None:
     assert q.redis.exists(q.keys.debounce("k")) == 0
 
 
+def _settled_wrong_type(q: QueueDriver) -> tuple[str, str]:
+    q.redis.set(q.keys.settled, "not a list")
+    return "wrong_type", q.keys.settled
+
+
+def _settled_gone(q: QueueDriver) -> None:
+    assert q.redis.exists(q.keys.settled) == 0
+
+
 def _schedule_missing(q: QueueDriver) -> tuple[str, str]:
     q.redis.zadd(q.keys.schedules, {"ghost": 1000})
     return "schedule_missing", "ghost"
@@ -391,6 +400,7 @@ CASES = {
     "a batch callback whose batch expired": Case(_expired_batch, _settled(State.PENDING, "nightly.on_complete")),
     "a batch callback its batch never told": Case(_batch_fired_untold, _told_with_counts),
     "waiting for nothing": Case(_waiting_for_nothing, _settled(State.PENDING, "next")),
+    "settled list of another type": Case(_settled_wrong_type, _settled_gone),
 }
 
 

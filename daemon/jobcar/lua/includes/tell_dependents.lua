@@ -33,7 +33,9 @@ local function dependents_told(prefix)
     redis.call('HDEL', job_key, 'dependents')
   end
   function told.push()
-    for _, same in ipairs(order) do redis.call('RPUSH', prefix .. 'settled', cjson.encode(entries[same])) end
+    -- A settled list of another type (fsck reports it, and its waiting jobs) takes nothing, rather than
+    -- stopping the script that ends the jobs half-way.
+    for _, same in ipairs(order) do redis.pcall('RPUSH', prefix .. 'settled', cjson.encode(entries[same])) end
   end
   return told
 end
