@@ -111,7 +111,7 @@ def settle_calls_of(keys: QueueKeys, entry: bytes | str, dead: DeadLetterLimits)
         return []
     dependencies = [job_ref(keys.queue, job_id) for job_id in ended]
     # A batch's counts (its callbacks' entry), as the callbacks' payloads carry them.
-    batch_counts = json.dumps({"queue": keys.queue, **counts[0]}, separators=(",", ":")) if counts else ""
+    batch_counts = json.dumps(counts[0], separators=(",", ":")) if counts else ""
     calls = []
     for ref in refs:
         queue, waiting_id = split_job_ref(ref)

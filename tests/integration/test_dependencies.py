@@ -69,6 +69,13 @@ def test_a_chain_runs_step_by_step_across_queues(queues: tuple[QueueDriver, Queu
     assert not any(a.redis.exists(k) for k in (a.keys.waiting, b.keys.waiting, a.keys.settled, b.keys.settled))
 
 
+def test_the_ack_of_a_dependency_releases_a_job_waiting_in_its_queue_itself(q: QueueDriver) -> None:
+    first, second = q.producer.chain([("s", 1), ("s", 2)])
+    assert q.ack(first.id, q.lease_one().token) == 1, "nothing left for the settler"
+    assert q.where(second.id) is State.PENDING, "released atomically by the ack"
+    assert not q.redis.exists(q.keys.settled)
+
+
 def test_a_fan_in_job_runs_once_after_all_of_its_dependencies(queues: tuple[QueueDriver, QueueDriver]) -> None:
     a, b = queues
     fan_out = [("part", n, {"queue": "a" if n % 2 else "b", "job_id": f"p{n}"}) for n in range(10)]
@@ -142,8 +149,8 @@ def test_a_chain_whose_middle_step_is_canceled_stops_there(queues: tuple[QueueDr
     assert not a.redis.exists(a.keys.deps(middle.id))
     carry(a, b)
     assert a.where(last.id) is State.DEAD
-    run_one(a, first.id)
-    assert carry(a, b) == 1, "the first step still names the canceled one: telling it changes nothing"
+    run_one(a, first.id)  # it still names the canceled step: telling it (in its ack) changes nothing
+    assert carry(a, b) == 0
     assert a.job(middle.id) is None
     assert a.where(last.id) is State.DEAD
 
@@ -183,13 +190,16 @@ def test_after_a_job_enqueued_earlier_whatever_it_became(queues: tuple[QueueDriv
     assert b.where(on_running.id) is State.PENDING
 
 
-def test_an_ack_is_not_stopped_half_way_by_a_settled_list_of_another_type(q: QueueDriver) -> None:
-    first = q.enqueue("a")
-    waiting = q.enqueue("b", after=[first])
-    q.redis.set(q.keys.settled, "not a list")  # fsck reports it (wrong_type), then the job that waits
-    assert q.ack(first.id, q.lease_one().token) == 2
-    assert q.job(first.id) is None, "the ack went through whole"
-    assert q.where(waiting.id) is State.WAITING
+def test_an_ack_is_not_stopped_half_way_by_a_settled_list_of_another_type(
+    queues: tuple[QueueDriver, QueueDriver],
+) -> None:
+    a, b = queues
+    first = a.enqueue("a")
+    waiting = b.enqueue("b", after=[first])  # in another queue: told through a's settled list
+    a.redis.set(a.keys.settled, "not a list")  # fsck reports it (wrong_type), then the job that waits
+    assert a.ack(first.id, a.lease_one().token) == 2
+    assert a.job(first.id) is None, "the ack went through whole"
+    assert b.where(waiting.id) is State.WAITING
 
 
 def test_telling_a_waiting_job_twice_changes_nothing(q: QueueDriver) -> None:

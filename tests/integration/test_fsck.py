@@ -343,8 +343,8 @@ def _batch_fired_untold(q: QueueDriver) -> tuple[str, str]:
     enqueue_id(q, "part", batch="nightly")
     q.producer.seal_batch("nightly", on_complete=("report", {"n": 1}))
     leased = q.lease_one()
-    assert q.ack("part", leased.token) == 2
-    q.redis.delete(q.keys.settled)  # its entry dropped (a settle refused, say): the callback waits on
+    assert q.kill("part", leased.token) == 1  # the batch ends with a death: its callback is told by an entry
+    q.redis.delete(q.keys.settled)  # dropped (a settle refused, say): the callback waits on
     _aged(q, "nightly.on_complete")
     return "lost_dependency", "nightly.on_complete"
 
@@ -353,7 +353,7 @@ def _told_with_counts(q: QueueDriver) -> None:
     job = q.job("nightly.on_complete")
     assert job is not None
     assert job.state is State.PENDING
-    counts = {"queue": "default", "batch": "nightly", "total": 1, "done": 1, "dead": 0, "canceled": 0}
+    counts = {"queue": "default", "batch": "nightly", "total": 1, "done": 0, "dead": 1, "canceled": 0}
     assert json.loads(job.payload) == {"batch": counts, "data": {"n": 1}}
 
 
@@ -364,9 +364,9 @@ def _failed_as_gone(q: QueueDriver) -> None:
 
 
 def _expired_batch(q: QueueDriver) -> tuple[str, str]:
-    q.producer.seal_batch("nightly", on_complete=("report", None))  # a batch of no job: it fires at once
-    # ... but its entry is lost and its counters expired, with the callback still waiting.
-    q.redis.delete(q.keys.settled, q.keys.batch("nightly"))
+    enqueue_id(q, "part", batch="nightly")
+    q.producer.seal_batch("nightly", on_complete=("report", None))
+    q.redis.delete(q.keys.batch("nightly"))  # its counters expired with its job still pending
     _aged(q, "nightly.on_complete")
     return "lost_dependency", "nightly.on_complete"
 

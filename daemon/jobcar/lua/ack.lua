@@ -14,9 +14,9 @@
 -- Touches <prefix>unique:<key> (released), <prefix>batch:<batch> (done or canceled += 1), the job's limit
 -- slots (given back: includes/release_slots.lua),
 -- <prefix>settled (the jobs waiting for it are told: includes/tell_dependents.lua).
--- Returns one integer per job, in order: 1 finished, 2 finished and jobs waited for it or for its batch,
--- which this call ended (the caller settles them now rather than at its next pass), 0 lease lost (nothing
--- changed for that job).
+-- Returns one integer per job, in order: 1 finished, 2 finished and jobs in other queues waited for it or for
+-- its batch, which this call ended (the caller settles them now rather than at its next pass), 0 lease lost
+-- (nothing changed for that job). Jobs of this queue waiting for it are released in this script.
 
 --- @include "now_ms"
 --- @include "holds_lease"
@@ -55,7 +55,7 @@ for n = 1, #KEYS - 1 do
       counts.last = n
     end
     returns.add(id, fields[5])
-    told.add(job_key, id, final, fields[6])
+    local left = told.add(job_key, id, final, fields[6])
     if retention > 0 then
       redis.call('HSET', job_key, 'state', final, 'finished', now_ms())
       redis.call('HDEL', job_key, 'token', 'cancel', 'slots')
@@ -70,7 +70,7 @@ for n = 1, #KEYS - 1 do
     else
       redis.call('DEL', job_key)
     end
-    finished[n] = fields[6] and 2 or 1
+    finished[n] = left and 2 or 1
   else
     finished[n] = 0
   end

@@ -26,5 +26,5 @@ if #ARGV >= 3 then
 end
 redis.call('HSET', KEYS[1], 'sealed', '1')
 redis.call('PEXPIRE', KEYS[1], BATCH_TTL_MS)
-if fire_batch(prefix, batch, KEYS[1]) then return 'complete' end
+if fire_batch(prefix, batch, KEYS[1]) then return 'complete' end  -- its first value: it fired
 return 'sealed'

@@ -9,6 +9,7 @@
 -- KEYS[3] dead       ZSET
 -- KEYS[4] wake       LIST
 -- KEYS[5] job        HASH  <prefix>job:<id>
+-- (A release writes KEYS[1], KEYS[2] and KEYS[4] as includes/release_waiting.lua names them, from ARGV[1].)
 -- ARGV[1] the queue's key prefix
 -- ARGV[2] id
 -- ARGV[3] how they ended: "done", "dead", "canceled" or "gone" (no such job when the producer registered)
@@ -25,12 +26,11 @@
 -- "canceled", or "ignored" (not waiting, or for none of these: told before).
 
 --- @include "now_ms"
---- @include "wake"
---- @include "pending_key"
 --- @include "move_to_dead"
 --- @include "release_unique"
 --- @include "count_in_batch"
 --- @include "tell_dependents"
+--- @include "release_waiting"
 
 local prefix, id, outcome, counts = ARGV[1], ARGV[2], ARGV[3], ARGV[6]
 local job_key = KEYS[5]
@@ -61,20 +61,6 @@ if outcome ~= 'done' and policy ~= 'run' then
     tonumber(ARGV[4]), tonumber(ARGV[5]))
   return 'dead'
 end
-local removed = 0
-for first = 7, #ARGV, 1000 do
-  removed = removed + redis.call('SREM', deps, unpack(ARGV, first, math.min(first + 999, #ARGV)))
-end
-if removed == 0 then return 'ignored' end
-if redis.call('SCARD', deps) > 0 then return 'waiting' end
-if counts ~= '' then
-  -- Spliced, not re-encoded: cjson would round the producer's numbers.
-  local data = redis.call('HGET', job_key, 'payload') or 'null'
-  redis.call('HSET', job_key, 'payload', '{"batch":' .. counts .. ',"data":' .. data .. '}')
-end
-redis.call('ZREM', KEYS[2], id)
--- Ready from now (as a requeue): its wait for the others is not a wait in the queue.
-redis.call('HSET', job_key, 'state', 'pending', 'run_at', now_ms())
-redis.call('LPUSH', pending_key(KEYS[1], redis.call('HGET', job_key, 'priority')), id)
-wake(KEYS[4])
-return 'pending'
+local refs = {}
+for i = 7, #ARGV do refs[#refs + 1] = ARGV[i] end
+return release_waiting(prefix, id, refs, counts)

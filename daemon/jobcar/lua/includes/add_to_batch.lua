@@ -9,25 +9,29 @@
 -- A job requeued from the dead-letter queue later counts again but fires nothing more.
 local BATCH_TTL_MS = 7 * 86400 * 1000
 
--- Tell the callbacks of a sealed batch whose every job has ended, unless told before. True when it did.
+-- Tell the callbacks of a sealed batch whose every job has ended, unless told before. Returns whether it
+-- did, and whether it left an entry for the daemons to carry (callbacks in the batch's queue are told in
+-- this script when the batch ended done).
 local function fire_batch(prefix, batch, key)
   local f = redis.call('HMGET', key, 'sealed', 'fired', 'total', 'done', 'dead', 'canceled')
-  if not f[1] or f[2] then return false end
+  if not f[1] or f[2] then return false, false end
   local total, done = tonumber(f[3]) or 0, tonumber(f[4]) or 0
   local dead, canceled = tonumber(f[5]) or 0, tonumber(f[6]) or 0
-  if done + dead + canceled < total then return false end
+  if done + dead + canceled < total then return false, false end
   redis.call('HSET', key, 'fired', now_ms())
-  local counts = {batch = batch, total = total, done = done, dead = dead, canceled = canceled}
-  tell_dependents(prefix, key, 'batch:' .. batch, (dead + canceled == 0) and 'done' or 'dead', nil, counts)
-  return true
+  local queue = string.match(prefix, '{([^{}]*)}:$')
+  local counts = {queue = queue, batch = batch, total = total, done = done, dead = dead, canceled = canceled}
+  return true, tell_dependents(prefix, key, 'batch:' .. batch, (dead + canceled == 0) and 'done' or 'dead', nil, counts)
 end
 
--- True when this count ended the batch and told its callbacks.
+-- True when this count ended the batch and left an entry for the daemons to carry to its callbacks.
 local function add_to_batch(prefix, batch, field, by)
   local key = prefix .. 'batch:' .. batch
   local kind = redis.call('TYPE', key).ok
   if kind ~= 'hash' and kind ~= 'none' then return false end
   redis.call('HINCRBY', key, field, by)
   redis.call('PEXPIRE', key, BATCH_TTL_MS)
-  return by > 0 and field ~= 'total' and fire_batch(prefix, batch, key)
+  if by <= 0 or field == 'total' then return false end
+  local _, left = fire_batch(prefix, batch, key)
+  return left
 end
