@@ -28,6 +28,7 @@ import tempfile
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
+from typing import Any
 
 import aiohttp
 import redis
@@ -134,10 +135,10 @@ def on_uvloop(coro: Awaitable[float]) -> float:
 
 @contextlib.asynccontextmanager
 async def recording_daemon(
-    server: RedisServer, tmp: Path, clock: Callable[[], float] = time.monotonic
+    server: RedisServer, tmp: Path, clock: Callable[[], float] = time.monotonic, **top: Any
 ) -> AsyncIterator[tuple[str, dict[str, float]]]:
     """A `jobcar run` daemon whose job type "lat" posts to an in-process aiohttp handler that records when
-    each job arrived (`clock()`, by job id). Yields (namespace, arrivals)."""
+    each job arrived (`clock()`, by job id). Yields (namespace, arrivals). `top`: more of the config."""
     arrivals: dict[str, float] = {}
 
     async def handler(request: web.Request) -> web.Response:
@@ -153,7 +154,7 @@ async def recording_daemon(
     await web.TCPSite(runner, "127.0.0.1", port).start()
     namespace = f"lat{time.monotonic_ns()}"
     config = write_config(tmp, server.url, namespace, {"lat": {"url": f"http://127.0.0.1:{port}/h"}},
-                          log_level="info")  # fmt: skip
+                          log_level="info", **top)  # fmt: skip
     daemon = DaemonProcess(config)
     await asyncio.to_thread(daemon.start)
     try:

@@ -5,14 +5,14 @@
 Throughput: each round enqueues --jobs jobs into a paused queue, starts a `jobcar run` (concurrency 50,
 the no-op HTTP app as its handler), resumes the queue and times until every job is done. Once as
 independent jobs; once with one more job waiting for all of them (`after`: a fan-in, enqueued in the same
-call, so each of the --jobs names it and each ack leaves an entry for the settler); once as a batch sealed
-with an `on_complete` callback (the other way to fan in). The last two are timed until the fan-in too is
-done. Rounds alternate; medians of --runs.
+call), in their queue (each ack tells it in place) and in another queue (each ack leaves an entry for the
+settler); once as a batch sealed with an `on_complete` callback (the other way to fan in). All but the
+first are timed until the fan-in too is done. Rounds alternate; medians of --runs.
 
-Latency: --chains chains of two jobs (the second `after` the first), one chain at a time, through a daemon
-whose in-process handler answers at once and records when each job reached it: the second step's arrival
-minus the first's, which holds the first's answer, its ack, the settler telling the second, its lease
-and its request.
+Latency: --chains chains of two jobs (the second `after` the first, in the same queue, then in another),
+one chain at a time, through a daemon whose in-process handler answers at once and records when each job
+reached it: the second step's arrival minus the first's, which holds the first's answer, its ack (and
+the settler telling the second, for another queue), its lease and its request.
 """
 
 from __future__ import annotations
@@ -39,32 +39,36 @@ from jobcar import AsyncClient, Client, transitions, transport
 from jobcar.keys import QueueKeys
 from noop_app import serving
 
-#: The rounds: independent jobs; the same with one job `after` all of them; the same as a batch whose
-#: `on_complete` callback is the fan-in.
-SHAPES = ("independent", "after", "batch")
+#: The rounds: independent jobs; the same with one job `after` all of them, in their queue (released by the
+#: acks themselves) or in another (through the settler); the same as a batch whose `on_complete` callback
+#: is the fan-in.
+SHAPES = ("independent", "after", "after-other", "batch")
+QUEUES = {"default": 1, "other": 1}
 
 
 def throughput(server: RedisServer, tmp: Path, url: str, jobs: int, shape: str) -> float:
     namespace = f"d{time.monotonic_ns()}"
     keys = QueueKeys.of(namespace, "default")
     config = write_config(tmp, server.url, namespace, {"bench": {"url": url}}, concurrency=50, log_level="info",
-                          lease="30s")  # fmt: skip
+                          lease="30s", queues=QUEUES)  # fmt: skip
     with server.client() as client:
         client.flushdb()
         transport.execute(client, [transitions.pause_call(keys, True)])
         producer = Client(client, namespace=namespace)
         batch = {"batch": "all"} if shape == "batch" else {}
         specs = [("bench", {"n": n}, {"job_id": f"j{n}", **batch}) for n in range(jobs)]
-        if shape == "after":
-            specs.append(("bench", None, {"job_id": "fan-in", "after": [f"j{n}" for n in range(jobs)]}))
+        if shape.startswith("after"):
+            queue = "other" if shape == "after-other" else "default"
+            specs.append(("bench", None, {"job_id": "fan-in", "queue": queue, "after": [f"j{n}" for n in range(jobs)]}))
         producer.enqueue_many(specs)
         if shape == "batch":
             producer.seal_batch("all", on_complete=("bench", None))
         daemon = DaemonProcess(config).start()
         try:
             started = time.perf_counter()
-            resume_and_drain(client, keys)  # the parts; then the fan-in, released by the settler
-            wait_for(lambda: _unfinished(client, keys) == 0, timeout=120, what="the fan-in")
+            resume_and_drain(client, keys)  # the parts; then the fan-in
+            everywhere = [QueueKeys.of(namespace, queue) for queue in QUEUES]
+            wait_for(lambda: sum(_unfinished(client, k) for k in everywhere) == 0, timeout=120, what="the fan-in")
             elapsed = time.perf_counter() - started
         finally:
             daemon.stop()
@@ -72,11 +76,12 @@ def throughput(server: RedisServer, tmp: Path, url: str, jobs: int, shape: str) 
     return (jobs + (shape != "independent")) / elapsed
 
 
-async def release_latency(server: RedisServer, tmp: Path, chains: int) -> list[float]:
+async def release_latency(server: RedisServer, tmp: Path, chains: int, second_queue: str) -> list[float]:
     """Milliseconds from each chain's first step reaching its handler (which answers at once) to its second
-    step reaching it: the ack, the settler's telling, the lease and the request, end to end."""
+    step reaching it, in `second_queue`: the ack (and the settler's telling, for another queue), the lease
+    and the request, end to end."""
     async with (
-        recording_daemon(server, tmp) as (namespace, arrivals),
+        recording_daemon(server, tmp, queues=QUEUES) as (namespace, arrivals),
         AsyncClient.from_url(server.url, namespace=namespace) as client,
     ):
         await client.enqueue("lat", None)  # warm the connections
@@ -85,7 +90,7 @@ async def release_latency(server: RedisServer, tmp: Path, chains: int) -> list[f
         # One chain at a time: the daemon is idle when a second step becomes pending, so the figure is the
         # release's own, not a wait behind other jobs.
         for n in range(chains):
-            first, second = await client.chain([("lat", n), ("lat", n)])
+            first, second = await client.chain([("lat", n), ("lat", n, {"queue": second_queue})])
             deadline = time.monotonic() + 10
             while second.id not in arrivals and time.monotonic() < deadline:  # noqa: ASYNC110
                 await asyncio.sleep(0.001)
@@ -116,7 +121,7 @@ def main() -> None:
                     rate = throughput(server, tmp, url, args.jobs, name)
                     figures[name].append(rate)
                     print(f"  {name}: {rate:,.0f} jobs/s", flush=True)
-            latencies = asyncio.run(release_latency(server, tmp, args.chains))
+            latencies = {queue: asyncio.run(release_latency(server, tmp, args.chains, queue)) for queue in QUEUES}
             with server.client() as c:
                 version = c.info("server").get("redis_version")
         finally:
@@ -125,18 +130,21 @@ def main() -> None:
         f"jobcar {jobcar.__version__}, server {binary} {version}, Python {platform.python_version()}, "
         f"{args.jobs} jobs per round, concurrency 50, medians of {args.runs} (min-max)"
     )
-    labels = {"independent": f"{args.jobs} independent jobs", "after": "+ one job after all of them",
-              "batch": "as a batch + its on_complete"}  # fmt: skip
+    labels = {
+        "independent": f"{args.jobs} independent jobs",
+        "after": "+ one job after all, same queue",
+        "after-other": "+ one job after all, other queue",
+        "batch": "as a batch + its on_complete",
+    }
     base = statistics.median(figures["independent"])
     for name, label in labels.items():
         v = figures[name]
         ratio = "" if name == "independent" else f"  {statistics.median(v) / base:.2f}x"
         print(f"{label:<34}{statistics.median(v):>10,.0f} jobs/s ({min(v):,.0f}-{max(v):,.0f}){ratio}")
-    print(
-        f"a chain's first step at its handler -> its second step there ({args.chains} chains, one at a time): "
-        f"p50 {percentile(latencies, 0.5):.1f} ms, p99 {percentile(latencies, 0.99):.1f} ms, "
-        f"max {max(latencies):.1f} ms"
-    )
+    for queue, gaps in latencies.items():
+        where = "in its queue" if queue == "default" else "in another queue"
+        figures_ms = f"p50 {percentile(gaps, 0.5):.1f} ms, p99 {percentile(gaps, 0.99):.1f} ms, max {max(gaps):.1f} ms"
+        print(f"chain step -> next step at the handler, {where} ({args.chains} chains, one at a time): {figures_ms}")
 
 
 if __name__ == "__main__":

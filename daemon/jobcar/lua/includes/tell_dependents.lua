@@ -17,6 +17,9 @@
 local function dependents_told(prefix)
   local entries, order = {}, {}
   local here = string.match(prefix, '{([^{}]*)}:$') .. '/'  -- "<queue>/" of this script's queue
+  -- waiting jobs of this queue to release: id -> {references of their dependencies that ended done}, and a
+  -- batch callback's counts; one release per waiting job however many of its dependencies the call ended
+  local releases, released_order, counts_of = {}, {}, {}
   local told = {}
   -- `marked`: the job's `dependents` field as the caller read it (nil: read it here). `counts`: a batch's
   -- counts (a table). True when an entry was left for the daemons to carry.
@@ -29,11 +32,16 @@ local function dependents_told(prefix)
     redis.call('HDEL', job_key, 'dependents')
     if refs.err or #refs == 0 then return false end
     if outcome == 'done' then
-      local elsewhere, me = {}, {here .. id}
-      local counts_json = counts and cjson.encode(counts)
+      local elsewhere = {}
       for _, ref in ipairs(refs) do
         if string.sub(ref, 1, #here) == here then
-          release_waiting(prefix, string.sub(ref, #here + 1), me, counts_json)
+          local waiting = string.sub(ref, #here + 1)
+          if not releases[waiting] then
+            releases[waiting] = {}
+            released_order[#released_order + 1] = waiting
+          end
+          table.insert(releases[waiting], here .. id)
+          if counts then counts_of[waiting] = cjson.encode(counts) end
         else
           elsewhere[#elsewhere + 1] = ref
         end
@@ -54,6 +62,9 @@ local function dependents_told(prefix)
     return true
   end
   function told.push()
+    for _, waiting in ipairs(released_order) do
+      release_waiting(prefix, waiting, releases[waiting], counts_of[waiting])
+    end
     -- A settled list of another type (fsck reports it, and its waiting jobs) takes nothing, rather than
     -- stopping the script that ends the jobs half-way.
     for _, same in ipairs(order) do redis.pcall('RPUSH', prefix .. 'settled', cjson.encode(entries[same])) end
