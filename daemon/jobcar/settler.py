@@ -62,21 +62,32 @@ class Settler:
             due = set(self.queues)
             self._full_pass_at = time.monotonic()
         queues = [self.queues[queue] for queue in sorted(due)]
-        while queues:  # again for the queues whose look was full: they may hold more
-            looks = await self._look(queues)
-            for keys, entries in zip(queues, looks, strict=True):
-                if entries:
-                    await self._carry(keys, entries)
-            queues = [keys for keys, entries in zip(queues, looks, strict=True) if len(entries) == ENTRIES_PER_LOOK]
+        try:
+            while queues:  # again for the queues whose look was full: they may hold more
+                looks, outage = await self._look(queues)
+                for n, (keys, entries) in enumerate(zip(queues, looks, strict=True)):
+                    if entries:
+                        try:
+                            await self._carry(keys, entries)
+                        except BaseException:
+                            queues = queues[n:]  # the queues not carried yet are due again
+                            raise
+                if outage is not None:
+                    raise outage  # after the queues that answered were carried; counted by the loop
+                queues = [k for k, entries in zip(queues, looks, strict=True) if len(entries) == ENTRIES_PER_LOOK]
+        finally:
+            self._due.update(keys.queue for keys in queues)
 
-    async def _look(self, queues: list[QueueKeys]) -> list[list[bytes | str]]:
-        """Up to ENTRIES_PER_LOOK entries of each queue's settled list, in one round trip; a list of another
-        type (fsck reports it) holds none."""
+    async def _look(self, queues: list[QueueKeys]) -> tuple[list[list[bytes | str]], BaseException | None]:
+        """Up to ENTRIES_PER_LOOK entries of each queue's settled list, in one round trip, and the first error
+        among them that is an outage. A list of another type (fsck reports it) holds none, and nor does a
+        queue whose node failed to answer."""
         pipe = self.link.client.pipeline(transaction=False)
         for keys in queues:
             pipe.lrange(keys.settled, 0, ENTRIES_PER_LOOK - 1)
         replies = await self.link.call(functools.partial(pipe.execute, raise_on_error=False))
-        return [reply if isinstance(reply, list) else [] for reply in replies]
+        outage = self.link.note_refusals(replies)
+        return [reply if isinstance(reply, list) else [] for reply in replies], outage
 
     async def _carry(self, keys: QueueKeys, entries: list[bytes | str]) -> None:
         """Tell the waiting jobs of these entries, then remove them."""
@@ -111,7 +122,8 @@ def settle_calls_of(keys: QueueKeys, entry: bytes | str, dead: DeadLetterLimits)
         return []
     dependencies = [job_ref(keys.queue, job_id) for job_id in ended]
     # A batch's counts (its callbacks' entry), as the callbacks' payloads carry them.
-    batch_counts = json.dumps(counts[0], separators=(",", ":")) if counts else ""
+    # ("queue" is in the counts the scripts write; entries left by older scripts lack it.)
+    batch_counts = json.dumps({"queue": keys.queue, **counts[0]}, separators=(",", ":")) if counts else ""
     calls = []
     for ref in refs:
         queue, waiting_id = split_job_ref(ref)

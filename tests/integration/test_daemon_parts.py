@@ -971,3 +971,17 @@ async def test_a_beat_stops_an_attempt_canceled_by_an_operator_and_acks_it_cance
     assert held.cancelled == [job_id]
     assert q.where(job_id) is None, "acked canceled; result_ttl 0 deletes it"
     assert parts.finished() == {"canceled": 1}
+
+
+async def test_the_settler_carries_every_queue_past_one_whose_settled_list_is_of_another_type(
+    any_target: Target, make_parts: MakeParts
+) -> None:
+    parts = await make_parts(any_target, queues={"a": 1, "b": 1})
+    a, b = any_target.driver("a"), any_target.driver("b")
+    waiting = a.enqueue("t", after=[("b", b.enqueue("t").id)])  # told through b's settled list
+    a.redis.set(a.keys.settled, "not a list")  # sorted first: the settler looks at "a" before "b"
+    leased = b.lease_one()
+    assert b.ack(leased.job.id, leased.token) == 2
+    await parts.runner.settler.step()  # a's list is refused (logged, fsck's to report); b's is carried
+    assert a.where(waiting.id) is State.PENDING
+    assert not b.redis.exists(b.keys.settled)

@@ -76,6 +76,32 @@ def test_the_ack_of_a_dependency_releases_a_job_waiting_in_its_queue_itself(q: Q
     assert not q.redis.exists(q.keys.settled)
 
 
+def test_one_ack_ending_several_dependencies_of_a_job_in_its_queue_tells_it_each(q: QueueDriver) -> None:
+    done, also_done, canceled = (q.enqueue("part", n) for n in range(3))
+    both = q.enqueue("sum", None, after=[done, also_done])
+    on_all = q.enqueue("sum", None, after=[done, canceled], on_dependency_failure="run")
+    leased = {j.job.id: j.token for j in q.lease(count=3).jobs}
+    q.run(transitions.cancel_call(q.keys, canceled.id))
+    acks = [transitions.ack_call(q.keys, done.id, leased[done.id]),
+            transitions.ack_call(q.keys, also_done.id, leased[also_done.id]),
+            transitions.ack_call(q.keys, canceled.id, leased[canceled.id], final=State.CANCELED)]  # fmt: skip
+    q.run(transitions.merge_acks(acks))
+    assert q.where(both.id) is State.PENDING, "both of its dependencies, ended in one call"
+    assert q.where(on_all.id) is State.WAITING, "its canceled one is told through the settled list"
+    carry(q)
+    assert q.where(on_all.id) is State.PENDING
+
+
+def test_a_batch_ended_by_an_ack_releases_its_callback_in_its_queue_with_the_counts(q: QueueDriver) -> None:
+    q.enqueue("part", 1, batch="b")
+    q.producer.seal_batch("b", on_complete=("report", {"n": [1, 2]}))
+    leased = q.lease_one()
+    assert q.ack(leased.job.id, leased.token) == 1, "nothing left for the settler"
+    assert q.where("b.on_complete") is State.PENDING
+    counts = {"queue": q.keys.queue, "batch": "b", "total": 1, "done": 1, "dead": 0, "canceled": 0}
+    assert _payload(q, "b.on_complete") == {"batch": counts, "data": {"n": [1, 2]}}
+
+
 def test_a_fan_in_job_runs_once_after_all_of_its_dependencies(queues: tuple[QueueDriver, QueueDriver]) -> None:
     a, b = queues
     fan_out = [("part", n, {"queue": "a" if n % 2 else "b", "job_id": f"p{n}"}) for n in range(10)]

@@ -82,7 +82,8 @@ local function parse_records(first)
       if name == 'after' or name == 'dependents' then
         local refs = job_refs(value)
         if not refs then
-          return redis.error_reply('ERR jobcar enqueue: ' .. name .. ' must be a JSON array of "<queue>/<id>" references')
+          local what = ' must be a JSON array of "<queue>/<id>" references'
+          return redis.error_reply('ERR jobcar enqueue: ' .. name .. what)
         end
         record[name] = refs
       end

@@ -16,7 +16,8 @@
 -- make one entry and one settle call.
 local function dependents_told(prefix)
   local entries, order = {}, {}
-  local here = string.match(prefix, '{([^{}]*)}:$') .. '/'  -- "<queue>/" of this script's queue
+  -- "<queue>/" of this script's queue (a prefix of another shape, built by hand: one no reference starts with)
+  local here = (string.match(prefix, '{([^{}]*)}:$') or '\0') .. '/'
   -- waiting jobs of this queue to release: id -> {references of their dependencies that ended done}, and a
   -- batch callback's counts; one release per waiting job however many of its dependencies the call ended
   local releases, released_order, counts_of = {}, {}, {}
