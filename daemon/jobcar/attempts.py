@@ -30,7 +30,7 @@ from jobcar.metrics import Metrics
 from jobcar.outcome import Outcome, OutcomeKind
 from jobcar.recording import OutcomeCall, Recorded, outcome_call
 from jobcar.redis_link import REDIS_ERRORS, RedisLink
-from jobcar.transitions import ENDED_WITH_DEPENDENTS, LeasedJob
+from jobcar.transitions import LeasedJob
 
 log = logging.getLogger("jobcar.attempts")
 
@@ -313,7 +313,7 @@ class Attempts:
                 # if Redis was back a moment after the outcome failed.
                 await self.link.reachability.failed(exc, sent_at=sent, deadline=expires)
         recorded = recording.recorded(reply)
-        if reply == ENDED_WITH_DEPENDENTS:
+        if recording.tells_dependents(reply):
             self.on_dependents(job.queue)
         self.metrics.of_job(job.queue, job.type).finished[recorded].inc()  # a StrEnum: its own key
         self.history.add(job.queue, job.type, recorded)

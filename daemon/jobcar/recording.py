@@ -20,7 +20,16 @@ from jobcar.job import State
 from jobcar.keys import QueueKeys
 from jobcar.outcome import Outcome, OutcomeKind
 from jobcar.scripts import Reply, ScriptCall
-from jobcar.transitions import DeadLetterLimits, HoldBack, LeasedJob, RetryResult, ack_call, kill_call, retry_call
+from jobcar.transitions import (
+    ENDED_AND_TELLS,
+    DeadLetterLimits,
+    HoldBack,
+    LeasedJob,
+    RetryResult,
+    ack_call,
+    kill_call,
+    retry_call,
+)
 
 #: How many times a job may give its attempt back (429/503 + Retry-After) over its life.
 MAX_FREE_RETRIES: Final = 20
@@ -53,9 +62,19 @@ class OutcomeCall:
         `transitions.split_reply` hands each its own."""
         if reply == 0:
             return Recorded.LEASE_LOST
-        if self.becomes in (Recorded.RETRIED, Recorded.RETURNED) and reply == RetryResult.DEAD:
+        if self.becomes in (Recorded.RETRIED, Recorded.RETURNED) and reply in _DIED:
             return Recorded.DEAD
         return self.becomes
+
+    def tells_dependents(self, reply: Reply) -> bool:
+        """Whether the transition left an entry for the settler: jobs in other queues waited for this one."""
+        if self.call.script.name == "retry":
+            return reply == RetryResult.DEAD_AND_TELLS
+        return reply == ENDED_AND_TELLS
+
+
+#: A retry's replies for a job that spent its last attempt.
+_DIED: Final = frozenset({RetryResult.DEAD, RetryResult.DEAD_AND_TELLS})
 
 
 def dead_letter_limits(config: Config) -> DeadLetterLimits:

@@ -282,13 +282,14 @@ def merge_acks(acks: Sequence[ScriptCall]) -> ScriptCall:
     return ScriptCall(first.script, keys, args)
 
 
-#: An ack's reply for a job that ended while others waited for it (its queue's `settled` list has an entry).
-ENDED_WITH_DEPENDENTS: Final = 2
+#: An ack's or a kill's reply for a job that ended while jobs in other queues waited for it (its queue's
+#: `settled` list has an entry, for the settler to carry).
+ENDED_AND_TELLS: Final = 2
 
 
 def parse_ack(reply: Reply) -> list[int]:
-    """One value per job of the call, in order: 1 finished, 2 finished and jobs waited for it (their
-    dependency's entry is in the queue's `settled` list), 0 lease lost (nothing changed)."""
+    """One value per job of the call, in order: 1 finished, 2 (ENDED_AND_TELLS) finished and jobs in other
+    queues waited for it, 0 lease lost (nothing changed)."""
     return [as_int(r) for r in as_list(reply)]
 
 
@@ -368,6 +369,7 @@ class RetryResult(IntEnum):
     LOST = 0
     RETRIED = 1
     DEAD = 2
+    DEAD_AND_TELLS = 3  # moved to dead, and jobs in other queues wait for it: its queue's `settled` has an entry
 
 
 def retry_call(

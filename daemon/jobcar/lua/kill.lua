@@ -11,7 +11,8 @@
 -- ARGV[5] dead set max jobs, ARGV[6] dead set max age ms
 -- Touches <prefix>unique:<key> (released), <prefix>batch:<batch> (dead += 1), trimmed jobs' hashes, the
 -- job's limit slots (given back: includes/release_slots.lua).
--- Returns 1 when moved, 0 when the lease was lost (nothing changed).
+-- Returns 1 when moved, 2 when moved and jobs waited for it (their entry is in <prefix>settled: the caller
+-- settles them now rather than at its next pass), 0 when the lease was lost (nothing changed).
 
 --- @include "now_ms"
 --- @include "holds_lease"
@@ -26,5 +27,5 @@ local prefix, id, token = ARGV[1], ARGV[2], ARGV[3]
 if not holds_lease(KEYS[3], token) then return 0 end
 redis.call('ZREM', KEYS[1], id)
 release_slots(prefix, id, redis.call('HGET', KEYS[3], 'slots'))
-move_to_dead(prefix, KEYS[2], KEYS[3], id, now_ms(), ARGV[4], tonumber(ARGV[5]), tonumber(ARGV[6]))
-return 1
+local left = move_to_dead(prefix, KEYS[2], KEYS[3], id, now_ms(), ARGV[4], tonumber(ARGV[5]), tonumber(ARGV[6]))
+return left and 2 or 1

@@ -24,7 +24,8 @@
 --         ARGV[12] the group's rate interval × (burst - 1) in ms ("0" without a rate)
 -- Touches <prefix>job:<id> HASH (errors, attempt, deferrals, state, run_at), the job's limit slots (given
 -- back: includes/release_slots.lua).
--- Returns 1 retried (scheduled or pending), 2 attempts spent: moved to dead, 0 lease lost (nothing changed).
+-- Returns 1 retried (scheduled or pending), 2 attempts spent: moved to dead, 3 the same and jobs waited for it
+-- (their entry is in <prefix>settled: the caller settles them now), 0 lease lost (nothing changed).
 
 --- @include "now_ms"
 --- @include "record_error"
@@ -68,8 +69,8 @@ if not spend and max_free > 0 and redis.call('HINCRBY', job_key, 'deferrals', 1)
 end
 if spend and attempt >= max_attempts then
   local reason = ARGV[5] .. ' (attempts exhausted: ' .. attempt .. ' of ' .. max_attempts .. ')'
-  move_to_dead(prefix, KEYS[4], job_key, id, now, reason, tonumber(ARGV[7]), tonumber(ARGV[8]))
-  return 2
+  local left = move_to_dead(prefix, KEYS[4], job_key, id, now, reason, tonumber(ARGV[7]), tonumber(ARGV[8]))
+  return left and 3 or 2
 end
 
 record_error(job_key, attempt, now, ARGV[5])
