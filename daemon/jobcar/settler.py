@@ -3,10 +3,10 @@
 The script that ends a job others wait for leaves an entry in its queue's `settled` list: [[id, ...],
 outcome, [reference, ...]] (the jobs one call ended the same way for the same waiting jobs). The settler
 tells each waiting job (the settle script, on that job's own slot, which on a Cluster may be another
-node's), then removes the entry. A daemon that acked such a job settles its queue at once; every daemon
-also looks at the queues it serves every PASS_INTERVAL, which carries what a crash left between the two
-steps, and what other scripts (a death, a cancel) left. Telling a job twice changes nothing, so two daemons
-carrying the same entry are harmless.
+node's), then removes the entry. A daemon whose ack, kill or retry left an entry settles its queue at
+once; every daemon also looks at the queues it serves every PASS_INTERVAL, which carries what a crash left
+between the two steps, and what other scripts (a reap, a cancel) left. Telling a job twice changes
+nothing, so two daemons carrying the same entry are harmless.
 """
 
 from __future__ import annotations
@@ -45,7 +45,7 @@ class Settler:
         self._full_pass_at = 0.0  # monotonic time of the last look at every queue
 
     def wake(self, queue: str) -> None:
-        """An ack of this daemon ended a job others wait for: settle its queue now."""
+        """An outcome this daemon recorded left an entry in the queue's settled list: settle it now."""
         if queue in self.queues:
             self._due.add(queue)
             self._woken.set()
