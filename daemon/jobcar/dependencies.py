@@ -100,27 +100,25 @@ def enqueue_order(records: list[EnqueueRecord]) -> EnqueueOrder:
 
 def _levels(records: Sequence[EnqueueRecord], dependents: list[list[str]], by_ref: dict[str, int]) -> list[int]:
     """A record's stage: 0 when nothing of the call waits for it, else one more than its dependents'
-    highest. A cycle is refused: its jobs would wait forever."""
-    levels: list[int | None] = [None] * len(records)
-    for start in range(len(records)):
-        if levels[start] is not None:
-            continue
-        # Depth-first without recursion (a chain of 10,000 steps is a fair use).
-        stack, on_path = [start], {start}
-        while stack:
-            node = stack[-1]
-            todo = [by_ref[d] for d in dependents[node] if levels[by_ref[d]] is None]
-            for child in todo:
-                if child in on_path:
-                    raise InvalidJob(f"after makes a cycle through job {records[child].id}: it would wait forever")
-            if todo:
-                stack.append(todo[0])
-                on_path.add(todo[0])
-                continue
-            levels[node] = 1 + max((levels[by_ref[d]] or 0 for d in dependents[node]), default=-1)
-            stack.pop()
-            on_path.discard(node)
-    return [level or 0 for level in levels]
+    highest. Worked out from the records nothing waits for, inward, each edge once (a fan-out of 10,000 is
+    as cheap as a chain of 10,000). A cycle is refused: its jobs would wait forever."""
+    waits_for: list[list[int]] = [[] for _ in records]  # the call's records each waits for
+    unleveled = [len(d) for d in dependents]  # the dependents of each record not leveled yet
+    for index, refs in enumerate(dependents):
+        for ref in refs:
+            waits_for[by_ref[ref]].append(index)
+    levels = [0] * len(records)
+    ready = [index for index, n in enumerate(unleveled) if n == 0]
+    for node in ready:  # grows while it is walked: each record once, when its last dependent is leveled
+        for dependency in waits_for[node]:
+            levels[dependency] = max(levels[dependency], levels[node] + 1)
+            unleveled[dependency] -= 1
+            if unleveled[dependency] == 0:
+                ready.append(dependency)
+    if len(ready) < len(records):
+        stuck = next(index for index, n in enumerate(unleveled) if n > 0)
+        raise InvalidJob(f"after makes a cycle among the jobs of this call: job {records[stuck].id} would wait forever")
+    return levels
 
 
 def chained(records: Sequence[EnqueueRecord]) -> list[EnqueueRecord]:
