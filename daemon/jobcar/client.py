@@ -24,7 +24,15 @@ import redis
 import redis.asyncio
 
 from jobcar import schedule_store
-from jobcar.dependencies import chained, depend_calls, enqueue_order, ref_of, settle_calls, silent_dependency_calls
+from jobcar.dependencies import (
+    EnqueueOrder,
+    chained,
+    depend_calls,
+    enqueue_order,
+    ref_of,
+    settle_calls,
+    silent_dependency_calls,
+)
 from jobcar.job import FINISHED, Job, JobInfo
 from jobcar.keys import DEFAULT_NAMESPACE, DEFAULT_QUEUE, QueueKeys, queues_key
 from jobcar.names import ID_PATTERN, check_name
@@ -142,6 +150,46 @@ class _Producer:
     def job_keys(self, job_id: str, queues: Sequence[str]) -> list[str]:
         return [QueueKeys.of(self.namespace, queue).job(job_id) for queue in queues]
 
+    # -- jobs that wait for others (ADR 0016): what to send once a call's stages are stored ----------
+
+    def registrations(
+        self, order: EnqueueOrder, infos: dict[str, JobInfo]
+    ) -> list[tuple[tuple[EnqueueRecord, str], ScriptCall]]:
+        """The `depend` calls registering the stored waiting jobs with their dependencies enqueued earlier."""
+        return depend_calls(self.namespace, order.later, infos)
+
+    def tellings(
+        self,
+        order: EnqueueOrder,
+        registering: Sequence[tuple[tuple[EnqueueRecord, str], ScriptCall]],
+        replies: Sequence[Reply],
+        infos: dict[str, JobInfo],
+    ) -> list[ScriptCall]:
+        """The `settle` calls for the waiting jobs whose dependencies will never tell them: those `depend`
+        found ended, and those of this call that had ended or were not stored."""
+        outcomes = [DependOutcome(as_text(reply)) for reply in replies]
+        calls = settle_calls(self.namespace, [pair for pair, _ in registering], outcomes)
+        return calls + silent_dependency_calls(self.namespace, (r for stage in order.stages for r in stage), infos)
+
+    def callbacks(
+        self, batch_id: str, queue: str, on_complete: JobSpec | None, on_success: JobSpec | None
+    ) -> list[EnqueueRecord]:
+        return build_callbacks(batch_id, queue, {"on_complete": on_complete, "on_success": on_success},
+                               self.max_payload_bytes)  # fmt: skip
+
+    def seal_call(self, batch_id: str, queue: str, callbacks: Sequence[EnqueueRecord]) -> ScriptCall:
+        return seal_batch_call(QueueKeys.of(self.namespace, queue), batch_id, [ref_of(r) for r in callbacks])
+
+    def sealed(
+        self, batch_id: str, queue: str, reply: Reply, infos: list[JobInfo]
+    ) -> tuple[BatchSeal, list[ScriptCall]]:
+        """What the seal did, and the cancels to send: a batch that had fired before tells no callback again,
+        so the callbacks this seal created are canceled."""
+        result = SealResult(as_text(reply))
+        created = [i for i in infos if i.created] if result is SealResult.FIRED else []
+        cancels = [cancel_call(QueueKeys.of(self.namespace, i.queue), i.id) for i in created]
+        return BatchSeal(batch_id, queue, result, infos), cancels
+
     def batch_key(self, batch_id: str, queue: str) -> str:
         check_name("batch id", batch_id, ID_PATTERN)
         return QueueKeys.of(self.namespace, check_name("queue name", queue)).batch(batch_id)
@@ -176,13 +224,6 @@ def _waited(job_id: str, job: Job | None) -> str | None:
 def _batch_status(batch_id: str, queue: str, reply: Reply) -> BatchStatus:
     total, done, dead, canceled = parse_batch(reply)
     return BatchStatus(batch_id, queue, total, done, dead, canceled)
-
-
-def _cancels_after_fired(namespace: str, result: SealResult, infos: Sequence[JobInfo]) -> list[ScriptCall]:
-    """A batch that had fired before tells no callback again: the ones this seal created are canceled."""
-    if result is not SealResult.FIRED:
-        return []
-    return [cancel_call(QueueKeys.of(namespace, i.queue), i.id) for i in infos if i.created]
 
 
 R = TypeVar("R", SyncRedis, AsyncRedis)
@@ -281,13 +322,11 @@ class Client(_Shell[SyncRedis]):
         if not order.later and len(order.stages) == 1:
             return self._store(records)
         infos = {ref_of(r): info for stage in order.stages for r, info in zip(stage, self._store(stage), strict=True)}
-        registering = depend_calls(self.namespace, order.later, infos)
+        registering = self._core.registrations(order, infos)
         replies = execute(self.redis, [c for _, c in registering]) if registering else []
-        outcomes = [DependOutcome(as_text(reply)) for reply in replies]
-        settle = settle_calls(self.namespace, [pair for pair, _ in registering], outcomes)
-        settle += silent_dependency_calls(self.namespace, (r for stage in order.stages for r in stage), infos)
-        if settle:
-            execute(self.redis, settle, wait=self._core.replica_wait)
+        tellings = self._core.tellings(order, registering, replies, infos)
+        if tellings:
+            execute(self.redis, tellings, wait=self._core.replica_wait)
         return [infos[ref_of(r)] for r in records]
 
     def _store(self, records: list[EnqueueRecord]) -> list[JobInfo]:
@@ -339,15 +378,13 @@ class Client(_Shell[SyncRedis]):
         canceled). Each is (type, data) or (type, data, options); its payload is then {"batch": {queue, batch,
         total, done, dead, canceled}, "data": data}. Each is enqueued once per batch, however many daemons end
         its last jobs at once, and calling this again changes nothing (docs/dependencies.md)."""
-        records = build_callbacks(batch_id, queue, {"on_complete": on_complete, "on_success": on_success},
-                                  self.max_payload_bytes)  # fmt: skip
-        infos = self._store(records) if records else []
-        seal = seal_batch_call(QueueKeys.of(self.namespace, queue), batch_id, [ref_of(r) for r in records])
-        result = SealResult(as_text(execute(self.redis, [seal])[0]))
-        cancels = _cancels_after_fired(self.namespace, result, infos)
+        callbacks = self._core.callbacks(batch_id, queue, on_complete, on_success)
+        infos = self._store(callbacks) if callbacks else []
+        (reply,) = execute(self.redis, [self._core.seal_call(batch_id, queue, callbacks)])
+        sealed, cancels = self._core.sealed(batch_id, queue, reply, infos)
         if cancels:
             execute(self.redis, cancels)
-        return BatchSeal(batch_id, queue, result, infos)
+        return sealed
 
     def wait_batch(
         self, batch_id: str, timeout: float, *, queue: str = DEFAULT_QUEUE, poll: float = 0.2
@@ -434,13 +471,11 @@ class AsyncClient(_Shell[AsyncRedis]):
         infos = {}
         for stage in order.stages:
             infos.update({ref_of(r): info for r, info in zip(stage, await self._store(stage), strict=True)})
-        registering = depend_calls(self.namespace, order.later, infos)
+        registering = self._core.registrations(order, infos)
         replies = await execute_async(self.redis, [c for _, c in registering]) if registering else []
-        outcomes = [DependOutcome(as_text(reply)) for reply in replies]
-        settle = settle_calls(self.namespace, [pair for pair, _ in registering], outcomes)
-        settle += silent_dependency_calls(self.namespace, (r for stage in order.stages for r in stage), infos)
-        if settle:
-            await execute_async(self.redis, settle, wait=self._core.replica_wait)
+        tellings = self._core.tellings(order, registering, replies, infos)
+        if tellings:
+            await execute_async(self.redis, tellings, wait=self._core.replica_wait)
         return [infos[ref_of(r)] for r in records]
 
     async def _store(self, records: list[EnqueueRecord]) -> list[JobInfo]:
@@ -460,15 +495,13 @@ class AsyncClient(_Shell[AsyncRedis]):
         on_complete: JobSpec | None = None,
         on_success: JobSpec | None = None,
     ) -> BatchSeal:
-        records = build_callbacks(batch_id, queue, {"on_complete": on_complete, "on_success": on_success},
-                                  self.max_payload_bytes)  # fmt: skip
-        infos = await self._store(records) if records else []
-        seal = seal_batch_call(QueueKeys.of(self.namespace, queue), batch_id, [ref_of(r) for r in records])
-        result = SealResult(as_text((await execute_async(self.redis, [seal]))[0]))
-        cancels = _cancels_after_fired(self.namespace, result, infos)
+        callbacks = self._core.callbacks(batch_id, queue, on_complete, on_success)
+        infos = await self._store(callbacks) if callbacks else []
+        (reply,) = await execute_async(self.redis, [self._core.seal_call(batch_id, queue, callbacks)])
+        sealed, cancels = self._core.sealed(batch_id, queue, reply, infos)
         if cancels:
             await execute_async(self.redis, cancels)
-        return BatchSeal(batch_id, queue, result, infos)
+        return sealed
 
     async def get(self, job_id: str, *, queue: str | None = None) -> Job | None:
         queues = [queue] if queue else decode_names(await self.redis.smembers(queues_key(self.namespace)))
