@@ -34,33 +34,33 @@
 
 local prefix, id, outcome, counts = ARGV[1], ARGV[2], ARGV[3], ARGV[6]
 local job_key = KEYS[5]
-if redis.pcall('HGET', job_key, 'state') ~= 'waiting' then return 'ignored' end
-local deps = prefix .. 'deps:' .. id
-if redis.call('TYPE', deps).ok ~= 'set' then return 'ignored' end
-
-local policy = redis.call('HGET', job_key, 'on_dependency_failure') or 'fail'
-if outcome ~= 'done' and policy ~= 'run' then
-  local failed = nil  -- the first of them the job waited for, which its reason names
-  for i = 7, #ARGV do
-    if redis.call('SISMEMBER', deps, ARGV[i]) == 1 then
-      failed = ARGV[i]
-      break
-    end
-  end
-  if not failed then return 'ignored' end
-  redis.call('ZREM', KEYS[2], id)
-  redis.call('DEL', deps)
-  if policy == 'cancel' then
-    release_unique(prefix, job_key, id)
-    count_in_batch(prefix, job_key, 'canceled', 1)
-    tell_dependents(prefix, job_key, id, 'canceled')
-    redis.call('DEL', job_key)
-    return 'canceled'
-  end
-  move_to_dead(prefix, KEYS[3], job_key, id, now_ms(), 'dependency ' .. failed .. ' ' .. outcome,
-    tonumber(ARGV[4]), tonumber(ARGV[5]))
-  return 'dead'
-end
 local refs = {}
 for i = 7, #ARGV do refs[#refs + 1] = ARGV[i] end
-return release_waiting(prefix, id, refs, counts)
+-- Done (the common case): release_waiting checks the job and its dependencies itself.
+if outcome == 'done' then return release_waiting(prefix, id, refs, counts) end
+if redis.pcall('HGET', job_key, 'state') ~= 'waiting' then return 'ignored' end
+local policy = redis.call('HGET', job_key, 'on_dependency_failure') or 'fail'
+if policy == 'run' then return release_waiting(prefix, id, refs, counts) end
+
+local deps = prefix .. 'deps:' .. id
+if redis.call('TYPE', deps).ok ~= 'set' then return 'ignored' end
+local failed = nil  -- the first of them the job waited for, which its reason names
+for _, ref in ipairs(refs) do
+  if redis.call('SISMEMBER', deps, ref) == 1 then
+    failed = ref
+    break
+  end
+end
+if not failed then return 'ignored' end
+redis.call('ZREM', KEYS[2], id)
+redis.call('DEL', deps)
+if policy == 'cancel' then
+  release_unique(prefix, job_key, id)
+  count_in_batch(prefix, job_key, 'canceled', 1)
+  tell_dependents(prefix, job_key, id, 'canceled')
+  redis.call('DEL', job_key)
+  return 'canceled'
+end
+move_to_dead(prefix, KEYS[3], job_key, id, now_ms(), 'dependency ' .. failed .. ' ' .. outcome,
+  tonumber(ARGV[4]), tonumber(ARGV[5]))
+return 'dead'

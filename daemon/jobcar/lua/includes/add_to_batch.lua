@@ -1,5 +1,6 @@
 --- @include "now_ms"
 --- @include "tell_dependents"
+--- @include "queue_name"
 
 -- Count an outcome in a batch (Spark producers wait on these counters). A batch key of another type
 -- (written by something else) counts nothing, for fsck to report, and the script goes on: a script
@@ -19,8 +20,8 @@ local function fire_batch(prefix, batch, key)
   local dead, canceled = tonumber(f[5]) or 0, tonumber(f[6]) or 0
   if done + dead + canceled < total then return false, false end
   redis.call('HSET', key, 'fired', now_ms())
-  local queue = string.match(prefix, '{([^{}]*)}:$')
-  local counts = {queue = queue, batch = batch, total = total, done = done, dead = dead, canceled = canceled}
+  local counts = {queue = queue_name(prefix), batch = batch, total = total, done = done, dead = dead,
+    canceled = canceled}
   return true, tell_dependents(prefix, key, 'batch:' .. batch, (dead + canceled == 0) and 'done' or 'dead', nil, counts)
 end
 

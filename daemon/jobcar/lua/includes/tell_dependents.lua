@@ -1,4 +1,5 @@
 --- @include "release_waiting"
+--- @include "queue_name"
 
 -- Dependencies (ADR 0016). A job others wait for carries the field `dependents` ("1"), and
 -- <prefix>dependents:<id>, a SET of "<queue>/<id>" references, names them. When it ends (done, dead or
@@ -16,8 +17,8 @@
 -- make one entry and one settle call.
 local function dependents_told(prefix)
   local entries, order = {}, {}
-  -- "<queue>/" of this script's queue (a prefix of another shape, built by hand: one no reference starts with)
-  local here = (string.match(prefix, '{([^{}]*)}:$') or '\0') .. '/'
+  -- "<queue>/" of this script's queue (for a prefix of another shape: one no reference starts with)
+  local here = (queue_name(prefix) or '\0') .. '/'
   -- waiting jobs of this queue to release: id -> {references of their dependencies that ended done}, and a
   -- batch callback's counts; one release per waiting job however many of its dependencies the call ended
   local releases, released_order, counts_of = {}, {}, {}
