@@ -55,6 +55,9 @@ class OutcomeCall:
     becomes: Recorded
     #: For a retry: seconds until the next attempt.
     retry_in: float | None = None
+    #: The script's reply when the job ended and jobs in other queues wait for it (an entry for the settler):
+    #: an ack's or kill's 2, a retry's 3 (its 2 already says "moved to dead").
+    tells_at: int = ENDED_AND_TELLS
 
     def recorded(self, reply: Reply) -> Recorded:
         """What the job became, from the script's reply for this job (0: the lease was lost, nothing
@@ -68,9 +71,7 @@ class OutcomeCall:
 
     def tells_dependents(self, reply: Reply) -> bool:
         """Whether the transition left an entry for the settler: jobs in other queues waited for this one."""
-        if self.call.script.name == "retry":
-            return reply == RetryResult.DEAD_AND_TELLS
-        return reply == ENDED_AND_TELLS
+        return reply == self.tells_at
 
 
 #: A retry's replies for a job that spent its last attempt.
@@ -119,7 +120,8 @@ def outcome_call(
         dead=dead_letter_limits(config),
         hold=hold,
     )
-    return OutcomeCall(call, Recorded.RETURNED if give_back else Recorded.RETRIED, retry_in=delay)
+    becomes = Recorded.RETURNED if give_back else Recorded.RETRIED
+    return OutcomeCall(call, becomes, retry_in=delay, tells_at=RetryResult.DEAD_AND_TELLS)
 
 
 def hold_back(limits: Limits) -> HoldBack:

@@ -34,7 +34,7 @@ from jobcar.reaper import Reaper
 from jobcar.recording import Recorded, outcome_call
 from jobcar.redis_link import RedisLink, RedisUnavailable, connect
 from jobcar.runner import Runner
-from jobcar.transitions import LeasedJob, cancel_call, pause_call, split_reply
+from jobcar.transitions import LeasedJob, RetryResult, cancel_call, pause_call, split_reply
 from tests.integration.driver import QueueDriver
 from tests.servers import RedisServer, free_port
 
@@ -485,6 +485,24 @@ def record_alone(q: QueueDriver, config: Config, leased: LeasedJob, outcome: Out
     (reply,) = transport.execute(q.redis, [recording.call])
     (own,) = split_reply(recording.call, reply, 1)
     return recording.recorded(own)
+
+
+def test_a_recorded_end_says_when_it_left_an_entry_so_the_daemon_settles_at_once(any_target: Target) -> None:
+    a, b = any_target.driver("a"), any_target.driver("b")
+    config = make_config(any_target)
+    a.enqueue("t", max_attempts=1)
+    b.enqueue("t", after=[a.enqueue("t", max_attempts=1)])  # the second: a job in b waits for it
+    first, second = a.lease(count=2).jobs
+    assert a.retry(first.job.id, first.token) == RetryResult.DEAD
+    assert a.retry(second.job.id, second.token) == RetryResult.DEAD_AND_TELLS
+    # What the daemon reads from such replies, for each way of ending: the settler is woken on the second.
+    retry = outcome_call(config, a.keys, first, Outcome.retry("e"))
+    kill = outcome_call(config, a.keys, first, Outcome.fail("bad"))
+    ack = outcome_call(config, a.keys, first, Outcome.success(b""))
+    assert [retry.tells_dependents(r) for r in (1, 2, 3)] == [False, False, True]
+    assert [kill.tells_dependents(r) for r in (1, 2)] == [False, True]
+    assert [ack.tells_dependents(r) for r in (1, 2)] == [False, True]
+    assert retry.recorded(RetryResult.DEAD_AND_TELLS) is Recorded.DEAD
 
 
 def test_recording_a_success_acks_the_job_done_with_its_result(any_target: Target) -> None:

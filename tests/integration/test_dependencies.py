@@ -12,9 +12,8 @@ from jobcar import transitions
 from jobcar.errors import InvalidJob
 from jobcar.job import EnqueueStatus, State
 from jobcar.keys import job_ref
-from jobcar.recording import OutcomeCall, Recorded
 from jobcar.settler import settle_calls_of
-from jobcar.transitions import DeadLetterLimits, RetryResult, SealResult
+from jobcar.transitions import DeadLetterLimits, SealResult
 from tests.integration.driver import QueueDriver
 
 AnyRedis = redis.Redis | redis.RedisCluster
@@ -227,25 +226,6 @@ def test_an_ack_is_not_stopped_half_way_by_a_settled_list_of_another_type(
     assert a.ack(first.id, a.lease_one().token) == 2
     assert a.job(first.id) is None, "the ack went through whole"
     assert b.where(waiting.id) is State.WAITING
-
-
-def test_a_death_says_when_it_left_an_entry_so_the_daemon_settles_at_once(
-    queues: tuple[QueueDriver, QueueDriver],
-) -> None:
-    a, b = queues
-    a.enqueue("x", max_attempts=1)
-    b.enqueue("w", after=[a.enqueue("x", max_attempts=1)])  # the second: a job in b waits for it
-    first, second = a.lease(count=2).jobs
-    assert a.retry(first.job.id, first.token) == RetryResult.DEAD
-    assert a.retry(second.job.id, second.token) == RetryResult.DEAD_AND_TELLS
-    # What the daemon reads from those replies: the settler is woken for the second only.
-    retry = OutcomeCall(transitions.retry_call(a.keys, "x", "t", delay_ms=0, error="e"), Recorded.RETRIED)
-    kill = OutcomeCall(transitions.kill_call(a.keys, "x", "t", "bad"), Recorded.DEAD)
-    ack = OutcomeCall(transitions.ack_call(a.keys, "x", "t"), Recorded.DONE)
-    assert [retry.tells_dependents(r) for r in (1, 2, 3)] == [False, False, True]
-    assert [kill.tells_dependents(r) for r in (1, 2)] == [False, True]
-    assert [ack.tells_dependents(r) for r in (1, 2)] == [False, True]
-    assert retry.recorded(RetryResult.DEAD_AND_TELLS) is Recorded.DEAD
 
 
 def test_telling_a_waiting_job_twice_changes_nothing(q: QueueDriver) -> None:
