@@ -155,8 +155,16 @@ async def _why_silent(client: AsyncRedis, keys: QueueKeys, job_id: str, ref: str
     """Why the dependency `ref` of the waiting job will never tell it it ended, or None when it will."""
     queue, dep_id = split_job_ref(ref)
     dep_keys = QueueKeys.of(keys.namespace, queue)
-    if dep_id in await _ending_ids(client, dep_keys):
+    why = await _why_not_told(client, dep_keys, dep_id, job_ref(keys.queue, job_id))
+    # An ending script pushes its entry in the same step as it ends the job: read after a look that found it
+    # ended (or gone), the settled list holds the entry if there is one. Only a suspect's queue is read.
+    if why is None or dep_id in await _ending_ids(client, dep_keys):
         return None
+    return why
+
+
+async def _why_not_told(client: AsyncRedis, dep_keys: QueueKeys, dep_id: str, waiting_ref: str) -> str | None:
+    """Why the dependency itself will not tell the waiting job (its ending may still wait in the list)."""
     if dep_id.startswith(BATCH_REF_PREFIX):
         batch_key = dep_keys.batch(dep_id.removeprefix(BATCH_REF_PREFIX))
         if not await client.exists(batch_key):
@@ -174,7 +182,7 @@ async def _why_silent(client: AsyncRedis, keys: QueueKeys, job_id: str, ref: str
         return "a job that no longer exists"
     if as_text(state) not in _RUNNING:
         return f"a job {as_text(state)} without telling it"
-    if not await client.sismember(dep_keys.dependents(dep_id), job_ref(keys.queue, job_id)):
+    if not await client.sismember(dep_keys.dependents(dep_id), waiting_ref):
         return "a job that does not name it among its dependents"
     return None
 
