@@ -159,8 +159,8 @@ def settle_calls(
     return calls
 
 
-#: What an enqueue of a dependency whose id existed found it to be when it had ended: what it tells.
-_ENDED: Final = {State.DONE: "done", State.DEAD: "dead", State.CANCELED: "canceled"}
+#: The states of a kept job that has ended: what it tells the jobs waiting for it is its state.
+_ENDED: Final = frozenset({State.DONE, State.DEAD, State.CANCELED})
 
 
 def silent_dependency_calls(
@@ -176,9 +176,9 @@ def silent_dependency_calls(
         if not r.dependents or info.status is EnqueueStatus.CREATED:
             continue
         if info.status is EnqueueStatus.EXISTS:
-            outcome = _ENDED.get(info.state)
-            if outcome is None:
+            if info.state not in _ENDED:
                 continue  # it has not ended: the enqueue registered them with it
+            outcome = info.state.value
         else:
             outcome = DependOutcome.GONE.value
         for waiting in r.dependents:

@@ -258,6 +258,15 @@ def test_a_job_enqueued_again_with_its_id_keeps_the_jobs_waiting_for_it(q: Queue
     assert q.where("y") is State.PENDING
 
 
+def test_a_job_enqueued_again_after_it_ended_tells_the_jobs_of_its_call_at_once(q: QueueDriver) -> None:
+    q.enqueue("a", job_id="x")
+    leased = q.lease_one()
+    q.ack("x", leased.token, retention_ms=60_000)  # done, and kept
+    waiting, again = q.producer.enqueue_many([("b", None, {"after": ["x"]}), ("a", None, {"job_id": "x"})])
+    assert (again.status, again.state) == (EnqueueStatus.EXISTS, State.DONE)
+    assert q.where(waiting.id) is State.PENDING
+
+
 def test_waiting_jobs_are_refused_what_they_cannot_be(q: QueueDriver) -> None:
     with pytest.raises(InvalidJob, match="cycle"):
         q.producer.enqueue_many(
