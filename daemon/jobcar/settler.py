@@ -65,17 +65,14 @@ class Settler:
         try:
             while queues:  # again for the queues whose look was full: they may hold more
                 looks, outage = await self._look(queues)
-                for n, (keys, entries) in enumerate(zip(queues, looks, strict=True)):
+                for keys, entries in zip(queues, looks, strict=True):
                     if entries:
-                        try:
-                            await self._carry(keys, entries)
-                        except BaseException:
-                            queues = queues[n:]  # the queues not carried yet are due again
-                            raise
+                        await self._carry(keys, entries)
                 if outage is not None:
                     raise outage  # after the queues that answered were carried; counted by the loop
                 queues = [k for k, entries in zip(queues, looks, strict=True) if len(entries) == ENTRIES_PER_LOOK]
         finally:
+            # On a failure this round's queues are due again (carrying an entry twice changes nothing).
             self._due.update(keys.queue for keys in queues)
 
     async def _look(self, queues: list[QueueKeys]) -> tuple[list[list[bytes | str]], BaseException | None]:
