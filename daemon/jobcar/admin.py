@@ -71,6 +71,10 @@ class JobView:
     #: The jobs waiting for it to end (ADR 0016).
     dependents: tuple[str, ...] = ()
 
+    def document(self) -> dict[str, Any]:
+        """The job as JSON (`job_document`), with what this view read beside its hash."""
+        return job_document(self.job, self.lease_deadline_ms, self.waiting_for, self.dependents)
+
 
 @dataclass(frozen=True, slots=True)
 class CancelReply:
@@ -210,7 +214,11 @@ class Admin:
         pipe.time()
         pipe.smembers(keys.deps(job_id))
         pipe.smembers(keys.dependents(job_id))
+        # The sets' replies may be refusals (a key of another type reads as none); the job's own may not.
         fields, deadline, (seconds, micros), deps, dependents = await pipe.execute(raise_on_error=False)
+        for reply in (fields, deadline):
+            if isinstance(reply, Exception):
+                raise reply
         if not fields:
             raise JobNotFound(gone)
         job = readable(job_id, queue, fields)

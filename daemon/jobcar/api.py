@@ -41,7 +41,7 @@ from typing import Any, Final, TypeAlias
 from aiohttp import hdrs, web
 from redis import exceptions as redis_errors
 
-from jobcar.admin import Admin, AmbiguousJob, JobNotFound, job_document
+from jobcar.admin import Admin, AmbiguousJob, JobNotFound
 from jobcar.api_schedules import add_schedule_routes
 from jobcar.browser_guard import cross_site_problem, host_problem
 from jobcar.client import AsyncClient
@@ -273,7 +273,7 @@ async def _get_job(request: web.Request) -> web.Response:
     wait = request.query.get("wait")
     if wait is None:
         view = await request.app[ADMIN].job(job_id, queue)
-        return web.json_response(job_document(view.job, view.lease_deadline_ms, view.waiting_for, view.dependents))
+        return web.json_response(view.document())
     # A long poll: the answer comes when the job has finished, or when the wait is over.
     seconds = _duration("wait", wait)
     if seconds > MAX_WAIT:
@@ -281,9 +281,7 @@ async def _get_job(request: web.Request) -> web.Response:
     view = await request.app[ADMIN].wait(job_id, queue, seconds)
     finished = view.job.state in FINISHED
     headers = {"Jobcar-Wait": "finished" if finished else "timeout"}
-    return web.json_response(
-        job_document(view.job, view.lease_deadline_ms, view.waiting_for, view.dependents), headers=headers
-    )
+    return web.json_response(view.document(), headers=headers)
 
 
 async def _cancel(request: web.Request) -> web.Response:

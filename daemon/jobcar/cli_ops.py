@@ -11,7 +11,7 @@ import sys
 from collections.abc import Mapping, Sequence
 from typing import Final
 
-from jobcar.admin import Admin, CancelReply, JobListing, JobView, job_document
+from jobcar.admin import Admin, CancelReply, JobListing, JobView
 from jobcar.cli_format import printable, span, table
 from jobcar.cli_support import (
     ID_DASH,
@@ -290,7 +290,7 @@ def cmd_jobs_show(args: argparse.Namespace) -> int:
 
     view = with_admin(load(args), read)
     if args.json:
-        print_json(job_document(view.job, view.lease_deadline_ms, view.waiting_for, view.dependents))
+        print_json(view.document())
     else:
         print("\n".join(_job_lines(view)))
     return EX_OK

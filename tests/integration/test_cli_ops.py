@@ -308,6 +308,15 @@ def test_jobs_show_what_a_job_waits_for_and_what_waits_for_it(run: Run, client: 
     assert sorted(job["id"] for job in listed) == ["last", "next"]
 
 
+def test_jobs_show_of_a_job_key_holding_another_type_says_so(run: Run, client: Client) -> None:
+    client.redis.set(QueueKeys.of(client.namespace, "default").job("odd"), "not a hash")
+    code, out, err = run("jobs", "show", "odd", "--queue", "default")
+    assert (code, out) == (1, "")
+    assert (
+        err == "jobcar: Redis refused the command: WRONGTYPE Operation against a key holding the wrong kind of value\n"
+    )
+
+
 def test_jobs_show_an_active_job_and_a_binary_payload(run: Run, client: Client) -> None:
     raw = bytes(range(256))
     client.enqueue("t.echo", raw, job_id="blob")
