@@ -312,9 +312,7 @@ def test_jobs_show_of_a_job_key_holding_another_type_says_so(run: Run, client: C
     client.redis.set(QueueKeys.of(client.namespace, "default").job("odd"), "not a hash")
     code, out, err = run("jobs", "show", "odd", "--queue", "default")
     assert (code, out) == (1, "")
-    assert (
-        err == "jobcar: Redis refused the command: WRONGTYPE Operation against a key holding the wrong kind of value\n"
-    )
+    assert err.startswith("jobcar: Redis refused the command: WRONGTYPE"), err  # then the server's own words
 
 
 def test_jobs_show_an_active_job_and_a_binary_payload(run: Run, client: Client) -> None:
