@@ -40,6 +40,7 @@ from jobcar.config_types import (
     Limits,
     Rate,
     RedisSettings,
+    UiSettings,
 )
 from jobcar.config_values import boolean, choice, duration, integer, optional_string, parse_int, size, string
 from jobcar.errors import InvalidJob, JobcarError
@@ -328,6 +329,11 @@ _DEAD_LETTER_FIELDS: Final[Mapping[str, Converter]] = {
     "max_age": duration(0.0, exclusive=True),
 }
 
+_UI_FIELDS: Final[Mapping[str, Converter]] = {
+    "enabled": boolean,
+    "write": boolean,
+}
+
 #: Where a per-key limit reads a job's key: the producer's key=, a meta entry or a payload field.
 _LIMIT_KEY: Final = re.compile(r"key|meta\.[A-Za-z0-9_.:-]{1,100}|payload\.[A-Za-z0-9_-]{1,100}")
 
@@ -569,6 +575,8 @@ _TOP_FIELDS: Final[Mapping[str, Converter]] = {
     "defaults": _defaults,
     "dead_letter": _section(DeadLetter, _DEAD_LETTER_FIELDS),
     "schedules": _schedules,
+    "ui": _section(UiSettings, _UI_FIELDS),
+    "history": boolean,
 }
 
 #: The keys the loader accepts in each part of the file (the JSON Schema in config/schema.json must match).
@@ -578,6 +586,7 @@ KNOWN_KEYS: Final[Mapping[str, tuple[str, ...]]] = {
     "defaults": tuple(_DEFAULTS_FIELDS),
     "backoff": tuple(_BACKOFF_FIELDS),
     "dead_letter": tuple(_DEAD_LETTER_FIELDS),
+    "ui": tuple(_UI_FIELDS),
     "http handler": tuple(_HTTP_FIELDS),
     "command handler": tuple(_COMMAND_FIELDS),
     "schedule": tuple(_SCHEDULE_FIELDS),

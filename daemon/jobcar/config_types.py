@@ -146,6 +146,15 @@ class DeadLetter:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class UiSettings:
+    """The web dashboard at /ui on the daemon's listener (and `jobcar ui`)."""
+
+    enabled: bool = True
+    #: Whether its buttons act (cancel, requeue, delete, pause, trigger); read-only by default.
+    write: bool = False
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class Config:
     source: str  # the file it was read from, for messages
     redis: RedisSettings = field(default_factory=RedisSettings)
@@ -174,6 +183,9 @@ class Config:
     handlers: dict[str, Handler] = field(default_factory=dict)
     #: Periodic jobs: kept in Redis by every daemon of the fleet, fired by any (scheduler.py).
     schedules: tuple[ScheduleSpec, ...] = ()
+    ui: UiSettings = field(default_factory=UiSettings)
+    #: Keep fleet-wide counts of finished attempts per minute (history.py): `jobcar stats`, the dashboard.
+    history: bool = True
 
 
 def limit_rules(config: Config) -> str:

@@ -51,7 +51,7 @@ log = logging.getLogger("jobcar.daemon")
 
 #: Settings a reload cannot change: they take effect after a restart.
 RESTART_ONLY = ("redis", "namespace", "queues", "listen", "api_token", "api_allowed_hosts", "lease", "log_level",
-                "log_format", "max_payload_bytes")  # fmt: skip
+                "log_format", "max_payload_bytes", "ui")  # fmt: skip
 
 
 class StartRefused(Exception):

@@ -34,10 +34,12 @@ class History:
         self.link = link
         self.queues = queues  # the daemon's: one of them carries the flush sent with nothing to count
         self._counts: dict[str, Counter[tuple[str, str]]] = {}
+        #: The config's `history`: off, nothing is counted (and so nothing flushed).
+        self.enabled = True
 
     def add(self, queue: str, job_type: str, recorded: Recorded) -> None:
         outcomes = _COUNTED.get(recorded)
-        if outcomes:
+        if outcomes and self.enabled:
             counts = self._counts.get(queue)
             if counts is None:
                 counts = self._counts[queue] = Counter()

@@ -33,6 +33,11 @@ def queues_key(namespace: str) -> str:
     return f"{namespace}:queues"
 
 
+def daemons_key(namespace: str) -> str:
+    """The HASH of the daemons that announced themselves: daemon id -> JSON (fleet.py)."""
+    return f"{namespace}:daemons"
+
+
 @dataclass(frozen=True, slots=True)
 class QueueKeys:
     """Every key of one queue. All carry the hash tag `{<queue>}`, so they live in one Cluster slot."""

@@ -6,6 +6,7 @@ config and drains them.
     heartbeat ──renew / fence──> attempts            reaper ──> Redis
     attempts ──a job others wait for ended──> settler ──> Redis (the waiting jobs)
     attempts ──count──> history ──every 5 s──> Redis
+    announcer ──this daemon, every 5 s──> Redis (the fleet the dashboard shows)
 
 A drain stops leasing, collects the leases still queued behind idle waits, and settles the attempts:
 in-flight jobs get shutdown_timeout to finish, the rest go back to pending without spending an attempt.
@@ -24,6 +25,7 @@ from jobcar.app_health import AlwaysHealthy, HealthGate
 from jobcar.attempts import Attempts, StopReason
 from jobcar.config_types import Config
 from jobcar.executors import Executor
+from jobcar.fleet import Announcer
 from jobcar.heartbeat import AliveKey, Heartbeat
 from jobcar.history import History
 from jobcar.keys import QueueKeys
@@ -66,6 +68,7 @@ class Runner:
         self.reaper = Reaper([q.keys for q in queues], link, self.metrics, config)
         self.scheduler = Scheduler([q.keys for q in queues], link, self.metrics, config)
         self.settler = Settler([q.keys for q in queues], link, config)
+        self.announcer = Announcer(link.scripts, config, lambda: self.in_flight)
         self.attempts.on_dependents = self.settler.wake
         link.reachability.on_recovery = self.leaser.redis_recovered
         self.apply(config, executors)
@@ -74,11 +77,13 @@ class Runner:
         """Take a (re)loaded config's handlers. Running jobs finish with the executor they started with."""
         self.config = config
         self.metrics.configure(config)
+        self.history.enabled = config.history
         self.attempts.apply(config, executors)
         self.leaser.apply(config)
         self.reaper.config = config
         self.scheduler.apply(config)
         self.settler.config = config
+        self.announcer.config = config
         self._changed.set()
 
     @property
@@ -100,6 +105,7 @@ class Runner:
         spawn("history", forever("history", self.history.step, reachability), self._tasks)
         spawn("scheduler", forever("scheduler", self.scheduler.step, reachability), self._tasks)
         spawn("settler", forever("settler", self.settler.step, reachability), self._tasks)
+        spawn("announcer", forever("announcer", self.announcer.step, reachability), self._tasks)
         try:
             while not self._draining.is_set():
                 try:
@@ -114,6 +120,8 @@ class Runner:
             await self.attempts.settle(self.config.shutdown_timeout)
             with contextlib.suppress(RedisUnavailable):  # the last counts; lost only if Redis is away now
                 await self.history.flush()
+            with contextlib.suppress(RedisUnavailable):  # else the entry stops being live on its own
+                await self.announcer.withdraw()
         finally:
             # Cancel until every task is gone: a cancel swallowed inside redis-py (see
             # `current_task_cancelling`) can leave a task waiting on an event nobody will set.

@@ -81,3 +81,12 @@ def test_stats_shows_the_fleets_processed_and_failed_counts(start_daemon: StartD
     assert default["failed_last_hour"] == 2
     assert default["processed_last_minute"] == 8
     assert default["failed_last_minute"] == 2
+
+
+def test_a_daemon_with_history_off_counts_nothing(start_daemon: StartDaemon, q: QueueDriver) -> None:
+    handlers = {"ok": {"command": ["true"]}}
+    daemon = start_daemon(handlers, history=False)
+    ids = [q.enqueue("ok").id for _ in range(3)]
+    wait_for(lambda: all(q.where(i) is None for i in ids), what="every job to end")
+    daemon.stop()  # a drain flushes what was counted: here, nothing
+    assert not q.redis.keys(q.keys.prefix + "history*")

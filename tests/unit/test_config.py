@@ -26,6 +26,7 @@ from jobcar.config_types import (
     Limits,
     Rate,
     RedisSettings,
+    UiSettings,
 )
 from jobcar.units import interpolate, parse_duration, parse_size
 
@@ -904,6 +905,7 @@ def test_the_loader_accepts_exactly_the_dataclass_fields() -> None:
     assert set(KNOWN_KEYS["defaults"]) == _field_names(Defaults)
     assert set(KNOWN_KEYS["backoff"]) == _field_names(Backoff)
     assert set(KNOWN_KEYS["dead_letter"]) == _field_names(DeadLetter)
+    assert set(KNOWN_KEYS["ui"]) == _field_names(UiSettings)
     assert set(KNOWN_KEYS["http handler"]) == _field_names(HttpHandler, without=("type",))
     assert set(KNOWN_KEYS["command handler"]) == _field_names(CommandHandler, without=("type",))
     assert set(KNOWN_KEYS["limits"]) == _field_names(Limits)
@@ -946,6 +948,7 @@ def _schema_sections(schema: dict[str, Any]) -> dict[str, dict[str, Any]]:
         "defaults": defaults,
         "backoff": _resolve(schema, defaults["properties"]["backoff"]),
         "dead_letter": _resolve(schema, top["dead_letter"]),
+        "ui": _resolve(schema, top["ui"]),
         "http handler": http,
         "command handler": command,
         "schedule": _resolve(schema, top["schedules"]["additionalProperties"]),

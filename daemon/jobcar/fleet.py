@@ -1,0 +1,99 @@
+"""The daemons of a namespace as each announces itself every ANNOUNCE_INTERVAL in `<namespace>:daemons`:
+who runs (host, pid, version, queues, concurrency, jobs in flight, since when), for the dashboard.
+
+An entry carries the Redis time it was last renewed; one older than LIVE_FOR is a daemon gone without
+saying so (`kill -9`, a lost host) and is not shown, and the next announce of any daemon deletes it after
+FORGET_AFTER. A daemon that stops cleanly withdraws its entry.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import secrets
+import socket
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Final
+
+from jobcar import __version__
+from jobcar.config_types import Config
+from jobcar.keys import daemons_key
+from jobcar.scripts import ScriptCall, call
+from jobcar.transport import AsyncRedis
+
+#: How often a daemon renews its entry (seconds).
+ANNOUNCE_INTERVAL: Final = 5.0
+#: An entry not renewed for this long (ms) is a daemon gone.
+LIVE_FOR_MS: Final = 3 * int(ANNOUNCE_INTERVAL * 1000)
+#: An entry not renewed for this long (ms) is deleted.
+FORGET_AFTER_MS: Final = 3_600_000
+
+
+@dataclass(frozen=True, slots=True)
+class DaemonInfo:
+    id: str
+    host: str
+    pid: int
+    version: str
+    queues: tuple[str, ...]
+    concurrency: int
+    in_flight: int
+    started_ms: int
+    seen_ms: int
+
+
+class Announcer:
+    """Keeps this daemon's entry: `step` is the loop's step, `withdraw` the last word of a clean stop."""
+
+    def __init__(
+        self, send: Callable[[list[ScriptCall]], Awaitable[object]], config: Config, in_flight: Callable[[], int]
+    ) -> None:
+        self.send = send  # the daemon's RedisLink.scripts: its guard, backoff and outage handling
+        self.config = config  # replaced on reload: the queues and concurrency announced follow it
+        self.in_flight = in_flight
+        self.host = socket.gethostname()
+        self.id = f"{self.host}:{os.getpid()}:{secrets.token_hex(3)}"
+        self.started_ms = int(time.time() * 1000)  # shown only: no decision is taken on this clock
+
+    async def step(self) -> None:
+        await self.announce()
+        await asyncio.sleep(ANNOUNCE_INTERVAL)
+
+    async def announce(self) -> None:
+        entry = {
+            "host": self.host, "pid": os.getpid(), "version": __version__, "queues": list(self.config.queues),
+            "concurrency": self.config.concurrency, "in_flight": self.in_flight(), "started_ms": self.started_ms,
+        }  # fmt: skip
+        await self._send(json.dumps(entry, separators=(",", ":")))
+
+    async def withdraw(self) -> None:
+        await self._send("")
+
+    async def _send(self, entry: str) -> None:
+        key = daemons_key(self.config.namespace)
+        await self.send([call("announce", (key,), (self.id, entry, FORGET_AFTER_MS))])
+
+
+async def live_daemons(redis: AsyncRedis, namespace: str) -> list[DaemonInfo]:
+    """The daemons that announced themselves within LIVE_FOR_MS (Redis time), by host and pid."""
+    entries = await redis.hgetall(daemons_key(namespace))
+    seconds, micros = await redis.time()
+    now_ms = int(seconds) * 1000 + int(micros) // 1000
+    daemons = []
+    for daemon_id, text in entries.items():
+        try:
+            entry = json.loads(text)
+            info = DaemonInfo(
+                id=daemon_id.decode("utf-8", "replace") if isinstance(daemon_id, bytes) else str(daemon_id),
+                host=str(entry["host"]), pid=int(entry["pid"]), version=str(entry["version"]),
+                queues=tuple(str(q) for q in entry["queues"]), concurrency=int(entry["concurrency"]),
+                in_flight=int(entry["in_flight"]), started_ms=int(entry["started_ms"]), seen_ms=int(entry["seen_ms"]),
+            )  # fmt: skip
+        except (ValueError, TypeError, KeyError):
+            continue  # not a daemon's entry: the forget time removes it
+        if info.seen_ms >= now_ms - LIVE_FOR_MS:
+            daemons.append(info)
+    return sorted(daemons, key=lambda d: (d.host, d.pid))

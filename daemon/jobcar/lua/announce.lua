@@ -1,0 +1,30 @@
+#!lua
+-- announce: a daemon says it is alive (or, stopping, that it is gone); entries of daemons silent for
+-- longer than the forget time are deleted on the way, so a kill -9ed daemon's entry does not stay.
+--
+-- KEYS[1] <namespace>:daemons  HASH daemon id -> its JSON object, with "seen_ms" (Redis time) added
+-- ARGV[1] the daemon's id
+-- ARGV[2] its JSON object, "seen_ms" left out; "" withdraws the entry (a daemon stopping)
+-- ARGV[3] the forget time (ms)
+-- Returns the number of entries deleted as forgotten.
+
+--- @include "now_ms"
+
+local now = now_ms()
+if ARGV[2] == '' then
+  redis.call('HDEL', KEYS[1], ARGV[1])
+else
+  -- The object is the daemon's own JSON ("{...}"): its last brace gives way to the time it was seen.
+  redis.call('HSET', KEYS[1], ARGV[1], string.sub(ARGV[2], 1, -2) .. ',"seen_ms":' .. now .. '}')
+end
+local forgotten = 0
+local entries = redis.call('HGETALL', KEYS[1])
+for i = 1, #entries, 2 do
+  local ok, entry = pcall(cjson.decode, entries[i + 1])
+  local seen = ok and type(entry) == 'table' and tonumber(entry.seen_ms) or 0
+  if seen < now - tonumber(ARGV[3]) then
+    redis.call('HDEL', KEYS[1], entries[i])
+    forgotten = forgotten + 1
+  end
+end
+return forgotten
