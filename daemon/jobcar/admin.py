@@ -320,24 +320,32 @@ class Admin:
             for job_id in job_ids
         }
 
-    async def _ids(self, keys: QueueKeys, state: State, start: int, count: int) -> list[str]:
-        """Ids `start` to `start + count` of a state's set, in the order they leave it."""
+    async def ids(self, queue: str, state: State, start: int, count: int, newest_first: bool = False) -> list[str]:
+        """Ids `start` to `start + count` of a state's set (not `done`: no set holds those), in the order they
+        leave it, or the other way round."""
+        return await self._ids(self.keys(queue), state, start, count, newest_first)
+
+    async def _ids(
+        self, keys: QueueKeys, state: State, start: int, count: int, newest_first: bool = False
+    ) -> list[str]:
+        """Ids `start` to `start + count` of a state's set, in the order they leave it (or the other way)."""
         if count <= 0:
             return []
         if state is State.PENDING:
-            return await self._pending_ids(keys, start, count)
+            return await self._pending_ids(keys, start, count, newest_first)
         sets = {
             State.SCHEDULED: keys.scheduled,
             State.ACTIVE: keys.active,
             State.DEAD: keys.dead,
             State.WAITING: keys.waiting,
         }
-        return [as_text(m) for m in await self.redis.zrange(sets[state], start, start + count - 1)]
+        members = await self.redis.zrange(sets[state], start, start + count - 1, desc=newest_first)
+        return [as_text(m) for m in members]
 
-    async def _pending_ids(self, keys: QueueKeys, start: int, count: int) -> list[str]:
+    async def _pending_ids(self, keys: QueueKeys, start: int, count: int, newest_first: bool = False) -> list[str]:
         """Pending ids `start` to `start + count` in lease order: the jobs a limit let go, then by priority,
-        each list from its right end."""
-        lists = keys.lease_order
+        each list from its right end; `newest_first`, the other way round."""
+        lists = keys.lease_order[::-1] if newest_first else keys.lease_order
         pipe = self.redis.pipeline(transaction=False)
         for key in lists:
             pipe.llen(key)
@@ -349,11 +357,40 @@ class Admin:
                 start -= length
                 continue
             take = min(count - len(ids), length - start)
-            ids += [as_text(m) for m in reversed(await self.redis.lrange(key, -start - take, -start - 1))]
+            if newest_first:  # the left end holds the last enqueued
+                ids += [as_text(m) for m in await self.redis.lrange(key, start, start + take - 1)]
+            else:
+                ids += [as_text(m) for m in reversed(await self.redis.lrange(key, -start - take, -start - 1))]
             start = 0
             if len(ids) >= count:
                 break
         return ids
+
+    async def job_keys_page(self, queue: str, cursor: int, count: int) -> tuple[int, list[str]]:
+        """One SCAN step over the queue's job hashes: (the next cursor, 0 when done; the ids found). Done jobs,
+        which no set holds, are found this way."""
+        keys = self.keys(queue)
+        cursor, found = await self.redis.scan(cursor, match=keys.all_jobs(), count=count)
+        prefix = len(keys.job(""))
+        return int(cursor), [as_text(k)[prefix:] for k in found]
+
+    async def now_ms(self) -> int:
+        """Redis time, the clock every stored time was taken with."""
+        seconds, micros = await self.redis.time()
+        return int(seconds) * 1000 + int(micros) // 1000
+
+    async def hashes(self, queue: str, job_ids: Sequence[str], fields: Sequence[str] = ()) -> list[dict[bytes, bytes]]:
+        """The hashes of these jobs ({} for one gone), whole or only `fields`, in one round trip."""
+        if not fields:
+            return await self._hashes(self.keys(queue), job_ids)
+        pipe = self.redis.pipeline(transaction=False)
+        for job_id in job_ids:
+            pipe.hmget(self.keys(queue).job(job_id), list(fields))
+        names = [f.encode() for f in fields]
+        return [
+            {name: as_bytes(v) for name, v in zip(names, values, strict=True) if v is not None}
+            for values in await pipe.execute()
+        ]
 
     async def _hashes(self, keys: QueueKeys, job_ids: Sequence[str]) -> list[dict[bytes, bytes]]:
         pipe = self.redis.pipeline(transaction=False)

@@ -70,7 +70,7 @@ class AttemptError:
     error: str
 
 
-def _parse_errors(raw: bytes | None) -> tuple[AttemptError, ...]:
+def parse_errors(raw: bytes | None) -> tuple[AttemptError, ...]:
     if not raw:
         return ()
     entries = json.loads(raw.decode("utf-8", "replace"))
@@ -186,7 +186,7 @@ class Job:
             started_ms=_opt_int(get(b"started")),
             finished_ms=_opt_int(get(b"finished")),
             token=_opt_str(get(b"token")),
-            errors=_parse_errors(get(b"errors")),
+            errors=parse_errors(get(b"errors")),
             unique_key=_opt_str(get(b"unique") or get(b"unique_window")),
             unique_window=b"unique_window" in fields,
             traceparent=_opt_str(get(b"traceparent")),
