@@ -42,7 +42,8 @@ run: $(RUN_STAMP)
 test: lint typecheck tools pytest
 
 # System tools some tests need beyond Python: systemd-analyze (packaging/jobcar.service is checked
-# with `systemd-analyze verify`) and promtool (deploy/prometheus rules and config). systemd-analyze
+# with `systemd-analyze verify`), Debian's chromium (the dashboard's browser tests drive it with
+# Playwright; no browser is downloaded) and promtool (deploy/prometheus rules and config). systemd-analyze
 # comes from Debian's systemd package (files only, nothing starts in a container). promtool is taken
 # out of Debian's prometheus package into .venv/bin without installing the package, which would add a
 # system user and a Prometheus server that starts on a systemd host. Done as root through apt when
@@ -52,6 +53,9 @@ tools: $(RUN_STAMP)
 	  if ! command -v systemd-analyze >/dev/null; then \
 	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends systemd >/dev/null; \
 	  fi; \
+	  if ! command -v chromium >/dev/null; then \
+	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends chromium >/dev/null; \
+	  fi; \
 	  if ! command -v promtool >/dev/null && [ ! -x $(BIN)/promtool ]; then \
 	    tmp=$$(mktemp -d) && (cd $$tmp && { apt-get download -qq prometheus 2>/dev/null || \
 	      { apt-get update -qq && apt-get download -qq prometheus; }; }) && \
@@ -60,8 +64,8 @@ tools: $(RUN_STAMP)
 	  fi
 
 lint: $(STAMP)
-	$(BIN)/ruff check daemon tests bench
-	$(BIN)/ruff format --check daemon tests bench
+	$(BIN)/ruff check daemon tests bench tools
+	$(BIN)/ruff format --check daemon tests bench tools
 
 typecheck: $(STAMP)
 	$(BIN)/mypy --strict daemon/jobcar

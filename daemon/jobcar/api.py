@@ -12,6 +12,7 @@
     DELETE /v1/jobs/{id}   200 canceled or cancel_requested | 404 | 409 already finished, or in several queues
     POST   /v1/drain       202 {"status": "draining"}: a graceful drain, for a preStop hook
     /v1/schedules...       periodic jobs: api_schedules.py
+    /ui/...                the web dashboard (ui/pages.py), with its own rules for browsers and sessions
 
 Every error is JSON {"error": "..."}. Redis refusing a write (OOM under noeviction, a replica...) or unreachable
 is a 503, and the enqueue script was refused whole: nothing is half-written. With `api_token`
@@ -54,6 +55,7 @@ from jobcar.listen import exposure_problem, parse_listen
 from jobcar.names import ID_PATTERN, check_name
 from jobcar.records import Payload
 from jobcar.transitions import CancelResult
+from jobcar.ui.pages import build_ui_app
 from jobcar.units import parse_duration
 
 log = logging.getLogger("jobcar.api")
@@ -65,6 +67,8 @@ MAX_BATCH_JOBS: Final = 1000
 BODY_MARGIN_BYTES: Final = 64 * 1024
 METRICS_CONTENT_TYPE: Final = "text/plain; version=0.0.4; charset=utf-8"
 PUBLIC_PATHS: Final = frozenset({"/healthz", "/readyz", "/metrics"})  # kubelet probes, Prometheus scrapes
+#: Where the web dashboard is mounted (ui/pages.py), unless the config's `ui.enabled` is false.
+UI_PREFIX: Final = "/ui"
 #: The longest `GET /v1/jobs/{id}?wait=` holds a request (a client asks again for longer).
 MAX_WAIT: Final = 60.0
 SHUTDOWN_TIMEOUT: Final = 5.0  # for in-flight requests when the listener is cleaned up
@@ -125,7 +129,19 @@ def build_app(context: ApiContext) -> web.Application:
     app.router.add_post("/v1/drain", _drain)
     app.router.add_get("/v1/limits", _limits)
     add_schedule_routes(app, lambda request: request.app[CONTEXT].client, _not_json)
+    if context.config.ui.enabled:
+        app.router.add_get(UI_PREFIX, _to_dashboard)
+        app.add_subapp(UI_PREFIX, build_ui_app(app[ADMIN], context.config))
     return app
+
+
+def _is_dashboard(request: web.Request) -> bool:
+    """A request for the dashboard's pages, which keeps its own rules for browsers and sessions (ui/access.py)."""
+    return request.path.startswith(UI_PREFIX + "/")
+
+
+async def _to_dashboard(request: web.Request) -> web.Response:
+    raise web.HTTPPermanentRedirect(UI_PREFIX + "/")
 
 
 async def _limits(request: web.Request) -> web.Response:
@@ -197,6 +213,8 @@ async def _json_errors(request: web.Request, handler: Handler) -> web.StreamResp
 @web.middleware
 async def _refuse_web_pages(request: web.Request, handler: Handler) -> web.StreamResponse:
     """A request a browser sent for a web page never reaches a route, the probes included (browser_guard.py)."""
+    if _is_dashboard(request):
+        return await handler(request)
     config = request.app[CONTEXT].config
     host = request.headers.get(hdrs.HOST)
     # A bearer token is never sent by a browser on its own, so with one a rebound Host gains a page nothing; without
@@ -215,7 +233,7 @@ async def _refuse_web_pages(request: web.Request, handler: Handler) -> web.Strea
 @web.middleware
 async def _auth(request: web.Request, handler: Handler) -> web.StreamResponse:
     token = request.app[CONTEXT].config.api_token
-    if token and request.path not in PUBLIC_PATHS:
+    if token and request.path not in PUBLIC_PATHS and not _is_dashboard(request):
         scheme, _, given = request.headers.get(hdrs.AUTHORIZATION, "").partition(" ")
         # Constant time. surrogatepass: any header text encodes, and never to the bytes of a real character.
         given_bytes = given.strip().encode("utf-8", "surrogatepass")

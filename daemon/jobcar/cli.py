@@ -1,6 +1,6 @@
 """The `jobcar` command line: `run` the daemon, `check` a config, `enqueue` a job, and the
 operators' commands (`stats`, `jobs list|show`, `dead requeue|purge`, `queue pause|resume`, `cancel`,
-`fsck`, `health`), which live in cli_ops.py; what all commands share is in cli_support.py.
+`fsck`, `health`), which live in cli_ops.py, and `ui` (cli_ui.py); what all commands share is in cli_support.py.
 
 Each command is one function taking the parsed arguments and returning the exit code, registered
 with its arguments in COMMANDS (a command with actions, like `jobs`, is a group of such entries);
@@ -25,7 +25,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any, Final
 
-from jobcar import __version__, cli_schedules
+from jobcar import __version__, cli_schedules, cli_ui
 from jobcar.cli_health import cmd_health, health_arguments
 from jobcar.cli_ops import (
     cancel_arguments,
@@ -461,6 +461,7 @@ COMMANDS: Final[tuple[Command, ...]] = (
     Command("cancel", "cancel a waiting job, or stop a running one", cmd_cancel, cancel_arguments),
     Command("fsck", "check queues against the protocol's invariants (--repair fixes)", cmd_fsck, fsck_arguments),
     Command("health", "exit 0 when the daemon's /healthz answers 200 (for HEALTHCHECK)", cmd_health, health_arguments),
+    Command("ui", "serve the web dashboard (runs no jobs)", cli_ui.cmd_ui, cli_ui.ui_arguments),
 )
 
 

@@ -1,0 +1,147 @@
+"""Who may see the dashboard and who may act through it: the login cookie, the CSRF token every form carries,
+the browser checks, and the headers every page is sent with (ADR 0017).
+
+- With `api_token` set, every page needs a session: a login form takes the token once and sets an HttpOnly,
+  SameSite=Strict cookie holding an expiry and its HMAC under the token (no token in URLs, nothing stored on
+  the server, valid on every daemon of the fleet, void when the token changes). A bearer header is accepted
+  too, for scripts.
+- Without a token the daemon listens on loopback only (`listen.exposure_problem`), and the `Host` check of
+  browser_guard.py stops a rebound DNS name.
+- Every POST must come from the dashboard's own origin (`Origin`, `Sec-Fetch-Site`) and carry the form's CSRF
+  token: an HMAC of the session (or, without a token, a secret of this process) that another site cannot read.
+- A GET from another site is served only as a top-level navigation (a link followed): a page of another site
+  can then neither read it nor, through `<img>` or `<script>`, learn whether a job exists.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import secrets
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Final, TypeAlias
+from urllib.parse import quote
+
+from aiohttp import hdrs, web
+
+from jobcar.browser_guard import cross_site_problem, host_problem
+
+SESSION_COOKIE: Final = "jobcar_ui"
+SESSION_SECONDS: Final = 12 * 3600
+#: The form field every POST carries.
+CSRF_FIELD: Final = "csrf"
+#: Routes served without a session: the login form and the assets it needs.
+OPEN_PATHS: Final = ("/ui/login", "/ui/static/")
+#: The POSTs that are not actions on jobs: a read-only dashboard takes them too.
+SESSION_PATHS: Final = ("/ui/login", "/ui/logout")
+SECURITY_HEADERS: Final = {
+    # No inline script or style anywhere: a payload that slipped through escaping still could not run.
+    "Content-Security-Policy": (
+        "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; connect-src 'self'; "
+        "form-action 'self'; frame-ancestors 'none'; base-uri 'none'"
+    ),
+    "X-Content-Type-Options": "nosniff",
+    "X-Frame-Options": "DENY",
+    # Not no-referrer: with it, browsers send `Origin: null` on the dashboard's own form POSTs.
+    "Referrer-Policy": "same-origin",
+    "Cache-Control": "no-store",
+}
+
+Handler: TypeAlias = Callable[[web.Request], Awaitable[web.StreamResponse]]
+
+
+@dataclass(frozen=True)
+class Access:
+    token: str | None
+    write: bool
+    allowed_hosts: tuple[str, ...] = ()
+    #: Signs the CSRF token when there is no api_token (one per process: a restart voids open forms).
+    process_secret: bytes = field(default_factory=lambda: secrets.token_bytes(32))
+
+    def new_session(self) -> str:
+        """A cookie value: the expiry (epoch seconds) and its HMAC under the token."""
+        expires = str(int(time.time()) + SESSION_SECONDS)
+        return f"{expires}.{self._sign('session', expires)}"
+
+    def valid_session(self, value: str | None) -> bool:
+        if self.token is None:
+            return True
+        expires, _, signature = (value or "").partition(".")
+        if not expires.isdigit() or int(expires) < time.time():
+            return False
+        return hmac.compare_digest(signature, self._sign("session", expires))
+
+    def valid_bearer(self, header: str | None) -> bool:
+        scheme, _, given = (header or "").partition(" ")
+        if self.token is None or scheme.lower() != "bearer":
+            return False
+        return hmac.compare_digest(given.strip().encode("utf-8", "surrogatepass"), self.token.encode("utf-8"))
+
+    def valid_token(self, given: str) -> bool:
+        return self.token is not None and hmac.compare_digest(
+            given.encode("utf-8", "surrogatepass"), self.token.encode("utf-8")
+        )
+
+    def csrf_token(self, request: web.Request) -> str:
+        """The token the forms of this session carry."""
+        return self._sign("csrf", request.cookies.get(SESSION_COOKIE, "") if self.token else "")
+
+    def _sign(self, purpose: str, value: str) -> str:
+        key = self.token.encode("utf-8") if self.token is not None else self.process_secret
+        return hmac.new(key, f"jobcar-ui:{purpose}:{value}".encode(), hashlib.sha256).hexdigest()
+
+
+ACCESS: Final = web.AppKey("jobcar.ui.access", Access)
+
+
+def login_cookie(response: web.StreamResponse, request: web.Request, value: str, max_age: int) -> None:
+    response.set_cookie(
+        SESSION_COOKIE, value, max_age=max_age, path="/ui", httponly=True, samesite="Strict", secure=request.secure
+    )
+
+
+@web.middleware
+async def guard(request: web.Request, handler: Handler) -> web.StreamResponse:
+    """The rules of the module docstring, in order: Host, origin, session, read-only, CSRF; then the security
+    headers."""
+    access = request.app[ACCESS]
+    host = request.headers.get(hdrs.HOST)
+    problem = None if access.token else host_problem(host, access.allowed_hosts)
+    if problem is not None:
+        return _refused(421, problem)
+    if not _followed_link(request):
+        problem = cross_site_problem(request.headers.get(hdrs.ORIGIN), request.headers.get("Sec-Fetch-Site"), host)
+        if problem is not None:
+            return _refused(403, problem.replace("the jobcar API takes", "the dashboard takes"))
+    signed_in = access.valid_session(request.cookies.get(SESSION_COOKIE)) or access.valid_bearer(
+        request.headers.get(hdrs.AUTHORIZATION)
+    )
+    if not signed_in and not request.path.startswith(OPEN_PATHS):
+        if request.method == "GET" and not request.path.endswith(".json"):
+            raise web.HTTPSeeOther(f"/ui/login?next={quote(request.path_qs, safe='')}")
+        return _refused(401, "sign in first: the dashboard needs the API token")
+    if request.method == "POST" and request.path not in SESSION_PATHS:
+        if not access.write:
+            return _refused(403, "this dashboard is read-only (ui: {write: false}): it takes no action")
+        form = await request.post()
+        given = form.get(CSRF_FIELD)
+        if not isinstance(given, str) or not hmac.compare_digest(given, access.csrf_token(request)):
+            return _refused(403, "this form is out of date or was not sent by the dashboard: reload the page")
+    response = await handler(request)
+    response.headers.update(SECURITY_HEADERS)
+    return response
+
+
+def _followed_link(request: web.Request) -> bool:
+    """A GET the user's browser sent to show the page itself (a link followed, a bookmark)."""
+    return (
+        request.method == "GET"
+        and request.headers.get("Sec-Fetch-Mode") == "navigate"
+        and request.headers.get("Sec-Fetch-Dest") == "document"
+    )
+
+
+def _refused(status: int, message: str) -> web.Response:
+    return web.Response(status=status, text=message + "\n", headers=SECURITY_HEADERS)

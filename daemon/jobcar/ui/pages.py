@@ -1,0 +1,385 @@
+"""The dashboard's routes: each page read through `reads.py` and rendered by a template, and each action
+(a POST, when `ui.write` is on) done through `Admin` or the schedule store, as the CLI does it.
+
+    GET  /ui/                       overview: queues, last hour, live daemons (`overview.json` for the updates)
+    GET  /ui/queues/{queue}         a queue's jobs by state, paged and filtered
+    GET  /ui/queues/{queue}/dead    its dead-letter queue, grouped by type and error, with bulk actions
+    GET  /ui/job?queue=&id=         a job (`/ui/job/payload?...` its raw payload, as a download)
+    GET  /ui/schedules, /ui/limits  periodic jobs; flow control now
+    POST /ui/job/{cancel|requeue|delete}, /ui/queues/{queue}/{pause|resume},
+         /ui/queues/{queue}/dead/{confirm|apply}, /ui/schedules/{name}/{pause|resume|trigger}
+    GET|POST /ui/login, POST /ui/logout
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Awaitable, Callable, Mapping
+from pathlib import Path
+from typing import Any, Final, TypeAlias
+from urllib.parse import urlencode
+
+import jinja2
+from aiohttp import web
+from redis import exceptions as redis_errors
+
+from jobcar.admin import Admin, AmbiguousJob, JobNotFound
+from jobcar.config_types import Config, limit_rule_table
+from jobcar.errors import InvalidJob
+from jobcar.formats import redact
+from jobcar.job import FINISHED, State
+from jobcar.limits_view import read_limits
+from jobcar.names import ID_PATTERN, check_name
+from jobcar.schedule_store import change, every_schedule, run_async, trigger
+from jobcar.timestamps import rfc3339_ms
+from jobcar.transitions import CancelResult
+from jobcar.ui import reads
+from jobcar.ui.access import ACCESS, CSRF_FIELD, SESSION_COOKIE, SESSION_SECONDS, Access, guard, login_cookie
+
+#: The payload shown on a job's page, pretty-printed; the download has all of it.
+PAYLOAD_SHOWN_BYTES: Final = 64 * 1024
+_HERE: Final = Path(__file__).parent
+ADMIN: Final = web.AppKey("jobcar.ui.admin", Admin)
+CONFIG: Final = web.AppKey("jobcar.ui.config", Config)
+TEMPLATES: Final = web.AppKey("jobcar.ui.templates", jinja2.Environment)
+Page: TypeAlias = Callable[[web.Request], Awaitable[web.StreamResponse]]
+
+
+def build_ui_app(admin: Admin, config: Config) -> web.Application:
+    """The dashboard as an aiohttp app to mount at /ui (the daemon's listener) or serve alone (`jobcar ui`)."""
+    app = web.Application(middlewares=[_errors, guard])
+    app[ACCESS] = Access(config.api_token, config.ui.write, config.api_allowed_hosts)
+    app[ADMIN] = admin
+    app[CONFIG] = config
+    app[TEMPLATES] = _templates()
+    get, post = app.router.add_get, app.router.add_post
+    get("/", _overview)
+    get("/overview.json", _overview_json)
+    get("/queues/{queue}", _queue)
+    get("/queues/{queue}/dead", _dead)
+    get("/job", _job)
+    get("/job/payload", _payload)
+    get("/schedules", _schedules)
+    get("/limits", _limits)
+    get("/login", _login_form)
+    post("/login", _login)
+    post("/logout", _logout)
+    # Actions: refused by `access.guard` on a read-only dashboard.
+    post("/job/{action:cancel|requeue|delete}", _job_action)
+    post("/queues/{queue}/{action:pause|resume}", _pause)
+    post("/queues/{queue}/dead/confirm", _dead_confirm)
+    post("/queues/{queue}/dead/apply", _dead_apply)
+    post("/schedules/{name}/{action:pause|resume|trigger}", _schedule_action)
+    app.router.add_static("/static", _HERE / "static", append_version=False)
+    return app
+
+
+def _templates() -> jinja2.Environment:
+    env = jinja2.Environment(
+        loader=jinja2.FileSystemLoader(_HERE / "templates"),
+        autoescape=True,  # every value is escaped unless a template says otherwise (none does)
+        undefined=jinja2.StrictUndefined,
+        trim_blocks=True,
+        lstrip_blocks=True,
+    )
+    env.filters["time"] = lambda ms: rfc3339_ms(ms) or "—"
+    env.filters["ago"] = _ago
+    env.filters["seconds"] = _seconds
+    return env
+
+
+def _ago(ms: int | None, now_ms: int) -> str:
+    if ms is None:
+        return "—"
+    delta = (now_ms - ms) / 1000
+    return f"{_seconds(abs(delta))} ago" if delta >= 0 else f"in {_seconds(-delta)}"
+
+
+def _seconds(value: float) -> str:
+    if value < 60:
+        return f"{value:.1f}s" if value < 10 else f"{value:.0f}s"
+    if value < 3600:
+        return f"{value // 60:.0f}m {value % 60:02.0f}s"
+    if value < 86400:
+        return f"{value // 3600:.0f}h {value % 3600 // 60:02.0f}m"
+    return f"{value // 86400:.0f}d {value % 86400 // 3600:.0f}h"
+
+
+def render(request: web.Request, template: str, status: int = 200, **values: Any) -> web.Response:
+    access = request.app[ACCESS]
+    page = request.app[TEMPLATES].get_template(template).render(
+        csrf_field=CSRF_FIELD, csrf=access.csrf_token(request), write=access.write,
+        signed_in=access.token is not None and access.valid_session(request.cookies.get(SESSION_COOKIE)),
+        namespace=request.app[CONFIG].namespace, path=request.path, **values,
+    )  # fmt: skip
+    return web.Response(text=page, status=status, content_type="text/html", charset="utf-8")
+
+
+def _message(request: web.Request, title: str, text: str, back: str, status: int = 200) -> web.Response:
+    """What an action did (or why it did nothing), with the way back."""
+    return render(request, "message.html", status, title=title, text=text, back=back)
+
+
+@web.middleware
+async def _errors(request: web.Request, handler: Page) -> web.StreamResponse:
+    """Errors as pages, never a traceback; every text in them escaped by the template."""
+    try:
+        return await handler(request)
+    except JobNotFound as exc:
+        return _message(request, "Not found", str(exc), "/ui/", 404)
+    except AmbiguousJob as exc:
+        return _message(request, "Several jobs", str(exc), "/ui/", 409)
+    except InvalidJob as exc:
+        return _message(request, "Bad request", str(exc), "/ui/", 400)
+    except (redis_errors.RedisError, OSError) as exc:
+        return _message(request, "Redis unavailable", f"{type(exc).__name__}: {redact(str(exc))}", request.path, 503)
+
+
+def _queue_name(request: web.Request) -> str:
+    return check_name("queue name", request.match_info["queue"])
+
+
+def _job_ref(values: Mapping[str, Any]) -> tuple[str, str]:
+    queue, job_id = check_name("queue name", values.get("queue")), values.get("id")
+    if not isinstance(job_id, str) or not ID_PATTERN.fullmatch(job_id):
+        raise InvalidJob("a job id is needed")
+    return queue, job_id
+
+
+def _start(query: Mapping[str, str]) -> int:
+    """Where a page starts: a position in a state's order, or a SCAN cursor (both below 2**63)."""
+    text = query.get("start", "0")
+    if not text.isascii() or not text.isdigit() or int(text) >= 2**63:
+        raise InvalidJob("start must be a position: a number from a Next link")
+    return int(text)
+
+
+def _link(path: str, **query: object) -> str:
+    kept = {k: v for k, v in query.items() if v not in (None, "")}
+    return f"{path}?{urlencode(kept)}" if kept else path
+
+
+async def _overview(request: web.Request) -> web.Response:
+    overview = await reads.overview(request.app[ADMIN])
+    return render(request, "overview.html", overview=overview, now_ms=overview.now_ms)
+
+
+async def _overview_json(request: web.Request) -> web.Response:
+    overview = await reads.overview(request.app[ADMIN])
+    return web.json_response(overview.document())
+
+
+async def _queue(request: web.Request) -> web.Response:
+    admin, queue = request.app[ADMIN], _queue_name(request)
+    query = request.query
+    try:
+        state = State(query.get("state", "pending"))
+    except ValueError:
+        raise InvalidJob("state must be one of the tabs") from None
+    start = _start(query)
+    if state not in reads.LISTED:
+        raise InvalidJob(f"no list of {state.value} jobs")
+    newest_first = query.get("order") == "newest"
+    filters = reads.Filters(query.get("type", ""), query.get("error", ""), query.get("id", ""))
+    (stats,) = await admin.stats([queue])
+    page = await reads.browse(admin, stats, state, start, filters, newest_first)
+    here = {"state": state.value, "type": filters.job_type, "error": filters.error, "id": filters.id_prefix,
+            "order": "newest" if newest_first else ""}  # fmt: skip
+    return render(
+        request, "queue.html", queue=queue, stats=stats, state=state, states=reads.LISTED, page=page, start=start,
+        filters=filters, newest_first=newest_first, now_ms=stats.now_ms, page_size=reads.PAGE_SIZE,
+        next_link=None if page.next_start is None else _link(request.path, **here, start=page.next_start),
+        first_link=_link(request.path, **here) if start else None,
+        previous_link=_link(request.path, **here, start=max(0, start - reads.PAGE_SIZE))
+        if start and not filters.any and state is not State.DONE else None,
+        tab_link=lambda s: _link(request.path, state=s.value),
+    )  # fmt: skip
+
+
+async def _dead(request: web.Request) -> web.Response:
+    admin, queue = request.app[ADMIN], _queue_name(request)
+    query = request.query
+    filters = reads.Filters(query.get("type", ""), query.get("error", ""))
+    start = _start(query)
+    (stats,) = await admin.stats([queue])
+    groups = await reads.dead_groups(admin, queue, stats.dead)
+    page = await reads.browse(admin, stats, State.DEAD, start, filters, newest_first=True)
+    here = {"type": filters.job_type, "error": filters.error}
+    return render(
+        request, "dead.html", queue=queue, stats=stats, groups=groups, page=page, filters=filters,
+        now_ms=stats.now_ms, next_link=None if page.next_start is None else _link(request.path, **here,
+                                                                                   start=page.next_start),
+        group_link=lambda **q: _link(request.path, **q),
+    )  # fmt: skip
+
+
+async def _job(request: web.Request) -> web.Response:
+    queue, job_id = _job_ref(request.query)
+    view = await request.app[ADMIN].job(job_id, queue)
+    document = view.document()
+    if "payload" in document:
+        shown = json.dumps(document["payload"], indent=2, ensure_ascii=False)
+    else:
+        shown = f"({len(view.job.payload)} bytes of {view.job.content_type}: download it below)"
+    cut = len(shown.encode()) > PAYLOAD_SHOWN_BYTES
+    if cut:
+        shown = shown.encode()[:PAYLOAD_SHOWN_BYTES].decode("utf-8", "ignore")
+    return render(
+        request, "job.html", job=view.job, view=view, document=document, payload=shown, payload_cut=cut,
+        now_ms=view.now_ms, finished=view.job.state in FINISHED,
+        payload_link=_link("/ui/job/payload", queue=queue, id=job_id), job_link=_job_link,
+    )  # fmt: skip
+
+
+def _job_link(ref: str, queue: str) -> str:
+    """A link to a job named `<queue>/<id>` (or `<id>` in `queue`)."""
+    other, slash, job_id = ref.partition("/")
+    return _link("/ui/job", queue=other, id=job_id) if slash else _link("/ui/job", queue=queue, id=ref)
+
+
+async def _payload(request: web.Request) -> web.Response:
+    queue, job_id = _job_ref(request.query)
+    view = await request.app[ADMIN].job(job_id, queue)
+    # Always a download of opaque bytes: a payload is never rendered by the browser as a page of this origin.
+    return web.Response(
+        body=view.job.payload,
+        content_type="application/octet-stream",
+        headers={"Content-Disposition": 'attachment; filename="payload.bin"'},
+    )
+
+
+async def _schedules(request: web.Request) -> web.Response:
+    admin = request.app[ADMIN]
+    states = await run_async(admin.redis, every_schedule(admin.namespace))
+    return render(request, "schedules.html", schedules=states, now_ms=await admin.now_ms())
+
+
+async def _limits(request: web.Request) -> web.Response:
+    admin, config = request.app[ADMIN], request.app[CONFIG]
+    groups = await read_limits(admin.redis, admin.namespace, await admin.queues(), limit_rule_table(config))
+    return render(request, "limits.html", groups=groups)
+
+
+async def _login_form(request: web.Request) -> web.Response:
+    return render(request, "login.html", next=_safe_next(request.query.get("next")), failed=False)
+
+
+async def _login(request: web.Request) -> web.StreamResponse:
+    access = request.app[ACCESS]
+    form = await request.post()
+    target = _safe_next(form.get("next"))
+    given = form.get("token")
+    if access.token is None:
+        raise web.HTTPSeeOther(target)
+    if not isinstance(given, str) or not access.valid_token(given):
+        return render(request, "login.html", 401, next=target, failed=True)
+    response = _see_other(target)
+    login_cookie(response, request, access.new_session(), SESSION_SECONDS)
+    return response
+
+
+async def _logout(request: web.Request) -> web.StreamResponse:
+    response = _see_other("/ui/login")
+    login_cookie(response, request, "", 0)  # expired at once
+    return response
+
+
+def _see_other(location: str) -> web.Response:
+    """A redirect that may carry cookies (a raised HTTPSeeOther would drop them)."""
+    return web.Response(status=303, headers={"Location": location})
+
+
+def _safe_next(value: object) -> str:
+    """Where to go after signing in: a dashboard path only (never another site)."""
+    if isinstance(value, str) and value.startswith("/ui") and not value.startswith("//") and "\\" not in value:
+        return value
+    return "/ui/"
+
+
+async def _job_action(request: web.Request) -> web.Response:
+    admin, action = request.app[ADMIN], request.match_info["action"]
+    queue, job_id = _job_ref(await request.post())
+    back = _link("/ui/job", queue=queue, id=job_id)
+    if action == "cancel":
+        reply = await admin.cancel(job_id, queue)
+        if reply.result is CancelResult.MISSING or reply.before is None:
+            return _message(request, "Nothing done", f"job {job_id} no longer exists", f"/ui/queues/{queue}", 404)
+        if reply.result is CancelResult.NOT_CANCELABLE:
+            return _message(request, "Nothing done", f"job {job_id} had already finished ({reply.before.value})", back)
+        if reply.result is CancelResult.CANCELED:
+            text = f"job {job_id} was {reply.before.value}: it is canceled and gone"
+            return _message(request, "Canceled", text, f"/ui/queues/{queue}")
+        text = f"job {job_id} is running: its daemon stops its handler, and the job ends canceled"
+        return _message(request, "Cancel requested", text, back)
+    bulk = admin.requeue_dead if action == "requeue" else admin.purge_dead
+    moved, problems = await bulk([queue], [job_id])
+    if not moved.get(queue):
+        return _message(request, "Nothing done", "; ".join(problems) or f"job {job_id} is not dead", back, 409)
+    if action == "requeue":
+        return _message(request, "Requeued", f"job {job_id} is pending again", back)
+    return _message(request, "Deleted", f"dead job {job_id} is deleted for good", f"/ui/queues/{queue}/dead")
+
+
+async def _pause(request: web.Request) -> web.Response:
+    queue, paused = _queue_name(request), request.match_info["action"] == "pause"
+    changed = await request.app[ADMIN].set_paused(queue, paused)
+    word = "paused" if paused else "resumed"
+    text = f"queue {queue} is {word}" if changed else f"queue {queue} was already {word}: nothing changed"
+    return _message(request, word.capitalize(), text, f"/ui/queues/{queue}")
+
+
+async def _selection(request: web.Request) -> tuple[str, str, list[str] | None, reads.Filters]:
+    """(queue, action, the ids selected or None for "every job the filter matches", the filter)."""
+    form = await request.post()
+    action = form.get("action")
+    if action not in ("requeue", "delete"):
+        raise InvalidJob("action must be requeue or delete")
+    filters = reads.Filters(str(form.get("type", "")), str(form.get("error", "")))
+    if form.get("scope") == "filter":
+        return _queue_name(request), action, None, filters
+    ids = [i for i in form.getall("id", []) if isinstance(i, str) and ID_PATTERN.fullmatch(i)]
+    return _queue_name(request), action, ids, filters
+
+
+async def _dead_confirm(request: web.Request) -> web.Response:
+    queue, action, ids, filters = await _selection(request)
+    if ids is None:
+        ids = await reads.dead_matching(request.app[ADMIN], queue, filters.job_type, filters.error)
+        scope = "filter"
+    else:
+        scope = "selection"
+    if not ids:
+        return _message(request, "Nothing selected", "no dead job was selected or matches", f"/ui/queues/{queue}/dead")
+    return render(request, "confirm.html", queue=queue, action=action, ids=ids if scope == "selection" else [],
+                  count=len(ids), scope=scope, filters=filters)  # fmt: skip
+
+
+async def _dead_apply(request: web.Request) -> web.Response:
+    admin = request.app[ADMIN]
+    queue, action, ids, filters = await _selection(request)
+    if ids is None:  # by filter: what matches now (the count shown may have changed since)
+        ids = await reads.dead_matching(admin, queue, filters.job_type, filters.error)
+    bulk = admin.requeue_dead if action == "requeue" else admin.purge_dead
+    moved, problems = await bulk([queue], ids)
+    done = moved.get(queue, 0)
+    verb = "requeued" if action == "requeue" else "deleted"
+    text = f"{done} dead job{'s' if done != 1 else ''} {verb}"
+    if problems:
+        text += f"; {len(problems)} not: " + "; ".join(problems[:5]) + (" …" if len(problems) > 5 else "")
+    return _message(request, verb.capitalize(), text, f"/ui/queues/{queue}/dead")
+
+
+async def _schedule_action(request: web.Request) -> web.Response:
+    admin = request.app[ADMIN]
+    name, action = request.match_info["name"], request.match_info["action"]
+    if action == "trigger":
+        job_id = await run_async(admin.redis, trigger(admin.namespace, name, request.app[CONFIG].max_payload_bytes))
+        if job_id is None:
+            return _message(request, "Nothing done", f"no schedule {name}", "/ui/schedules", 404)
+        return _message(request, "Triggered", f"schedule {name} enqueued job {job_id}", "/ui/schedules")
+    result = await run_async(admin.redis, change(admin.namespace, name, action))
+    if result < 0:
+        return _message(request, "Nothing done", f"no schedule {name}", "/ui/schedules", 404)
+    word = "paused" if action == "pause" else "resumed"
+    text = f"schedule {name} is {word}" if result else f"schedule {name} was already {word}: nothing changed"
+    return _message(request, word.capitalize(), text, "/ui/schedules")
