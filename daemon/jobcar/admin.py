@@ -14,7 +14,10 @@ import base64
 import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Final
+from typing import Any, Final, cast
+
+from redis import exceptions as redis_errors
+from redis.asyncio.cluster import RedisCluster as AsyncRedisCluster
 
 from jobcar.errors import JobcarError
 from jobcar.formats import loads_strict
@@ -30,8 +33,10 @@ from jobcar.transitions import (
     QueueStats,
     cancel_call,
     history_call,
+    job_fields_call,
     parse_cancel,
     parse_history,
+    parse_job_fields,
     parse_stats,
     pause_call,
     purge_call,
@@ -370,7 +375,15 @@ class Admin:
         """One SCAN step over the queue's job hashes: (the next cursor, 0 when done; the ids found). Done jobs,
         which no set holds, are found this way."""
         keys = self.keys(queue)
-        cursor, found = await self.redis.scan(cursor, match=keys.all_jobs(), count=count)
+        if isinstance(self.redis, AsyncRedisCluster):  # the node of the queue's slot holds all its keys
+            node = self.redis.get_node_from_key(keys.pending)
+            if node is None:
+                raise redis_errors.ClusterDownError(f"no node serves the slot of queue {queue}")
+            # The cluster client answers a SCAN with each node's cursor (its stubs say an int).
+            cursors, found = await self.redis.scan(cursor, match=keys.all_jobs(), count=count, target_nodes=node)
+            cursor = cast(dict[str, int], cursors)[node.name]
+        else:
+            cursor, found = await self.redis.scan(cursor, match=keys.all_jobs(), count=count)
         prefix = len(keys.job(""))
         return int(cursor), [as_text(k)[prefix:] for k in found]
 
@@ -383,14 +396,10 @@ class Admin:
         """The hashes of these jobs ({} for one gone), whole or only `fields`, in one round trip."""
         if not fields:
             return await self._hashes(self.keys(queue), job_ids)
-        pipe = self.redis.pipeline(transaction=False)
-        for job_id in job_ids:
-            pipe.hmget(self.keys(queue).job(job_id), list(fields))
-        names = [f.encode() for f in fields]
-        return [
-            {name: as_bytes(v) for name, v in zip(names, values, strict=True) if v is not None}
-            for values in await pipe.execute()
-        ]
+        if not job_ids:
+            return []
+        (reply,) = await execute_async(self.redis, [job_fields_call(self.keys(queue), fields, job_ids)])
+        return parse_job_fields(fields, job_ids, reply)
 
     async def _hashes(self, keys: QueueKeys, job_ids: Sequence[str]) -> list[dict[bytes, bytes]]:
         pipe = self.redis.pipeline(transaction=False)

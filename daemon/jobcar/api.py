@@ -137,7 +137,7 @@ def build_app(context: ApiContext) -> web.Application:
 
 def _is_dashboard(request: web.Request) -> bool:
     """A request for the dashboard's pages, which keeps its own rules for browsers and sessions (ui/access.py)."""
-    return request.path.startswith(UI_PREFIX + "/")
+    return request.path == UI_PREFIX or request.path.startswith(UI_PREFIX + "/")
 
 
 async def _to_dashboard(request: web.Request) -> web.Response:

@@ -1,9 +1,9 @@
 """The daemons of a namespace as each announces itself every ANNOUNCE_INTERVAL in `<namespace>:daemons`:
 who runs (host, pid, version, queues, concurrency, jobs in flight, since when), for the dashboard.
 
-An entry carries the Redis time it was last renewed; one older than LIVE_FOR is a daemon gone without
-saying so (`kill -9`, a lost host) and is not shown, and the next announce of any daemon deletes it after
-FORGET_AFTER. A daemon that stops cleanly withdraws its entry.
+An entry carries the Redis times of its first announce and of its last renewal; one not renewed for LIVE_FOR
+is a daemon gone without saying so (`kill -9`, a lost host) and is not shown, and the next announce of any
+daemon deletes it after FORGET_AFTER. A daemon that stops cleanly withdraws its entry.
 """
 
 from __future__ import annotations
@@ -13,7 +13,6 @@ import json
 import os
 import secrets
 import socket
-import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Final
@@ -56,7 +55,6 @@ class Announcer:
         self.in_flight = in_flight
         self.host = socket.gethostname()
         self.id = f"{self.host}:{os.getpid()}:{secrets.token_hex(3)}"
-        self.started_ms = int(time.time() * 1000)  # shown only: no decision is taken on this clock
 
     async def step(self) -> None:
         await self.announce()
@@ -65,7 +63,7 @@ class Announcer:
     async def announce(self) -> None:
         entry = {
             "host": self.host, "pid": os.getpid(), "version": __version__, "queues": list(self.config.queues),
-            "concurrency": self.config.concurrency, "in_flight": self.in_flight(), "started_ms": self.started_ms,
+            "concurrency": self.config.concurrency, "in_flight": self.in_flight(),
         }  # fmt: skip
         await self._send(json.dumps(entry, separators=(",", ":")))
 

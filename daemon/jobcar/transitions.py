@@ -558,6 +558,22 @@ class QueueHistory:
         return totals
 
 
+def job_fields_call(keys: QueueKeys, fields: Sequence[str], job_ids: Sequence[str]) -> ScriptCall:
+    """Chosen fields of many jobs; the reply: `parse_job_fields`."""
+    return call("job_fields", (keys.job(""),), (keys.prefix, len(fields), *fields, *job_ids))
+
+
+def parse_job_fields(fields: Sequence[str], job_ids: Sequence[str], reply: Reply) -> list[dict[bytes, bytes]]:
+    """Each job's fields that exist, by name, in the order of `job_ids`."""
+    values = as_list(reply)
+    names = [f.encode() for f in fields]
+    n = len(names)
+    return [
+        {name: as_bytes(v) for name, v in zip(names, values[i * n : (i + 1) * n], strict=True) if v is not None}
+        for i in range(len(job_ids))
+    ]
+
+
 def history_call(keys: QueueKeys) -> ScriptCall:
     return call("history", (keys.history,), (keys.prefix,))
 

@@ -164,12 +164,16 @@ async def test_the_overview_lists_the_live_daemons_only(ui: Ui, namespace: str, 
     r.hset(daemons_key(namespace), mapping={"gone:1": gone, "garbage": "not json"})
     (daemon,) = await live_daemons(ui.client.redis, namespace)
     assert (daemon.id, daemon.queues, daemon.concurrency, daemon.in_flight) == (announcer.id, ("default", "mail"), 7, 3)
+    assert daemon.started_ms == daemon.seen_ms  # both Redis time, of the first announce
     page = await ui.get("/ui/")
     assert f'<td>{daemon.host}</td><td class="num">{daemon.pid}</td>' in page.text
     # The next announce forgets what has been silent for FORGET_AFTER_MS (both entries above).
     assert FORGET_AFTER_MS > LIVE_FOR_MS
     await announcer.announce()
     assert set(r.hkeys(daemons_key(namespace))) == {announcer.id.encode()}
+    (renewed,) = await live_daemons(ui.client.redis, namespace)
+    assert renewed.started_ms == daemon.started_ms  # kept by every later announce
+    assert renewed.seen_ms >= daemon.seen_ms
     await announcer.withdraw()
     assert await live_daemons(ui.client.redis, namespace) == []
 
@@ -200,15 +204,57 @@ async def test_the_other_states_list_their_jobs(ui: Ui, q: QueueDriver, r: redis
     assert (await ui.get("/ui/queues/default?state=nope")).status == 400
 
 
-async def test_done_jobs_are_listed_while_their_results_are_kept(ui: Ui, q: QueueDriver) -> None:
+def done_jobs(q: QueueDriver, n: int) -> list[str]:
+    """n jobs run and acked with their result kept."""
     kept = []
-    for _ in range(3):
+    for _ in range(n):
         info = q.enqueue("t.a")
         leased = q.lease_one()
         q.ack(info.id, leased.token, retention_ms=600_000)
         kept.append(info.id)
+    return kept
+
+
+async def test_done_jobs_are_listed_while_their_results_are_kept(ui: Ui, q: QueueDriver) -> None:
+    kept = done_jobs(q, 3)
     q.enqueue("t.a")  # pending: not listed as done
     assert sorted(job_ids(await ui.get("/ui/queues/default?state=done"))) == sorted(kept)
+
+
+async def test_done_jobs_come_a_page_at_a_time_each_once(ui: Ui, q: QueueDriver) -> None:
+    kept = done_jobs(q, 240)
+    seen: list[str] = []
+    link: str | None = "/ui/queues/default?state=done"
+    pages = 0
+    while link is not None:
+        page = await ui.get(link)
+        ids = job_ids(page)
+        assert len(ids) <= reads.PAGE_SIZE + 60, "a page ends with a whole SCAN step of about 50 keys"
+        seen += ids
+        found = re.search(r'<a href="([^"]*)" rel="next">', page.text)
+        link = html.unescape(found.group(1)) if found else None
+        pages += 1
+    assert sorted(seen) == sorted(kept)
+    assert pages >= 3
+
+
+@pytest.mark.cluster
+async def test_done_jobs_are_found_on_the_queues_node_of_a_cluster(
+    redis_cluster: list[RedisServer], namespace: str
+) -> None:
+    sync = redis.RedisCluster(host="127.0.0.1", port=redis_cluster[0].port)
+    client = AsyncClient.from_url(f"redis://127.0.0.1:{redis_cluster[0].port}", namespace=namespace, cluster=True)
+    try:
+        q = QueueDriver(sync, namespace)
+        kept = done_jobs(q, 5)
+        admin = Admin(client.redis, namespace, ["default"])
+        (stats,) = await admin.stats(["default"])
+        page = await reads.browse(admin, stats, State.DONE, 0, reads.Filters(), newest_first=False)
+        assert sorted(job.id for job in page.jobs) == sorted(kept)
+        assert page.next_start is None
+    finally:
+        await client.close()
+        sync.close()
 
 
 async def test_filters_by_type_error_text_and_id_prefix(ui: Ui, q: QueueDriver) -> None:
@@ -441,18 +487,42 @@ async def test_a_token_dashboard_asks_to_sign_in_and_keeps_a_signed_cookie(
         # Signing in sends the user only to a dashboard path.
         elsewhere = await ui.post("/ui/login", {"token": TOKEN, "next": "//evil.example/ui"})
         assert elsewhere.headers["Location"] == "/ui/"
-        # Signing out drops the session.
+        # Signing out drops the browser's cookie (a copy kept elsewhere stays valid until it expires: ADR 0017).
         out = await ui.act("/ui/queues/default", "/ui/logout", {})
         assert out.status == 303
         assert (await ui.get("/ui/")).status == 303
 
 
 async def test_a_forged_or_tampered_cookie_is_refused(redis_server: RedisServer, namespace: str) -> None:
+    """Another site on the same host can set a cookie for it: whatever it holds, the answer is a sign-in."""
     async with running_ui(redis_server.url, namespace, token=TOKEN, write=True) as ui:
-        for value in ("", "9999999999.", "9999999999." + "0" * 64, "1." + "0" * 64):
-            ui.http.cookie_jar.clear()
-            ui.http.cookie_jar.update_cookies({"jobcar_ui": value})
-            assert (await ui.get("/ui/")).status == 303, value
+        forged = (
+            "",
+            "9999999999.",
+            "9999999999." + "0" * 64,
+            "1." + "0" * 64,
+            "².x",
+            "9999999999.é",
+            "9" * 5000 + ".x",
+        )
+        for value in forged:
+            async with aiohttp.ClientSession(ui.base) as browser:
+                headers = {"Cookie": f"jobcar_ui={value}"}
+                async with browser.get("/ui/", headers=headers, allow_redirects=False) as page:
+                    assert page.status == 303, value
+                async with browser.get("/ui/login", headers=headers) as page:
+                    assert page.status == 200, value
+        signed_in = await ui.post("/ui/login", {"token": TOKEN})
+        assert signed_in.status == 303
+        bad_csrf = await ui.post("/ui/queues/default/pause", {"csrf": "é"})
+        assert bad_csrf.status == 403
+
+
+async def test_a_token_dashboard_redirects_its_bare_path(redis_server: RedisServer, namespace: str) -> None:
+    async with running_ui(redis_server.url, namespace, token=TOKEN, write=False) as ui:
+        page = await ui.get("/ui")
+        assert page.status == 308
+        assert page.headers["Location"] == "/ui/"
 
 
 async def test_every_post_needs_the_forms_csrf_token_and_the_dashboards_origin(ui: Ui, q: QueueDriver) -> None:
@@ -490,7 +560,8 @@ async def test_an_open_dashboard_answers_only_its_own_host_names(ui: Ui) -> None
 
 
 async def test_every_page_is_sent_with_the_security_headers(ui: Ui) -> None:
-    for path in ("/ui/", "/ui/schedules", "/ui/limits", "/ui/queues/default", "/ui/login"):
+    error_pages = ("/ui/job?queue=default&id=nosuch", "/ui/queues/bad%20name", "/ui/queues/default?start=x")
+    for path in ("/ui/", "/ui/schedules", "/ui/limits", "/ui/queues/default", "/ui/login", *error_pages):
         page = await ui.get(path)
         assert page.headers["X-Frame-Options"] == "DENY", path
         assert page.headers["X-Content-Type-Options"] == "nosniff"

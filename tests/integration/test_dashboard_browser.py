@@ -2,7 +2,7 @@
 real Redis. Each page's numbers against what Redis holds, the live overview, a bulk requeue, a cancel that
 stops a handler, read-only mode, the sign-in of a non-loopback dashboard, and payloads that try to run script.
 Every page is saved at 1280 and 390 px wide in test-artifacts/dashboard/ (the README's screenshots are made by
-docs/screenshots.py)."""
+tools/readme_screenshots.py)."""
 
 from __future__ import annotations
 
@@ -222,6 +222,7 @@ def test_a_read_only_dashboard_has_no_buttons_and_refuses_every_action(
     ]:
         answer = page.request.post(base + action, form=form, headers={"Origin": base.split("/ui/")[0]})
         assert answer.status == 403, action
+        assert "read-only" in answer.text(), action  # refused as read-only, not for a missing CSRF token
     assert QueueDriver(r, namespace, "parked").where(dead) is State.DEAD
 
 

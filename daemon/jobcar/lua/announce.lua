@@ -2,9 +2,10 @@
 -- announce: a daemon says it is alive (or, stopping, that it is gone); entries of daemons silent for
 -- longer than the forget time are deleted on the way, so a kill -9ed daemon's entry does not stay.
 --
--- KEYS[1] <namespace>:daemons  HASH daemon id -> its JSON object, with "seen_ms" (Redis time) added
+-- KEYS[1] <namespace>:daemons  HASH daemon id -> its JSON object, with "started_ms" (Redis time of its first
+--                              announce, kept by the later ones) and "seen_ms" (Redis time of this one) added
 -- ARGV[1] the daemon's id
--- ARGV[2] its JSON object, "seen_ms" left out; "" withdraws the entry (a daemon stopping)
+-- ARGV[2] its JSON object, both times left out; "" withdraws the entry (a daemon stopping)
 -- ARGV[3] the forget time (ms)
 -- Returns the number of entries deleted as forgotten.
 
@@ -14,8 +15,17 @@ local now = now_ms()
 if ARGV[2] == '' then
   redis.call('HDEL', KEYS[1], ARGV[1])
 else
-  -- The object is the daemon's own JSON ("{...}"): its last brace gives way to the time it was seen.
-  redis.call('HSET', KEYS[1], ARGV[1], string.sub(ARGV[2], 1, -2) .. ',"seen_ms":' .. now .. '}')
+  local started = now
+  local before = redis.call('HGET', KEYS[1], ARGV[1])
+  if before then
+    local ok, entry = pcall(cjson.decode, before)
+    if ok and type(entry) == 'table' and tonumber(entry.started_ms) then
+      started = tonumber(entry.started_ms)
+    end
+  end
+  -- The object is the daemon's own JSON ("{...}"): its last brace gives way to the two times.
+  local times = string.format(',"started_ms":%.0f,"seen_ms":%.0f}', started, now)
+  redis.call('HSET', KEYS[1], ARGV[1], string.sub(ARGV[2], 1, -2) .. times)
 end
 local forgotten = 0
 local entries = redis.call('HGETALL', KEYS[1])

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import hashlib
 import hmac
+import re
 import secrets
 import time
 from collections.abc import Awaitable, Callable
@@ -66,23 +67,26 @@ class Access:
         return f"{expires}.{self._sign('session', expires)}"
 
     def valid_session(self, value: str | None) -> bool:
+        """Whether a cookie value is a session this token signed and that has not expired. Any text may come
+        here (a sibling site can set a cookie for this host): it is checked as bytes, never parsed loosely."""
         if self.token is None:
             return True
         expires, _, signature = (value or "").partition(".")
-        if not expires.isdigit() or int(expires) < time.time():
+        if not _EXPIRY.fullmatch(expires) or int(expires) < time.time():
             return False
-        return hmac.compare_digest(signature, self._sign("session", expires))
+        return _same(signature, self._sign("session", expires))
 
     def valid_bearer(self, header: str | None) -> bool:
         scheme, _, given = (header or "").partition(" ")
         if self.token is None or scheme.lower() != "bearer":
             return False
-        return hmac.compare_digest(given.strip().encode("utf-8", "surrogatepass"), self.token.encode("utf-8"))
+        return _same(given.strip(), self.token)
 
     def valid_token(self, given: str) -> bool:
-        return self.token is not None and hmac.compare_digest(
-            given.encode("utf-8", "surrogatepass"), self.token.encode("utf-8")
-        )
+        return self.token is not None and _same(given, self.token)
+
+    def valid_csrf(self, request: web.Request, given: object) -> bool:
+        return isinstance(given, str) and _same(given, self.csrf_token(request))
 
     def csrf_token(self, request: web.Request) -> str:
         """The token the forms of this session carry."""
@@ -94,6 +98,13 @@ class Access:
 
 
 ACCESS: Final = web.AppKey("jobcar.ui.access", Access)
+#: A session's expiry: epoch seconds, ASCII digits only.
+_EXPIRY: Final = re.compile(r"[0-9]{1,12}")
+
+
+def _same(given: str, expected: str) -> bool:
+    """Constant time, on bytes: any text encodes (surrogatepass), never to the bytes of another character."""
+    return hmac.compare_digest(given.encode("utf-8", "surrogatepass"), expected.encode("utf-8", "surrogatepass"))
 
 
 def login_cookie(response: web.StreamResponse, request: web.Request, value: str, max_age: int) -> None:
@@ -126,8 +137,7 @@ async def guard(request: web.Request, handler: Handler) -> web.StreamResponse:
         if not access.write:
             return _refused(403, "this dashboard is read-only (ui: {write: false}): it takes no action")
         form = await request.post()
-        given = form.get(CSRF_FIELD)
-        if not isinstance(given, str) or not hmac.compare_digest(given, access.csrf_token(request)):
+        if not access.valid_csrf(request, form.get(CSRF_FIELD)):
             return _refused(403, "this form is out of date or was not sent by the dashboard: reload the page")
     response = await handler(request)
     response.headers.update(SECURITY_HEADERS)

@@ -14,7 +14,9 @@
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final, TypeAlias
 from urllib.parse import urlencode
@@ -39,6 +41,8 @@ from jobcar.ui.access import ACCESS, CSRF_FIELD, SESSION_COOKIE, SESSION_SECONDS
 #: The payload shown on a job's page, pretty-printed; the download has all of it.
 PAYLOAD_SHOWN_BYTES: Final = 64 * 1024
 _HERE: Final = Path(__file__).parent
+#: Where signing in may lead: a dashboard path and query, printable ASCII without a backslash.
+_NEXT: Final = re.compile(r"/ui(?:[/?][\x21-\x5b\x5d-\x7e]*)?")
 ADMIN: Final = web.AppKey("jobcar.ui.admin", Admin)
 CONFIG: Final = web.AppKey("jobcar.ui.config", Config)
 TEMPLATES: Final = web.AppKey("jobcar.ui.templates", jinja2.Environment)
@@ -47,7 +51,8 @@ Page: TypeAlias = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 def build_ui_app(admin: Admin, config: Config) -> web.Application:
     """The dashboard as an aiohttp app to mount at /ui (the daemon's listener) or serve alone (`jobcar ui`)."""
-    app = web.Application(middlewares=[_errors, guard])
+    # guard outermost: its security headers go on the error pages too.
+    app = web.Application(middlewares=[guard, _errors])
     app[ACCESS] = Access(config.api_token, config.ui.write, config.api_allowed_hosts)
     app[ADMIN] = admin
     app[CONFIG] = config
@@ -84,7 +89,7 @@ def _templates() -> jinja2.Environment:
     )
     env.filters["time"] = lambda ms: rfc3339_ms(ms) or "—"
     env.filters["ago"] = _ago
-    env.filters["seconds"] = _seconds
+    env.filters["seconds"] = duration_text
     return env
 
 
@@ -92,17 +97,18 @@ def _ago(ms: int | None, now_ms: int) -> str:
     if ms is None:
         return "—"
     delta = (now_ms - ms) / 1000
-    return f"{_seconds(abs(delta))} ago" if delta >= 0 else f"in {_seconds(-delta)}"
+    return f"{duration_text(abs(delta))} ago" if delta >= 0 else f"in {duration_text(-delta)}"
 
 
-def _seconds(value: float) -> str:
+def duration_text(value: float) -> str:
     if value < 60:
-        return f"{value:.1f}s" if value < 10 else f"{value:.0f}s"
-    if value < 3600:
-        return f"{value // 60:.0f}m {value % 60:02.0f}s"
-    if value < 86400:
-        return f"{value // 3600:.0f}h {value % 3600 // 60:02.0f}m"
-    return f"{value // 86400:.0f}d {value % 86400 // 3600:.0f}h"
+        return f"{value:.1f}s" if value < 10 else f"{int(value)}s"
+    whole = int(value)  # whole seconds: 119.7 s is "1m 59s", never "1m 60s"
+    if whole < 3600:
+        return f"{whole // 60}m {whole % 60:02d}s"
+    if whole < 86400:
+        return f"{whole // 3600}h {whole % 3600 // 60:02d}m"
+    return f"{whole // 86400}d {whole % 86400 // 3600}h"
 
 
 def render(request: web.Request, template: str, status: int = 200, **values: Any) -> web.Response:
@@ -291,7 +297,7 @@ def _see_other(location: str) -> web.Response:
 
 def _safe_next(value: object) -> str:
     """Where to go after signing in: a dashboard path only (never another site)."""
-    if isinstance(value, str) and value.startswith("/ui") and not value.startswith("//") and "\\" not in value:
+    if isinstance(value, str) and _NEXT.fullmatch(value):
         return value
     return "/ui/"
 
@@ -328,45 +334,65 @@ async def _pause(request: web.Request) -> web.Response:
     return _message(request, word.capitalize(), text, f"/ui/queues/{queue}")
 
 
-async def _selection(request: web.Request) -> tuple[str, str, list[str] | None, reads.Filters]:
-    """(queue, action, the ids selected or None for "every job the filter matches", the filter)."""
+@dataclass(frozen=True)
+class _Bulk:
+    """A bulk action of the dead-letter page, as its form asks for it."""
+
+    queue: str
+    action: str  # requeue or delete
+    #: The ids selected; None: every dead job the filter matches (with no filter, every dead job of the queue).
+    ids: list[str] | None
+    filters: reads.Filters
+
+    @property
+    def everything(self) -> bool:
+        return self.ids is None and not self.filters.any
+
+
+async def _bulk(request: web.Request) -> _Bulk:
     form = await request.post()
     action = form.get("action")
     if action not in ("requeue", "delete"):
         raise InvalidJob("action must be requeue or delete")
     filters = reads.Filters(str(form.get("type", "")), str(form.get("error", "")))
     if form.get("scope") == "filter":
-        return _queue_name(request), action, None, filters
+        return _Bulk(_queue_name(request), action, None, filters)
     ids = [i for i in form.getall("id", []) if isinstance(i, str) and ID_PATTERN.fullmatch(i)]
-    return _queue_name(request), action, ids, filters
+    return _Bulk(_queue_name(request), action, ids, filters)
 
 
 async def _dead_confirm(request: web.Request) -> web.Response:
-    queue, action, ids, filters = await _selection(request)
-    if ids is None:
-        ids = await reads.dead_matching(request.app[ADMIN], queue, filters.job_type, filters.error)
-        scope = "filter"
+    admin, bulk = request.app[ADMIN], await _bulk(request)
+    if bulk.everything:
+        (stats,) = await admin.stats([bulk.queue])
+        count = stats.dead
+    elif bulk.ids is None:
+        count = len(await reads.dead_matching(admin, bulk.queue, bulk.filters))
     else:
-        scope = "selection"
-    if not ids:
-        return _message(request, "Nothing selected", "no dead job was selected or matches", f"/ui/queues/{queue}/dead")
-    return render(request, "confirm.html", queue=queue, action=action, ids=ids if scope == "selection" else [],
-                  count=len(ids), scope=scope, filters=filters)  # fmt: skip
+        count = len(bulk.ids)
+    if not count:
+        text = "no dead job was selected or matches"
+        return _message(request, "Nothing selected", text, f"/ui/queues/{bulk.queue}/dead")
+    return render(request, "confirm.html", bulk=bulk, count=count, group_limit=reads.GROUP_LIMIT)
 
 
 async def _dead_apply(request: web.Request) -> web.Response:
-    admin = request.app[ADMIN]
-    queue, action, ids, filters = await _selection(request)
-    if ids is None:  # by filter: what matches now (the count shown may have changed since)
-        ids = await reads.dead_matching(admin, queue, filters.job_type, filters.error)
-    bulk = admin.requeue_dead if action == "requeue" else admin.purge_dead
-    moved, problems = await bulk([queue], ids)
-    done = moved.get(queue, 0)
-    verb = "requeued" if action == "requeue" else "deleted"
+    admin, bulk = request.app[ADMIN], await _bulk(request)
+    problems: list[str] = []
+    if bulk.everything:  # in bounded steps, like `jobcar dead requeue --all`
+        drain = admin.requeue_all_dead if bulk.action == "requeue" else admin.purge_all_dead
+        done = await drain(bulk.queue)
+    else:
+        # By filter: what matches now (the count confirmed may have changed since).
+        ids = bulk.ids if bulk.ids is not None else await reads.dead_matching(admin, bulk.queue, bulk.filters)
+        act = admin.requeue_dead if bulk.action == "requeue" else admin.purge_dead
+        moved, problems = await act([bulk.queue], ids)
+        done = moved.get(bulk.queue, 0)
+    verb = "requeued" if bulk.action == "requeue" else "deleted"
     text = f"{done} dead job{'s' if done != 1 else ''} {verb}"
     if problems:
         text += f"; {len(problems)} not: " + "; ".join(problems[:5]) + (" …" if len(problems) > 5 else "")
-    return _message(request, verb.capitalize(), text, f"/ui/queues/{queue}/dead")
+    return _message(request, verb.capitalize(), text, f"/ui/queues/{bulk.queue}/dead")
 
 
 async def _schedule_action(request: web.Request) -> web.Response:

@@ -190,10 +190,12 @@ async def _jobs(admin: Admin, queue: str, ids: Sequence[str], page: Browse) -> l
 
 
 async def _browse_done(admin: Admin, queue: str, cursor: int, filters: Filters) -> Browse:
-    """Done jobs are in no set (their hash lives for result_ttl): found by SCAN, in no order."""
+    """Done jobs are in no set (their hash lives for result_ttl): found by SCAN steps of about PAGE_SIZE keys,
+    in no order, until a page is full or SCAN_BUDGET keys were looked at. A page ends with a whole step, so it
+    may hold a few more than PAGE_SIZE jobs."""
     page = Browse()
-    while True:
-        cursor, ids = await admin.job_keys_page(queue, cursor, CHUNK)
+    for _ in range(SCAN_BUDGET // PAGE_SIZE):
+        cursor, ids = await admin.job_keys_page(queue, cursor, PAGE_SIZE)
         page.examined += len(ids)
         hashes = await admin.hashes(queue, ids, ("state", "type", "errors"))
         done = []
@@ -205,9 +207,10 @@ async def _browse_done(admin: Admin, queue: str, cursor: int, filters: Filters) 
         page.jobs.extend(await _jobs(admin, queue, done, page))
         if cursor == 0:
             return page
-        if len(page.jobs) >= PAGE_SIZE or page.examined >= SCAN_BUDGET:
-            page.next_start = cursor
-            return page
+        if len(page.jobs) >= PAGE_SIZE:
+            break
+    page.next_start = cursor
+    return page
 
 
 def _count(stats: QueueStats, state: State) -> int:
@@ -226,6 +229,7 @@ class DeadGroups:
     by_error: list[tuple[str, int]]
     counted: int
     total: int
+    limit: int = GROUP_LIMIT
 
 
 async def dead_groups(admin: Admin, queue: str, total: int) -> DeadGroups:
@@ -250,16 +254,14 @@ def error_key(error: str) -> str:
     return error.strip().partition("\n")[0][:ERROR_KEY_CHARS]
 
 
-async def dead_matching(admin: Admin, queue: str, job_type: str, error: str) -> list[str]:
-    """The ids of the dead jobs (all of them, GROUP_LIMIT at a time) of this type whose last error holds
-    `error` (each filter applies when given; none given matches every dead job)."""
-    filters = Filters(job_type=job_type, error=error)
+async def dead_matching(admin: Admin, queue: str, filters: Filters) -> list[str]:
+    """The ids of the dead jobs the filter matches among the newest GROUP_LIMIT: what a bulk action by filter
+    acts on, from the jobs the groups count."""
     ids: list[str] = []
-    start = 0
-    while True:
-        page = await admin.ids(queue, State.DEAD, start, CHUNK)
-        if not page:
-            return ids
-        start += len(page)
-        matching = await _matching(admin, queue, page, filters) if filters.any else set(page)
+    for start in range(0, GROUP_LIMIT, CHUNK):
+        page = await admin.ids(queue, State.DEAD, start, CHUNK, newest_first=True)
+        matching = await _matching(admin, queue, page, filters)
         ids += [job_id for job_id in page if job_id in matching]
+        if len(page) < CHUNK:
+            break
+    return ids

@@ -11,11 +11,14 @@
     return String(d.getHours()).padStart(2, "0") + ":" + String(d.getMinutes()).padStart(2, "0");
   }
 
+  // As the server writes durations (pages.py `duration_text`): whole seconds from a minute on.
   function seconds(value) {
     if (value < 10) return value.toFixed(1) + "s";
-    if (value < 60) return value.toFixed(0) + "s";
-    if (value < 3600) return Math.floor(value / 60) + "m " + String(Math.round(value % 60)).padStart(2, "0") + "s";
-    return Math.floor(value / 3600) + "h " + String(Math.floor((value % 3600) / 60)).padStart(2, "0") + "m";
+    const whole = Math.floor(value);
+    if (whole < 60) return whole + "s";
+    if (whole < 3600) return Math.floor(whole / 60) + "m " + String(whole % 60).padStart(2, "0") + "s";
+    if (whole < 86400) return Math.floor(whole / 3600) + "h " + String(Math.floor((whole % 3600) / 60)).padStart(2, "0") + "m";
+    return Math.floor(whole / 86400) + "d " + Math.floor((whole % 86400) / 3600) + "h";
   }
 
   function drawChart(figure, queue) {
