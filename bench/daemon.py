@@ -50,16 +50,23 @@ BODY = json.dumps(PAYLOAD, separators=(",", ":")).encode()
 
 
 def run_daemon_backlog(
-    server: RedisServer, tmp: Path, handler: dict[str, object], jobs: int, concurrency: int, daemons: int = 1
+    server: RedisServer,
+    tmp: Path,
+    handler: dict[str, object],
+    jobs: int,
+    concurrency: int,
+    daemons: int = 1,
+    **settings: object,
 ) -> float:
     """jobs/s for a backlog enqueued while the queue is paused, from resume until the last ack.
 
     `daemons` > 1 runs that many `jobcar run` processes on the same config (each with `concurrency`),
     as replicas or systemd template units would: the peers run two worker processes on 2 cores.
+    `settings` are more top-level config keys.
     """
     namespace = f"b{time.monotonic_ns()}"
     config = write_config(tmp, server.url, namespace, {"bench": handler}, concurrency=concurrency,
-                          log_level="info", lease="30s")  # fmt: skip
+                          log_level="info", lease="30s", **settings)  # fmt: skip
     with server.client() as client:
         keys = QueueKeys.of(namespace, "default")
         transport.execute(client, [transitions.pause_call(keys, True)])
