@@ -116,9 +116,10 @@ class QueueKeys:
         """The ZSET of the keys whose jobs wait for their turn of a fair type's total, next first."""
         return f"{self.prefix}turns:{job_type}"
 
-    def all_limit_keys(self, kind: str) -> str:
-        """A SCAN pattern matching every limit key of one kind ("running", "held" or "tat") of the queue."""
-        return _glob_escape(f"{self.prefix}{kind}:") + "*"
+    def all_limit_keys(self) -> str:
+        """A SCAN pattern matching every limit key of the queue ("running:", "held:", "tat:"), and a few other
+        keys that the caller tells apart by name, but none of its jobs: one walk of the keyspace for all three."""
+        return _glob_escape(self.prefix) + "[hrt][aeu]*"
 
     @property
     def waiting(self) -> str:

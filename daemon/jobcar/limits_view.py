@@ -70,9 +70,10 @@ async def read_limits(
     for queue in queues:
         keys = QueueKeys.of(namespace, queue)
         names: set[str] = set()
-        for kind in _KINDS:
-            start = len(keys.prefix) + len(kind) + 1
-            names |= {as_text(k)[start:] async for k in redis.scan_iter(match=keys.all_limit_keys(kind), count=1000)}
+        async for found in redis.scan_iter(match=keys.all_limit_keys(), count=1000):
+            kind, colon, name = as_text(found)[len(keys.prefix) :].partition(":")
+            if colon and kind in _KINDS:
+                names.add(name)
         ordered = sorted(names)
         pipe = redis.pipeline(transaction=False)
         for name in ordered:
