@@ -17,6 +17,8 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Final
 
+from redis import exceptions as redis_errors
+
 from jobcar import __version__
 from jobcar.config_types import Config
 from jobcar.keys import daemons_key
@@ -76,8 +78,14 @@ class Announcer:
 
 
 async def live_daemons(redis: AsyncRedis, namespace: str) -> list[DaemonInfo]:
-    """The daemons that announced themselves within LIVE_FOR_MS (Redis time), by host and pid."""
-    entries = await redis.hgetall(daemons_key(namespace))
+    """The daemons that announced themselves within LIVE_FOR_MS (Redis time), by host and pid; none when the key
+    holds another type (written by hand: the daemons' announces are refused too, and say so in their logs)."""
+    try:
+        entries = await redis.hgetall(daemons_key(namespace))
+    except redis_errors.ResponseError as exc:
+        if not str(exc).startswith("WRONGTYPE"):
+            raise
+        return []
     seconds, micros = await redis.time()
     now_ms = int(seconds) * 1000 + int(micros) // 1000
     daemons = []

@@ -176,6 +176,9 @@ async def test_the_overview_lists_the_live_daemons_only(ui: Ui, namespace: str, 
     assert renewed.seen_ms >= daemon.seen_ms
     await announcer.withdraw()
     assert await live_daemons(ui.client.redis, namespace) == []
+    r.set(daemons_key(namespace), "not a hash")  # written by hand: the overview still shows the queues
+    assert await live_daemons(ui.client.redis, namespace) == []
+    assert (await ui.get("/ui/")).status == 200
 
 
 async def test_a_queue_pages_in_lease_order_and_the_other_way(ui: Ui, q: QueueDriver) -> None:
