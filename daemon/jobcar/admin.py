@@ -158,7 +158,7 @@ class Admin:
                 if state is State.DONE:
                     await self._list_done(keys, limit, job_type, listing)
                     continue
-                total = _count(queue_stats, state)
+                total = queue_stats.in_state(state)
                 seen, found = 0, 0
                 while seen < total and found < limit:
                     # Without a type filter one page is the answer; with one, pages go on until enough match.
@@ -371,19 +371,20 @@ class Admin:
                 break
         return ids
 
-    async def job_keys_page(self, queue: str, cursor: int, count: int) -> tuple[int, list[str]]:
-        """One SCAN step over the queue's job hashes: (the next cursor, 0 when done; the ids found). Done jobs,
-        which no set holds, are found this way."""
+    async def job_keys_page(self, queue: str, cursor: int, count: int, id_prefix: str = "") -> tuple[int, list[str]]:
+        """One SCAN step (COUNT `count`) over the queue's job hashes, or those whose id starts with `id_prefix`:
+        (the next cursor, 0 when done; the ids found). Done jobs, which no set holds, are found this way."""
         keys = self.keys(queue)
+        match = keys.all_jobs(id_prefix)
         if isinstance(self.redis, AsyncRedisCluster):  # the node of the queue's slot holds all its keys
             node = self.redis.get_node_from_key(keys.pending)
             if node is None:
                 raise redis_errors.ClusterDownError(f"no node serves the slot of queue {queue}")
             # The cluster client answers a SCAN with each node's cursor (its stubs say an int).
-            cursors, found = await self.redis.scan(cursor, match=keys.all_jobs(), count=count, target_nodes=node)
+            cursors, found = await self.redis.scan(cursor, match=match, count=count, target_nodes=node)
             cursor = cast(dict[str, int], cursors)[node.name]
         else:
-            cursor, found = await self.redis.scan(cursor, match=keys.all_jobs(), count=count)
+            cursor, found = await self.redis.scan(cursor, match=match, count=count)
         prefix = len(keys.job(""))
         return int(cursor), [as_text(k)[prefix:] for k in found]
 
@@ -392,10 +393,31 @@ class Admin:
         seconds, micros = await self.redis.time()
         return int(seconds) * 1000 + int(micros) // 1000
 
-    async def hashes(self, queue: str, job_ids: Sequence[str], fields: Sequence[str] = ()) -> list[dict[bytes, bytes]]:
-        """The hashes of these jobs ({} for one gone), whole or only `fields`, in one round trip."""
-        if not fields:
-            return await self._hashes(self.keys(queue), job_ids)
+    async def jobs(self, queue: str, job_ids: Sequence[str]) -> tuple[list[Job], list[str]]:
+        """These jobs as they are now, in one round trip: (the jobs, in order, without those gone meanwhile; why
+        some could not be read: a hash jobcar cannot parse, a key of another type)."""
+        keys = self.keys(queue)
+        pipe = self.redis.pipeline(transaction=False)
+        for job_id in job_ids:
+            pipe.hgetall(keys.job(job_id))
+        jobs, problems = [], []
+        for job_id, reply in zip(job_ids, await pipe.execute(raise_on_error=False), strict=True):
+            if isinstance(reply, redis_errors.ResponseError):
+                problems.append(f"job {job_id} in {queue}: its key holds another type ({reply})")
+                continue
+            if isinstance(reply, Exception):
+                raise reply
+            if not reply:
+                continue
+            job = readable(job_id, queue, {as_bytes(k): as_bytes(v) for k, v in reply.items()})
+            if isinstance(job, str):
+                problems.append(job)
+            else:
+                jobs.append(job)
+        return jobs, problems
+
+    async def fields(self, queue: str, job_ids: Sequence[str], fields: Sequence[str]) -> list[dict[bytes, bytes]]:
+        """These fields of these jobs, in one call ({} for a job gone, or whose key holds another type)."""
         if not job_ids:
             return []
         (reply,) = await execute_async(self.redis, [job_fields_call(self.keys(queue), fields, job_ids)])
@@ -406,12 +428,6 @@ class Admin:
         for job_id in job_ids:
             pipe.hgetall(keys.job(job_id))
         return [{as_bytes(k): as_bytes(v) for k, v in reply.items()} for reply in await pipe.execute()]
-
-
-def _count(stats: QueueStats, state: State) -> int:
-    counts = {State.PENDING: stats.pending, State.SCHEDULED: stats.scheduled, State.ACTIVE: stats.active,
-              State.DEAD: stats.dead, State.WAITING: stats.waiting}  # fmt: skip
-    return counts[state]
 
 
 def readable(job_id: str, queue: str, fields: Any) -> Job | str:

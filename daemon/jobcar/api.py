@@ -130,7 +130,7 @@ def build_app(context: ApiContext) -> web.Application:
     app.router.add_get("/v1/limits", _limits)
     add_schedule_routes(app, lambda request: request.app[CONTEXT].client, _not_json)
     if context.config.ui.enabled:
-        app.router.add_get(UI_PREFIX, _to_dashboard)
+        app.router.add_get(UI_PREFIX, to_dashboard)
         app.add_subapp(UI_PREFIX, build_ui_app(app[ADMIN], context.config))
     return app
 
@@ -140,7 +140,8 @@ def _is_dashboard(request: web.Request) -> bool:
     return request.path == UI_PREFIX or request.path.startswith(UI_PREFIX + "/")
 
 
-async def _to_dashboard(request: web.Request) -> web.Response:
+async def to_dashboard(request: web.Request) -> web.Response:
+    """`/ui` (and, for `jobcar ui`, `/`) is the dashboard's overview at `/ui/`."""
     raise web.HTTPPermanentRedirect(UI_PREFIX + "/")
 
 

@@ -12,7 +12,7 @@ from typing import Final
 from aiohttp import web
 
 from jobcar.admin import Admin
-from jobcar.api import UI_PREFIX, bound_port, start_listener
+from jobcar.api import UI_PREFIX, bound_port, start_listener, to_dashboard
 from jobcar.cli_support import CommandFailed, connected, load
 from jobcar.config_types import Config
 from jobcar.exit_codes import EX_CONFIG, EX_FAILURE, EX_OK
@@ -47,8 +47,8 @@ async def _serve(config: Config, listen: str) -> None:
     """Serve until SIGINT or SIGTERM."""
     async with connected(config) as client:
         app = web.Application()
-        app.router.add_get("/", _to_dashboard)
-        app.router.add_get(UI_PREFIX, _to_dashboard)
+        app.router.add_get("/", to_dashboard)
+        app.router.add_get(UI_PREFIX, to_dashboard)
         app.add_subapp(UI_PREFIX, build_ui_app(Admin(client, config.namespace, config.queues), config))
         try:
             listener = await start_listener(app, listen)
@@ -66,7 +66,3 @@ async def _serve(config: Config, listen: str) -> None:
         finally:
             with contextlib.suppress(Exception):
                 await listener.cleanup()
-
-
-async def _to_dashboard(request: web.Request) -> web.Response:
-    raise web.HTTPFound(UI_PREFIX + "/")

@@ -184,7 +184,7 @@ class Config:
     #: Periodic jobs: kept in Redis by every daemon of the fleet, fired by any (scheduler.py).
     schedules: tuple[ScheduleSpec, ...] = ()
     ui: UiSettings = field(default_factory=UiSettings)
-    #: Keep fleet-wide counts of finished attempts per minute (history.py): `jobcar stats`, the dashboard.
+    #: Keep fleet-wide counts of finished attempts per 10 s (history.py): `jobcar stats`, the dashboard's charts.
     history: bool = True
 
 

@@ -151,9 +151,9 @@ class QueueKeys:
     def alive(self, daemon_id: str) -> str:
         return f"{self.prefix}alive:{daemon_id}"
 
-    def all_jobs(self) -> str:
-        """A SCAN pattern matching every job hash of the queue (and nothing else)."""
-        return _glob_escape(self.job("")) + "*"
+    def all_jobs(self, id_prefix: str = "") -> str:
+        """A SCAN pattern matching every job hash of the queue (and nothing else), or those whose id starts so."""
+        return _glob_escape(self.job(id_prefix)) + "*"
 
     def all_unique_locks(self) -> str:
         """A SCAN pattern matching every unique lock of the queue."""

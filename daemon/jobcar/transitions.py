@@ -500,6 +500,12 @@ class QueueStats:
         """Age of the oldest runnable job, in seconds (0 when nothing waits)."""
         return 0.0 if self.oldest_ready_ms is None else max(0, self.now_ms - self.oldest_ready_ms) / 1000
 
+    def in_state(self, state: State) -> int:
+        """How many jobs a state's set holds (not `done` nor `held`: no such count is kept here)."""
+        counts = {State.PENDING: self.pending, State.SCHEDULED: self.scheduled, State.ACTIVE: self.active,
+                  State.DEAD: self.dead, State.WAITING: self.waiting}  # fmt: skip
+        return counts[state]
+
 
 def stats_call(keys: QueueKeys) -> ScriptCall:
     return call("stats", (keys.pending, keys.scheduled, keys.active, keys.dead, keys.paused), (keys.prefix,))

@@ -296,6 +296,10 @@ JOBCAR_COMMANDS = (
     # inside the scripts
     "set", "del", "hset", "hsetnx", "hdel", "hincrby", "pexpire", "lpush", "rpush", "rpop", "llen", "lindex",
     "lpos", "lrem", "zadd", "zrem", "zrangebyscore", "pexpireat",
+    # fleet-wide limits' slot sets (and `jobcar limits`, the dashboard's limits page), dependencies' sets
+    "scard", "srem", "sismember", "hexists",
+    # the dashboard's pages, newest first
+    "zrevrange",
     # ack reads INFO's memory section before it keeps a result: a full server keeps none (ADR 0008)
     "info",
     # scripts check the types of the keys they write before their first write (docs/protocol.md)
@@ -411,6 +415,13 @@ def test_a_user_allowed_only_the_namespace_and_no_config_runs_everything(
                         return job is not None and job.state is State.DEAD and len(job.errors) == 2
 
                     wait_for(died_again, what="the requeued job to run and die again")
+                # The dashboard's pages with the same user (the ACL log below shows any command they lacked).
+                base = listen_url(daemon) + "/ui/"
+                for page in ("", "queues/default?state=done", "queues/default/dead", "limits", "schedules",
+                             f"job?queue=default&id={broken}", "overview.json"):  # fmt: skip
+                    with urllib.request.urlopen(base + page, timeout=10) as answer:
+                        assert answer.status == 200, page
+                        assert password not in answer.read().decode(), page
                 assert fsck(config) == []
 
                 # jobcar needed nothing beyond the rule: the only refusal is its one CONFIG GET.

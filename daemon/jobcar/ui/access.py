@@ -139,7 +139,11 @@ async def guard(request: web.Request, handler: Handler) -> web.StreamResponse:
         form = await request.post()
         if not access.valid_csrf(request, form.get(CSRF_FIELD)):
             return _refused(403, "this form is out of date or was not sent by the dashboard: reload the page")
-    response = await handler(request)
+    try:
+        response = await handler(request)
+    except web.HTTPException as answer:  # aiohttp's own (no such route, wrong method, a redirect) go out too
+        answer.headers.update(SECURITY_HEADERS)
+        raise
     response.headers.update(SECURITY_HEADERS)
     return response
 

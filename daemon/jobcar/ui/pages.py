@@ -14,6 +14,7 @@
 from __future__ import annotations
 
 import json
+import logging
 import re
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
@@ -41,6 +42,7 @@ from jobcar.ui.access import ACCESS, CSRF_FIELD, SESSION_COOKIE, SESSION_SECONDS
 #: The payload shown on a job's page, pretty-printed; the download has all of it.
 PAYLOAD_SHOWN_BYTES: Final = 64 * 1024
 _HERE: Final = Path(__file__).parent
+log = logging.getLogger("jobcar.ui")
 #: Where signing in may lead: a dashboard path and query, printable ASCII without a backslash.
 _NEXT: Final = re.compile(r"/ui(?:[/?][\x21-\x5b\x5d-\x7e]*)?")
 ADMIN: Final = web.AppKey("jobcar.ui.admin", Admin)
@@ -138,7 +140,13 @@ async def _errors(request: web.Request, handler: Page) -> web.StreamResponse:
     except InvalidJob as exc:
         return _message(request, "Bad request", str(exc), "/ui/", 400)
     except (redis_errors.RedisError, OSError) as exc:
-        return _message(request, "Redis unavailable", f"{type(exc).__name__}: {redact(str(exc))}", request.path, 503)
+        return _message(request, "Redis unavailable", f"{type(exc).__name__}: {redact(str(exc))}", "/ui/", 503)
+    except web.HTTPException:
+        raise  # aiohttp's own answers (no such page, a redirect): `guard` adds the headers
+    except Exception:
+        log.exception("%s %s: unexpected error", request.method, request.path)
+        return _message(request, "Internal error", "something went wrong: see the log of the process serving this page",
+                        "/ui/", 500)  # fmt: skip
 
 
 def _queue_name(request: web.Request) -> str:
@@ -152,11 +160,11 @@ def _job_ref(values: Mapping[str, Any]) -> tuple[str, str]:
     return queue, job_id
 
 
-def _start(query: Mapping[str, str]) -> int:
-    """Where a page starts: a position in a state's order, or a SCAN cursor (both below 2**63)."""
-    text = query.get("start", "0")
-    if not text.isascii() or not text.isdigit() or int(text) >= 2**63:
-        raise InvalidJob("start must be a position: a number from a Next link")
+def _number(query: Mapping[str, str], name: str) -> int:
+    """A paging value of a Next link (`start`: a position in a state's order, or a SCAN cursor), below 2**63."""
+    text = query.get(name, "0")
+    if not text.isascii() or not text.isdigit() or len(text) > 19 or int(text) >= 2**63:
+        raise InvalidJob(f"{name} must be a number from a Next link")
     return int(text)
 
 
@@ -182,19 +190,21 @@ async def _queue(request: web.Request) -> web.Response:
         state = State(query.get("state", "pending"))
     except ValueError:
         raise InvalidJob("state must be one of the tabs") from None
-    start = _start(query)
+    start = _number(query, "start")
     if state not in reads.LISTED:
         raise InvalidJob(f"no list of {state.value} jobs")
     newest_first = query.get("order") == "newest"
     filters = reads.Filters(query.get("type", ""), query.get("error", ""), query.get("id", ""))
+    skip = _number(query, "skip")
     (stats,) = await admin.stats([queue])
-    page = await reads.browse(admin, stats, state, start, filters, newest_first)
+    page = await reads.browse(admin, stats, state, start, filters, newest_first, skip)
     here = {"state": state.value, "type": filters.job_type, "error": filters.error, "id": filters.id_prefix,
             "order": "newest" if newest_first else ""}  # fmt: skip
     return render(
         request, "queue.html", queue=queue, stats=stats, state=state, states=reads.LISTED, page=page, start=start,
         filters=filters, newest_first=newest_first, now_ms=stats.now_ms, page_size=reads.PAGE_SIZE,
-        next_link=None if page.next_start is None else _link(request.path, **here, start=page.next_start),
+        next_link=None if page.next_start is None else _link(request.path, **here, start=page.next_start,
+                                                             skip=page.next_skip or None),
         first_link=_link(request.path, **here) if start else None,
         previous_link=_link(request.path, **here, start=max(0, start - reads.PAGE_SIZE))
         if start and not filters.any and state is not State.DONE else None,
@@ -206,7 +216,7 @@ async def _dead(request: web.Request) -> web.Response:
     admin, queue = request.app[ADMIN], _queue_name(request)
     query = request.query
     filters = reads.Filters(query.get("type", ""), query.get("error", ""))
-    start = _start(query)
+    start = _number(query, "start")
     (stats,) = await admin.stats([queue])
     groups = await reads.dead_groups(admin, queue, stats.dead)
     page = await reads.browse(admin, stats, State.DEAD, start, filters, newest_first=True)

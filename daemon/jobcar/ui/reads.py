@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final
 
-from jobcar.admin import Admin, readable
+from jobcar.admin import Admin
 from jobcar.fleet import DaemonInfo, live_daemons
 from jobcar.job import Job, State, parse_errors
 from jobcar.replies import as_text
@@ -23,6 +23,9 @@ PAGE_SIZE: Final = 50
 SCAN_BUDGET: Final = 5000
 #: Jobs read per round trip while filtering.
 CHUNK: Final = 500
+#: Done jobs (in no set) are found by SCAN: its COUNT per step, and the most steps a page sends.
+DONE_STEP: Final = 1000
+DONE_STEPS: Final = 100
 #: Dead jobs the groups by type and error are made from (the newest).
 GROUP_LIMIT: Final = 10_000
 #: An error text is grouped by its first line, cut to this many characters.
@@ -117,20 +120,30 @@ class Browse:
     jobs: list[Job] = field(default_factory=list)
     #: Where the next page starts (a position in the state's order; for done jobs a SCAN cursor), or None.
     next_start: int | None = None
+    #: For done jobs: how many keys of the SCAN step at `next_start` this page already took.
+    next_skip: int = 0
     #: Jobs looked at for this page (more than shown when filtering).
     examined: int = 0
     #: Jobs in this state (None for done jobs: no set counts them).
     total: int | None = None
     unreadable: list[str] = field(default_factory=list)
 
+    async def take(self, admin: Admin, queue: str, ids: Sequence[str]) -> None:
+        """Add these jobs as they are now (those gone meanwhile are left out, unreadable ones named)."""
+        if ids:
+            jobs, problems = await admin.jobs(queue, ids)
+            self.jobs += jobs
+            self.unreadable += problems
+
 
 async def browse(
-    admin: Admin, stats: QueueStats, state: State, start: int, filters: Filters, newest_first: bool
+    admin: Admin, stats: QueueStats, state: State, start: int, filters: Filters, newest_first: bool, skip: int = 0
 ) -> Browse:
-    """Up to PAGE_SIZE jobs of `state` from position `start`, examining at most SCAN_BUDGET when filtering."""
+    """Up to PAGE_SIZE jobs of `state` from position `start`, examining at most SCAN_BUDGET when filtering.
+    For done jobs, `start` and `skip` are where a page left off (`Browse.next_start`, `Browse.next_skip`)."""
     if state is State.DONE:
-        return await _browse_done(admin, stats.queue, start, filters)
-    page = Browse(total=_count(stats, state))
+        return await _browse_done(admin, stats.queue, start, skip, filters)
+    page = Browse(total=stats.in_state(state))
     position = start
     budget = SCAN_BUDGET if filters.any else PAGE_SIZE
     while True:
@@ -143,7 +156,11 @@ async def browse(
         ids = await admin.ids(stats.queue, state, position, want, newest_first)
         if not ids:
             return page
-        matching = await _matching(admin, stats.queue, ids, filters) if filters.any else set(ids)
+        if filters.any:
+            fields = await admin.fields(stats.queue, ids, ("type", "errors"))
+            matching = {job_id for job_id, f in zip(ids, fields, strict=True) if _matches(job_id, f, filters)}
+        else:
+            matching = set(ids)
         found: list[str] = []
         taken = 0
         for job_id in ids:
@@ -152,21 +169,19 @@ async def browse(
                 found.append(job_id)
                 if len(page.jobs) + len(found) >= PAGE_SIZE:
                     break
-        page.jobs.extend(await _jobs(admin, stats.queue, found, page))
+        await page.take(admin, stats.queue, found)
         position += taken
         page.examined += taken
         if taken == len(ids) < want:  # the state's last job
             return page
 
 
-async def _matching(admin: Admin, queue: str, ids: Sequence[str], filters: Filters) -> set[str]:
-    hashes = await admin.hashes(queue, ids, ("type", "errors"))
-    matching = set()
-    for job_id, fields in zip(ids, hashes, strict=True):
-        errors = _errors(fields.get(b"errors"))
-        if filters.match(job_id, as_text(fields.get(b"type", b"")), errors[-1] if errors else None):
-            matching.add(job_id)
-    return matching
+def _matches(job_id: str, fields: dict[bytes, bytes], filters: Filters) -> bool:
+    """Whether a job whose `type` and `errors` fields these are passes the filters (one gone never does)."""
+    if not fields:
+        return False
+    errors = _errors(fields.get(b"errors"))
+    return filters.match(job_id, as_text(fields.get(b"type", b"")), errors[-1] if errors else None)
 
 
 def _errors(raw: bytes | None) -> list[str]:
@@ -176,49 +191,38 @@ def _errors(raw: bytes | None) -> list[str]:
         return ["(the job's error history cannot be read)"]
 
 
-async def _jobs(admin: Admin, queue: str, ids: Sequence[str], page: Browse) -> list[Job]:
-    jobs = []
-    for job_id, fields in zip(ids, await admin.hashes(queue, ids), strict=True):
-        if not fields:
-            continue  # it left the state since its id was read
-        job = readable(job_id, queue, fields)
-        if isinstance(job, str):
-            page.unreadable.append(job)
-        else:
-            jobs.append(job)
-    return jobs
-
-
-async def _browse_done(admin: Admin, queue: str, cursor: int, filters: Filters) -> Browse:
-    """Done jobs are in no set (their hash lives for result_ttl): found by SCAN steps of about PAGE_SIZE keys,
-    in no order, until a page is full or SCAN_BUDGET keys were looked at. A page ends with a whole step, so it
-    may hold a few more than PAGE_SIZE jobs."""
+async def _browse_done(admin: Admin, queue: str, cursor: int, skip: int, filters: Filters) -> Browse:
+    """Done jobs are in no set (their hash lives for result_ttl): found by SCAN, in no order, DONE_STEP keys
+    of the keyspace a step, until the page is full, or SCAN_BUDGET of the queue's job keys or DONE_STEPS steps
+    were looked at. A page that fills in the middle of a step says where in it the next one starts (a step
+    sent again from the same cursor finds the same keys, unless the keyspace changed meanwhile)."""
     page = Browse()
-    for _ in range(SCAN_BUDGET // PAGE_SIZE):
-        cursor, ids = await admin.job_keys_page(queue, cursor, PAGE_SIZE)
-        page.examined += len(ids)
-        hashes = await admin.hashes(queue, ids, ("state", "type", "errors"))
-        done = []
-        for job_id, fields in zip(ids, hashes, strict=True):
-            errors = _errors(fields.get(b"errors"))
-            kind = as_text(fields.get(b"type", b""))
-            if fields.get(b"state") == b"done" and filters.match(job_id, kind, errors[-1] if errors else None):
-                done.append(job_id)
-        page.jobs.extend(await _jobs(admin, queue, done, page))
+    for _ in range(DONE_STEPS):
+        step = cursor
+        cursor, ids = await admin.job_keys_page(queue, step, DONE_STEP, filters.id_prefix)
+        skip = min(skip, len(ids))  # the step found fewer keys than when the last page was made
+        fields = await admin.fields(queue, ids, ("state", "type", "errors"))
+        found: list[str] = []
+        for index in range(skip, len(ids)):
+            if fields[index].get(b"state") == b"done" and _matches(ids[index], fields[index], filters):
+                found.append(ids[index])
+                if len(page.jobs) + len(found) >= PAGE_SIZE:
+                    await page.take(admin, queue, found)
+                    page.examined += index + 1 - skip
+                    if index + 1 < len(ids):
+                        page.next_start, page.next_skip = step, index + 1
+                    elif cursor != 0:
+                        page.next_start = cursor
+                    return page
+        page.examined += len(ids) - skip
+        skip = 0
+        await page.take(admin, queue, found)
         if cursor == 0:
             return page
-        if len(page.jobs) >= PAGE_SIZE:
+        if page.examined >= SCAN_BUDGET:
             break
     page.next_start = cursor
     return page
-
-
-def _count(stats: QueueStats, state: State) -> int:
-    counts = {
-        State.PENDING: stats.pending, State.SCHEDULED: stats.scheduled, State.ACTIVE: stats.active,
-        State.WAITING: stats.waiting, State.DEAD: stats.dead,
-    }  # fmt: skip
-    return counts[state]
 
 
 @dataclass(frozen=True, slots=True)
@@ -239,7 +243,7 @@ async def dead_groups(admin: Admin, queue: str, total: int) -> DeadGroups:
     counted = 0
     for start in range(0, min(total, GROUP_LIMIT), CHUNK):
         ids = await admin.ids(queue, State.DEAD, start, CHUNK, newest_first=True)
-        for fields in await admin.hashes(queue, ids, ("type", "errors")):
+        for fields in await admin.fields(queue, ids, ("type", "errors")):
             if not fields:
                 continue
             counted += 1
@@ -260,8 +264,8 @@ async def dead_matching(admin: Admin, queue: str, filters: Filters) -> list[str]
     ids: list[str] = []
     for start in range(0, GROUP_LIMIT, CHUNK):
         page = await admin.ids(queue, State.DEAD, start, CHUNK, newest_first=True)
-        matching = await _matching(admin, queue, page, filters)
-        ids += [job_id for job_id in page if job_id in matching]
+        fields = await admin.fields(queue, page, ("type", "errors"))
+        ids += [job_id for job_id, f in zip(page, fields, strict=True) if _matches(job_id, f, filters)]
         if len(page) < CHUNK:
             break
     return ids
