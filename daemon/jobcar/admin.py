@@ -23,7 +23,7 @@ from jobcar.errors import JobcarError
 from jobcar.formats import loads_strict
 from jobcar.job import DEFAULT_CONTENT_TYPE, FINISHED, Job, State
 from jobcar.keys import QueueKeys, queues_key
-from jobcar.replies import as_bytes, as_int, as_text, decode_names, parse_job
+from jobcar.replies import as_bytes, as_int, as_text, decode_names, parse_job, time_ms
 from jobcar.scripts import ScriptCall
 from jobcar.timestamps import rfc3339_ms
 from jobcar.transitions import (
@@ -220,7 +220,7 @@ class Admin:
         pipe.smembers(keys.deps(job_id))
         pipe.smembers(keys.dependents(job_id))
         # The sets' replies may be refusals (a key of another type reads as none); the job's own may not.
-        fields, deadline, (seconds, micros), deps, dependents = await pipe.execute(raise_on_error=False)
+        fields, deadline, now, deps, dependents = await pipe.execute(raise_on_error=False)
         for reply in (fields, deadline):
             if isinstance(reply, Exception):
                 raise reply
@@ -230,9 +230,7 @@ class Admin:
         if isinstance(job, str):
             raise JobNotFound(job)
         lease_deadline_ms = None if deadline is None or job.state is not State.ACTIVE else int(deadline)
-        return JobView(
-            job, lease_deadline_ms, int(seconds) * 1000 + int(micros) // 1000, _refs(deps), _refs(dependents)
-        )
+        return JobView(job, lease_deadline_ms, time_ms(now), _refs(deps), _refs(dependents))
 
     async def wait(self, job_id: str, queue: str | None, seconds: float) -> JobView:
         """The job once it has finished (done or dead), or as it is after `seconds`; JobNotFound when
@@ -390,8 +388,7 @@ class Admin:
 
     async def now_ms(self) -> int:
         """Redis time, the clock every stored time was taken with."""
-        seconds, micros = await self.redis.time()
-        return int(seconds) * 1000 + int(micros) // 1000
+        return time_ms(await self.redis.time())
 
     async def jobs(self, queue: str, job_ids: Sequence[str]) -> tuple[list[Job], list[str]]:
         """These jobs as they are now, in one round trip: (the jobs, in order, without those gone meanwhile; why

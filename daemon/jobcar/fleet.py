@@ -22,6 +22,7 @@ from redis import exceptions as redis_errors
 from jobcar import __version__
 from jobcar.config_types import Config
 from jobcar.keys import daemons_key
+from jobcar.replies import time_ms
 from jobcar.scripts import ScriptCall, call
 from jobcar.transport import AsyncRedis
 
@@ -86,8 +87,7 @@ async def live_daemons(redis: AsyncRedis, namespace: str) -> list[DaemonInfo]:
         if not str(exc).startswith("WRONGTYPE"):
             raise
         return []
-    seconds, micros = await redis.time()
-    now_ms = int(seconds) * 1000 + int(micros) // 1000
+    now_ms = time_ms(await redis.time())
     daemons = []
     for daemon_id, text in entries.items():
         try:

@@ -26,7 +26,7 @@ from redis.exceptions import ResponseError
 from jobcar.dependencies import BATCH_REF_PREFIX
 from jobcar.job import STORED_IN_SETS, State
 from jobcar.keys import QueueKeys, job_ref, split_job_ref
-from jobcar.replies import as_int, as_text
+from jobcar.replies import as_int, as_text, time_ms
 from jobcar.scripts import call
 from jobcar.transitions import DeadLetterLimits, DependOutcome, depend_call, settle_call
 from jobcar.transport import AsyncRedis, execute_async
@@ -368,8 +368,7 @@ async def _held_ids(client: AsyncRedis, keys: QueueKeys, groups: list[str]) -> l
 async def _redis_now_ms(client: AsyncRedis) -> int:
     pipe = client.pipeline(transaction=False)
     pipe.execute_command("TIME")
-    seconds, micros = (await pipe.execute())[0]
-    return int(seconds) * 1000 + int(micros) // 1000
+    return time_ms((await pipe.execute())[0])
 
 
 # -- the check ------------------------------------------------------------------------------------

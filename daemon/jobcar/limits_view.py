@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from jobcar.keys import QueueKeys
-from jobcar.replies import as_text
+from jobcar.replies import as_text, time_ms
 from jobcar.transport import AsyncRedis
 
 #: The kinds of limit key, by the name that follows the queue's prefix.
@@ -65,8 +65,7 @@ async def read_limits(
 ) -> list[LimitGroup]:
     """Every limit group with anything running, held or rated, in `queues`, by queue and group."""
     groups: list[LimitGroup] = []
-    seconds, micros = await redis.time()
-    now = int(seconds) * 1000 + int(micros) // 1000
+    now = time_ms(await redis.time())
     for queue in queues:
         keys = QueueKeys.of(namespace, queue)
         names: set[str] = set()

@@ -7,7 +7,7 @@ Standard library only (plus jobcar.job): the producer client uses it.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, Final
 
 from jobcar.job import Job
@@ -41,6 +41,13 @@ def as_int(reply: Reply) -> int:
     if isinstance(reply, int):
         return reply
     return int(as_bytes(reply))
+
+
+def time_ms(reply: Sequence[Any]) -> int:
+    """A TIME reply (seconds, microseconds; as redis-py parses it, or raw) in milliseconds: Redis time, the clock
+    every stored time is on."""
+    seconds, micros = reply
+    return int(seconds) * 1000 + int(micros) // 1000
 
 
 def parse_job(job_id: str, queue: str, fields: Mapping[Any, Any]) -> Job:
