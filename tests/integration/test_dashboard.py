@@ -154,6 +154,12 @@ async def test_the_overview_charts_count_the_fleet_history(ui: Ui, q: QueueDrive
     assert default["done"][-1] + default["done"][-2] == 40  # this minute, or the last one at a minute's turn
     page = await ui.get("/ui/")
     assert (cells(page, "default")["done_last_hour"], cells(page, "default")["failed_last_hour"]) == ("40", "3")
+    await execute_async(ui.client.redis, [count_call(q.keys, {("t.b", "failed"): 2, ("t.b", "dead"): 2})])
+    queue = await ui.get("/ui/queues/default")
+    row = (r'<a href="[^"]*type=(t\.[ab])">t\.[ab]</a></td>\s*<td class="num">(\d+)</td>'
+           r'<td class="num">(\d+)</td>\s*<td class="num">(?:<a [^>]*>)?(\d+)')  # fmt: skip
+    rows = re.findall(row, queue.text)
+    assert rows == [("t.a", "40", "3", "0"), ("t.b", "0", "2", "2")]
 
 
 async def test_the_overview_lists_the_live_daemons_only(ui: Ui, namespace: str, r: redis.Redis) -> None:

@@ -197,11 +197,13 @@ async def _queue(request: web.Request) -> web.Response:
     filters = reads.Filters(query.get("type", ""), query.get("error", ""), query.get("id", ""))
     skip = _number(query, "skip")
     (stats,) = await admin.stats([queue])
+    (history,) = await admin.history([queue])
     page = await reads.browse(admin, stats, state, start, filters, newest_first, skip)
     here = {"state": state.value, "type": filters.job_type, "error": filters.error, "id": filters.id_prefix,
             "order": "newest" if newest_first else ""}  # fmt: skip
     return render(
         request, "queue.html", queue=queue, stats=stats, state=state, states=reads.LISTED, page=page, start=start,
+        hour=reads.by_type(history),
         filters=filters, newest_first=newest_first, now_ms=stats.now_ms, page_size=reads.PAGE_SIZE,
         next_link=None if page.next_start is None else _link(request.path, **here, start=page.next_start,
                                                              skip=page.next_skip or None),
@@ -209,6 +211,7 @@ async def _queue(request: web.Request) -> web.Response:
         previous_link=_link(request.path, **here, start=max(0, start - reads.PAGE_SIZE))
         if start and not filters.any and state is not State.DONE else None,
         tab_link=lambda s: _link(request.path, state=s.value),
+        type_link=lambda t: _link(request.path, state=state.value, type=t),
     )  # fmt: skip
 
 

@@ -94,6 +94,27 @@ def _summary(stats: QueueStats, history: QueueHistory) -> QueueSummary:
 
 
 @dataclass(frozen=True, slots=True)
+class TypeHour:
+    """One job type's finished attempts in a queue over the last hour (whole 10 s slots), fleet-wide."""
+
+    job_type: str
+    done: int
+    failed: int  # retried or dead
+    dead: int
+
+
+def by_type(history: QueueHistory) -> list[TypeHour]:
+    """The last hour of a queue's history per job type, by type name."""
+    types = sorted({job_type for _, job_type, _ in history.counts})
+    hours = []
+    for job_type in types:
+        totals = history.totals(3_600_000, job_type)
+        if any(totals.values()):
+            hours.append(TypeHour(job_type, totals["done"], totals["failed"], totals["dead"]))
+    return hours
+
+
+@dataclass(frozen=True, slots=True)
 class Filters:
     """A queue page's filters; all optional, all must match."""
 
