@@ -27,6 +27,7 @@ from aiohttp import web
 from redis import exceptions as redis_errors
 
 from jobcar.admin import Admin, AmbiguousJob, JobNotFound
+from jobcar.cli_format import span
 from jobcar.config_types import Config, limit_rule_table
 from jobcar.errors import InvalidJob
 from jobcar.formats import redact
@@ -91,7 +92,7 @@ def _templates() -> jinja2.Environment:
     )
     env.filters["time"] = lambda ms: rfc3339_ms(ms) or "—"
     env.filters["ago"] = _ago
-    env.filters["seconds"] = duration_text
+    env.filters["seconds"] = span
     return env
 
 
@@ -99,18 +100,7 @@ def _ago(ms: int | None, now_ms: int) -> str:
     if ms is None:
         return "—"
     delta = (now_ms - ms) / 1000
-    return f"{duration_text(abs(delta))} ago" if delta >= 0 else f"in {duration_text(-delta)}"
-
-
-def duration_text(value: float) -> str:
-    if value < 60:
-        return f"{value:.1f}s" if value < 10 else f"{int(value)}s"
-    whole = int(value)  # whole seconds: 119.7 s is "1m 59s", never "1m 60s"
-    if whole < 3600:
-        return f"{whole // 60}m {whole % 60:02d}s"
-    if whole < 86400:
-        return f"{whole // 3600}h {whole % 3600 // 60:02d}m"
-    return f"{whole // 86400}d {whole % 86400 // 3600}h"
+    return f"{span(delta)} ago" if delta >= 0 else f"in {span(-delta)}"
 
 
 def render(request: web.Request, template: str, status: int = 200, **values: Any) -> web.Response:

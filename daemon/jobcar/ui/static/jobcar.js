@@ -11,14 +11,15 @@
     return String(d.getHours()).padStart(2, "0") + ":" + String(d.getMinutes()).padStart(2, "0");
   }
 
-  // As the server writes durations (pages.py `duration_text`): whole seconds from a minute on.
+  // As the server writes durations (cli_format.span): 0.4s, 12s, 5m03s, 2h10m, 3d04h.
   function seconds(value) {
-    if (value < 10) return value.toFixed(1) + "s";
+    if (value < 10) return Math.max(0, value).toFixed(1) + "s";
     const whole = Math.floor(value);
+    const two = (n) => String(n).padStart(2, "0");
     if (whole < 60) return whole + "s";
-    if (whole < 3600) return Math.floor(whole / 60) + "m " + String(whole % 60).padStart(2, "0") + "s";
-    if (whole < 86400) return Math.floor(whole / 3600) + "h " + String(Math.floor((whole % 3600) / 60)).padStart(2, "0") + "m";
-    return Math.floor(whole / 86400) + "d " + Math.floor((whole % 86400) / 3600) + "h";
+    if (whole < 3600) return Math.floor(whole / 60) + "m" + two(whole % 60) + "s";
+    if (whole < 86400) return Math.floor(whole / 3600) + "h" + two(Math.floor((whole % 3600) / 60)) + "m";
+    return Math.floor(whole / 86400) + "d" + two(Math.floor((whole % 86400) / 3600)) + "h";
   }
 
   function drawChart(figure, queue) {
