@@ -27,7 +27,7 @@ from urllib.parse import quote
 
 from aiohttp import hdrs, web
 
-from jobcar.browser_guard import cross_site_problem, host_problem
+from jobcar.browser_guard import bearer_matches, cross_site_problem, host_problem
 
 SESSION_COOKIE: Final = "jobcar_ui"
 SESSION_SECONDS: Final = 12 * 3600
@@ -77,10 +77,7 @@ class Access:
         return _same(signature, self._sign("session", expires))
 
     def valid_bearer(self, header: str | None) -> bool:
-        scheme, _, given = (header or "").partition(" ")
-        if self.token is None or scheme.lower() != "bearer":
-            return False
-        return _same(given.strip(), self.token)
+        return self.token is not None and bearer_matches(header, self.token)
 
     def valid_token(self, given: str) -> bool:
         return self.token is not None and _same(given, self.token)
