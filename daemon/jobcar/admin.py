@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final, cast
 
@@ -23,6 +23,7 @@ from jobcar.errors import JobcarError
 from jobcar.formats import loads_strict
 from jobcar.job import DEFAULT_CONTENT_TYPE, FINISHED, Job, State
 from jobcar.keys import QueueKeys, queues_key
+from jobcar.limits_view import LimitGroup, read_limits
 from jobcar.replies import as_bytes, as_int, as_text, decode_names, parse_job, time_ms
 from jobcar.scripts import ScriptCall
 from jobcar.timestamps import rfc3339_ms
@@ -49,6 +50,8 @@ from jobcar.transport import AsyncRedis, execute_async
 WAIT_POLL_MIN, WAIT_POLL_MAX = 0.01, 0.25
 #: Ids read per round trip while a listing looks for jobs of one type, or for done jobs.
 LIST_PAGE: Final = 500
+#: What a listing of done jobs reads of each job before it reads the newest whole.
+_DONE_FIELDS: Final = ("state", "type", "finished")
 
 
 class JobNotFound(JobcarError):
@@ -123,6 +126,11 @@ class Admin:
             return [only]
         return list(dict.fromkeys([*self.configured, *await self.known_queues()]))
 
+    async def limits(self, rules: Mapping[str, Mapping[str, Any]], only: str | None = None) -> list[LimitGroup]:
+        """Every limit group with a job running, held or rated, in `only` or every queue (`queues`), under the
+        config's rules (`config_types.limit_rule_table`)."""
+        return await read_limits(self.redis, self.namespace, await self.queues(only), rules)
+
     async def locate(self, job_id: str, queue: str | None = None) -> tuple[str, State]:
         """(queue, state) of the job with this id, in `queue` or in any queue; JobNotFound or AmbiguousJob."""
         found = (await self._states([job_id], await self.queues(queue)))[job_id]
@@ -166,7 +174,9 @@ class Admin:
                     if not page:
                         break
                     seen += len(page)
-                    for job in self._readable(keys, page, await self._hashes(keys, page), listing):
+                    jobs, problems = await self.jobs(keys.queue, page)
+                    listing.unreadable += problems
+                    for job in jobs:
                         if found < limit and (job_type is None or job.type == job_type):
                             listing.jobs.append(job)
                             found += 1
@@ -177,33 +187,23 @@ class Admin:
         return listing
 
     async def _list_done(self, keys: QueueKeys, limit: int, job_type: str | None, listing: JobListing) -> None:
-        """Done jobs are in no set (their hash lives for result_ttl): found by SCAN, newest first."""
+        """Done jobs are in no set (their hash lives for result_ttl): found by SCAN, newest first. Only the
+        newest `limit` are read whole."""
         prefix = len(keys.job(""))
         ids = sorted({as_text(k)[prefix:] async for k in self.redis.scan_iter(match=keys.all_jobs(), count=1000)})
-        done: list[Job] = []
+        finished: list[tuple[int, str]] = []
         for start in range(0, len(ids), LIST_PAGE):
             page = ids[start : start + LIST_PAGE]
-            jobs = self._readable(keys, page, await self._hashes(keys, page), listing)
-            done += [j for j in jobs if j.state is State.DONE and (job_type is None or j.type == job_type)]
-        done.sort(key=lambda j: j.finished_ms or 0, reverse=True)
-        listing.jobs += done[:limit]
-        if len(done) > limit:
-            listing.partial.append((keys.queue, State.DONE, limit, len(done)))
-
-    @staticmethod
-    def _readable(
-        keys: QueueKeys, ids: Sequence[str], hashes: Sequence[dict[bytes, bytes]], listing: JobListing
-    ) -> list[Job]:
-        jobs = []
-        for job_id, fields in zip(ids, hashes, strict=True):
-            if not fields:
-                continue  # finished or deleted since the ids were read
-            job = readable(job_id, keys.queue, fields)
-            if isinstance(job, str):
-                listing.unreadable.append(job)
-            else:
-                jobs.append(job)
-        return jobs
+            for job_id, fields in zip(page, await self.fields(keys.queue, page, _DONE_FIELDS), strict=True):
+                if fields.get(b"state") == b"done" and (job_type is None or fields.get(b"type") == job_type.encode()):
+                    at = fields.get(b"finished", b"")
+                    finished.append((int(at) if at.isdigit() else 0, job_id))  # unreadable ones are named below
+        finished.sort(reverse=True)
+        jobs, problems = await self.jobs(keys.queue, [job_id for _, job_id in finished[:limit]])
+        listing.jobs += jobs
+        listing.unreadable += problems
+        if len(finished) > limit:
+            listing.partial.append((keys.queue, State.DONE, limit, len(finished)))
 
     async def job(self, job_id: str, queue: str | None = None) -> JobView:
         """The job with this id (found by `locate` when no queue is given); JobNotFound also when its hash
@@ -419,12 +419,6 @@ class Admin:
             return []
         (reply,) = await execute_async(self.redis, [job_fields_call(self.keys(queue), fields, job_ids)])
         return parse_job_fields(fields, job_ids, reply)
-
-    async def _hashes(self, keys: QueueKeys, job_ids: Sequence[str]) -> list[dict[bytes, bytes]]:
-        pipe = self.redis.pipeline(transaction=False)
-        for job_id in job_ids:
-            pipe.hgetall(keys.job(job_id))
-        return [{as_bytes(k): as_bytes(v) for k, v in reply.items()} for reply in await pipe.execute()]
 
 
 def readable(job_id: str, queue: str, fields: Any) -> Job | str:

@@ -49,7 +49,6 @@ from jobcar.config_types import Config, limit_rule_table
 from jobcar.errors import InvalidJob, PayloadTooLarge
 from jobcar.formats import loads_strict, redact
 from jobcar.job import DEFAULT_CONTENT_TYPE, FINISHED, EnqueueStatus, JobInfo, State
-from jobcar.limits_view import read_limits
 from jobcar.listen import exposure_problem, parse_listen
 from jobcar.names import ID_PATTERN, check_name
 from jobcar.records import Payload
@@ -146,9 +145,7 @@ async def to_dashboard(request: web.Request) -> web.Response:
 
 async def _limits(request: web.Request) -> web.Response:
     """Every limit group with a job running, held or rated, in the config's queues and those producers used."""
-    context, admin = request.app[CONTEXT], request.app[ADMIN]
-    rules = limit_rule_table(context.config)
-    groups = await read_limits(admin.redis, context.config.namespace, await admin.queues(), rules)
+    groups = await request.app[ADMIN].limits(limit_rule_table(request.app[CONTEXT].config))
     return web.json_response([g.document() for g in groups])
 
 

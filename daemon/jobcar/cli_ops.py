@@ -27,7 +27,7 @@ from jobcar.config_types import limit_rule_table
 from jobcar.errors import InvalidJob
 from jobcar.exit_codes import EX_FAILURE, EX_OK, EX_USAGE
 from jobcar.job import STORED_IN_SETS, Job, State
-from jobcar.limits_view import LimitGroup, read_limits
+from jobcar.limits_view import LimitGroup
 from jobcar.names import check_name
 from jobcar.recording import dead_letter_limits
 from jobcar.timestamps import rfc3339_ms
@@ -120,7 +120,7 @@ def cmd_limits(args: argparse.Namespace) -> int:
     rules = limit_rule_table(config)
 
     async def read(admin: Admin) -> list[LimitGroup]:
-        return await read_limits(admin.redis, config.namespace, await admin.queues(args.queue), rules)
+        return await admin.limits(rules, args.queue)
 
     groups = with_admin(config, read)
     if args.json:

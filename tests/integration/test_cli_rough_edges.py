@@ -81,6 +81,12 @@ def test_jobs_list_done_jobs_while_kept_and_by_type(run: Run, client: Client) ->
     assert isinstance(done, list)
     assert sorted(j["id"] for j in done) == ["kept", "other"]
     assert {j["state"] for j in done} == {"done"}
+    done_of_type = run_json(run, "jobs", "list", "--state", "done", "--type", "t.other")
+    assert isinstance(done_of_type, list)
+    assert [j["id"] for j in done_of_type] == ["other"]
+    one = run_json(run, "jobs", "list", "--state", "done", "--limit", "1")
+    assert isinstance(one, list)
+    assert len(one) == 1
     of_type = run_json(run, "jobs", "list", "--type", "t.echo")
     assert isinstance(of_type, list)
     assert [j["id"] for j in of_type] == ["waiting"], "the four sets by default, then filtered by type"

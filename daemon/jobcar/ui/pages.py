@@ -32,7 +32,6 @@ from jobcar.config_types import Config, limit_rule_table
 from jobcar.errors import InvalidJob
 from jobcar.formats import redact
 from jobcar.job import FINISHED, State
-from jobcar.limits_view import read_limits
 from jobcar.names import ID_PATTERN, check_name
 from jobcar.schedule_store import change, every_schedule, run_async, trigger
 from jobcar.timestamps import rfc3339_ms
@@ -264,8 +263,7 @@ async def _schedules(request: web.Request) -> web.Response:
 
 
 async def _limits(request: web.Request) -> web.Response:
-    admin, config = request.app[ADMIN], request.app[CONFIG]
-    groups = await read_limits(admin.redis, admin.namespace, await admin.queues(), limit_rule_table(config))
+    groups = await request.app[ADMIN].limits(limit_rule_table(request.app[CONFIG]))
     return render(request, "limits.html", groups=groups)
 
 
