@@ -556,12 +556,21 @@ class QueueHistory:
 
     def totals(self, window_ms: int, job_type: str | None = None) -> dict[str, int]:
         """outcome -> count over the last `window_ms` (whole slots), of one type or of all."""
-        since = self.now_ms - window_ms
         totals = dict.fromkeys(HISTORY_OUTCOMES, 0)
-        for (slot_ms, kind, outcome), n in self.counts.items():
-            if slot_ms + HISTORY_SLOT_MS > since and (job_type is None or kind == job_type) and outcome in totals:
-                totals[outcome] += n
+        for kind, counts in self.by_type(window_ms).items():
+            if job_type is None or kind == job_type:
+                for outcome, n in counts.items():
+                    totals[outcome] += n
         return totals
+
+    def by_type(self, window_ms: int) -> dict[str, dict[str, int]]:
+        """job type -> outcome -> count over the last `window_ms` (whole slots), in one pass over the counts."""
+        since = self.now_ms - window_ms
+        found: dict[str, dict[str, int]] = {}
+        for (slot_ms, kind, outcome), n in self.counts.items():
+            if slot_ms + HISTORY_SLOT_MS > since and outcome in HISTORY_OUTCOMES:
+                found.setdefault(kind, dict.fromkeys(HISTORY_OUTCOMES, 0))[outcome] += n
+        return found
 
 
 def job_fields_call(keys: QueueKeys, fields: Sequence[str], job_ids: Sequence[str]) -> ScriptCall:

@@ -13,6 +13,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 import re
@@ -185,8 +186,7 @@ async def _queue(request: web.Request) -> web.Response:
     newest_first = query.get("order") == "newest"
     filters = reads.Filters(query.get("type", ""), query.get("error", ""), query.get("id", ""))
     skip = _number(query, "skip")
-    (stats,) = await admin.stats([queue])
-    (history,) = await admin.history([queue])
+    ((stats,), (history,)) = await asyncio.gather(admin.stats([queue]), admin.history([queue]))
     page = await reads.browse(admin, stats, state, start, filters, newest_first, skip)
     here = {"state": state.value, "type": filters.job_type, "error": filters.error, "id": filters.id_prefix,
             "order": "newest" if newest_first else ""}  # fmt: skip

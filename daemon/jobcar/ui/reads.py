@@ -7,8 +7,9 @@ from the newest GROUP_LIMIT dead jobs.
 
 from __future__ import annotations
 
+import asyncio
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final
 
@@ -31,6 +32,7 @@ GROUP_LIMIT: Final = 10_000
 #: An error text is grouped by its first line, cut to this many characters.
 ERROR_KEY_CHARS: Final = 120
 MINUTE_MS: Final = 60_000
+HOUR_MS: Final = 3_600_000
 #: The states a queue page lists, in the order of its tabs.
 LISTED: Final = (State.PENDING, State.SCHEDULED, State.ACTIVE, State.WAITING, State.DEAD, State.DONE)
 
@@ -74,11 +76,13 @@ class Overview:
 async def overview(admin: Admin) -> Overview:
     """Every queue's counts and last hour, and the live daemons."""
     queues = await admin.queues()
-    stats = await admin.stats(queues)
-    histories = await admin.history(queues)
+    # Three independent reads, sent together: the page polls this every 5 s.
+    stats, histories, daemons = await asyncio.gather(
+        admin.stats(queues), admin.history(queues), live_daemons(admin.redis, admin.namespace)
+    )
     now_ms = max((s.now_ms for s in stats), default=0)
     summaries = [_summary(s, h) for s, h in zip(stats, histories, strict=True)]
-    return Overview(summaries, await live_daemons(admin.redis, admin.namespace), now_ms)
+    return Overview(summaries, daemons, now_ms)
 
 
 def _summary(stats: QueueStats, history: QueueHistory) -> QueueSummary:
@@ -105,13 +109,8 @@ class TypeHour:
 
 def by_type(history: QueueHistory) -> list[TypeHour]:
     """The last hour of a queue's history per job type, by type name."""
-    types = sorted({job_type for _, job_type, _ in history.counts})
-    hours = []
-    for job_type in types:
-        totals = history.totals(3_600_000, job_type)
-        if any(totals.values()):
-            hours.append(TypeHour(job_type, totals["done"], totals["failed"], totals["dead"]))
-    return hours
+    hour = history.by_type(HOUR_MS)
+    return [TypeHour(kind, c["done"], c["failed"], c["dead"]) for kind, c in sorted(hour.items()) if any(c.values())]
 
 
 @dataclass(frozen=True, slots=True)
@@ -199,17 +198,16 @@ async def browse(
 
 def _matches(job_id: str, fields: dict[bytes, bytes], filters: Filters) -> bool:
     """Whether a job whose `type` and `errors` fields these are passes the filters (one gone never does)."""
-    if not fields:
-        return False
-    errors = _errors(fields.get(b"errors"))
-    return filters.match(job_id, as_text(fields.get(b"type", b"")), errors[-1] if errors else None)
+    return bool(fields) and filters.match(job_id, as_text(fields.get(b"type", b"")), _last_error(fields))
 
 
-def _errors(raw: bytes | None) -> list[str]:
+def _last_error(fields: dict[bytes, bytes]) -> str | None:
+    """The last attempt's error, from a job's `errors` field."""
     try:
-        return [e.error for e in parse_errors(raw)]
+        errors = parse_errors(fields.get(b"errors"))
     except (ValueError, KeyError, TypeError):
-        return ["(the job's error history cannot be read)"]
+        return "(the job's error history cannot be read)"
+    return errors[-1].error if errors else None
 
 
 async def _browse_done(admin: Admin, queue: str, cursor: int, skip: int, filters: Filters) -> Browse:
@@ -262,15 +260,10 @@ async def dead_groups(admin: Admin, queue: str, total: int) -> DeadGroups:
     by_type: Counter[str] = Counter()
     by_error: Counter[str] = Counter()
     counted = 0
-    for start in range(0, min(total, GROUP_LIMIT), CHUNK):
-        ids = await admin.ids(queue, State.DEAD, start, CHUNK, newest_first=True)
-        for fields in await admin.fields(queue, ids, ("type", "errors")):
-            if not fields:
-                continue
-            counted += 1
-            by_type[as_text(fields.get(b"type", b""))] += 1
-            errors = _errors(fields.get(b"errors"))
-            by_error[error_key(errors[-1] if errors else "")] += 1
+    async for _, fields in _newest_dead(admin, queue, total):
+        counted += 1
+        by_type[as_text(fields.get(b"type", b""))] += 1
+        by_error[error_key(_last_error(fields) or "")] += 1
     return DeadGroups(by_type.most_common(), by_error.most_common(), counted, total)
 
 
@@ -282,11 +275,18 @@ def error_key(error: str) -> str:
 async def dead_matching(admin: Admin, queue: str, filters: Filters) -> list[str]:
     """The ids of the dead jobs the filter matches among the newest GROUP_LIMIT: what a bulk action by filter
     acts on, from the jobs the groups count."""
-    ids: list[str] = []
-    for start in range(0, GROUP_LIMIT, CHUNK):
-        page = await admin.ids(queue, State.DEAD, start, CHUNK, newest_first=True)
-        fields = await admin.fields(queue, page, ("type", "errors"))
-        ids += [job_id for job_id, f in zip(page, fields, strict=True) if _matches(job_id, f, filters)]
-        if len(page) < CHUNK:
-            break
-    return ids
+    return [job_id async for job_id, fields in _newest_dead(admin, queue) if _matches(job_id, fields, filters)]
+
+
+async def _newest_dead(
+    admin: Admin, queue: str, total: int = GROUP_LIMIT
+) -> AsyncIterator[tuple[str, dict[bytes, bytes]]]:
+    """The newest of a queue's dead jobs (at most GROUP_LIMIT, and `total` when the count is known), with their
+    `type` and `errors` fields, CHUNK a call; jobs gone meanwhile are left out."""
+    for start in range(0, min(total, GROUP_LIMIT), CHUNK):
+        ids = await admin.ids(queue, State.DEAD, start, CHUNK, newest_first=True)
+        for job_id, fields in zip(ids, await admin.fields(queue, ids, ("type", "errors")), strict=True):
+            if fields:
+                yield job_id, fields
+        if len(ids) < CHUNK:
+            return
