@@ -12,29 +12,27 @@
 --- @include "now_ms"
 
 local now = now_ms()
-if ARGV[2] == '' then
-  redis.call('HDEL', KEYS[1], ARGV[1])
-else
-  local started = now
-  local before = redis.call('HGET', KEYS[1], ARGV[1])
-  if before then
-    local ok, entry = pcall(cjson.decode, before)
-    if ok and type(entry) == 'table' and tonumber(entry.started_ms) then
-      started = tonumber(entry.started_ms)
-    end
-  end
-  -- The object is the daemon's own JSON ("{...}"): its last brace gives way to the two times.
-  local times = string.format(',"started_ms":%.0f,"seen_ms":%.0f}', started, now)
-  redis.call('HSET', KEYS[1], ARGV[1], string.sub(ARGV[2], 1, -2) .. times)
-end
+local forget_before = now - tonumber(ARGV[3])
+-- One read of the entries: this daemon's own gives its first announce's time, the others are looked at for
+-- the forget time.
+local started = now
 local forgotten = 0
 local entries = redis.call('HGETALL', KEYS[1])
 for i = 1, #entries, 2 do
   local ok, entry = pcall(cjson.decode, entries[i + 1])
-  local seen = ok and type(entry) == 'table' and tonumber(entry.seen_ms) or 0
-  if seen < now - tonumber(ARGV[3]) then
+  if not (ok and type(entry) == 'table') then entry = {} end
+  if entries[i] == ARGV[1] then
+    started = tonumber(entry.started_ms) or now
+  elseif (tonumber(entry.seen_ms) or 0) < forget_before then
     redis.call('HDEL', KEYS[1], entries[i])
     forgotten = forgotten + 1
   end
+end
+if ARGV[2] == '' then
+  redis.call('HDEL', KEYS[1], ARGV[1])
+else
+  -- The object is the daemon's own JSON ("{...}"): its last brace gives way to the two times.
+  local times = string.format(',"started_ms":%.0f,"seen_ms":%.0f}', started, now)
+  redis.call('HSET', KEYS[1], ARGV[1], string.sub(ARGV[2], 1, -2) .. times)
 end
 return forgotten
