@@ -170,7 +170,7 @@ class Admin:
                 seen, found = 0, 0
                 while seen < total and found < limit:
                     # Without a type filter one page is the answer; with one, pages go on until enough match.
-                    page = await self._ids(keys, state, seen, limit if job_type is None else LIST_PAGE)
+                    page = await self.ids(keys.queue, state, seen, limit if job_type is None else LIST_PAGE)
                     if not page:
                         break
                     seen += len(page)
@@ -326,12 +326,7 @@ class Admin:
     async def ids(self, queue: str, state: State, start: int, count: int, newest_first: bool = False) -> list[str]:
         """Ids `start` to `start + count` of a state's set (not `done`: no set holds those), in the order they
         leave it, or the other way round."""
-        return await self._ids(self.keys(queue), state, start, count, newest_first)
-
-    async def _ids(
-        self, keys: QueueKeys, state: State, start: int, count: int, newest_first: bool = False
-    ) -> list[str]:
-        """Ids `start` to `start + count` of a state's set, in the order they leave it (or the other way)."""
+        keys = self.keys(queue)
         if count <= 0:
             return []
         if state is State.PENDING:
