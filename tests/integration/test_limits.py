@@ -4,6 +4,7 @@ the safety net."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 
 import pytest
@@ -87,7 +88,7 @@ def test_every_way_out_of_active_gives_the_slot_back(q: QueueDriver) -> None:
     assert running(q, "a") == {a[2]}
     assert lease(q, TOTAL_2) == [a[4]], "the held job let go runs before the reaped one, back at pending's tail"
     assert held(q, "a") == [a[5], a[3]]
-    assert q.redis.hget(q.keys.job(a[4]), "slots") == b'["a"]'
+    assert q.redis.hget(q.keys.job(a[4]), "slots") == b"a"
 
 
 def test_per_key_limits_hold_one_tenant_without_blocking_another(q: QueueDriver) -> None:
@@ -112,7 +113,7 @@ def test_keys_come_from_the_producer_meta_or_payload_and_a_total_caps_them_all(q
     assert lease(q, by_key) == [k1, k2, free]
     assert held(q, "a#k1") == [k1b]
     assert held(q, "a") == [over], "the type's total is full"
-    assert json.loads(q.redis.hget(q.keys.job(k1), "slots")) == ["a", "a#k1"]  # type: ignore[arg-type]
+    assert q.redis.hget(q.keys.job(k1), "slots") == b"a\na#k1", "the groups whose slots it took, one per line"
 
     by_meta = rules(m={"per_key": 1, "key": "meta.tenant"})
     first = q.enqueue("m", 1, meta={"tenant": "t"}).id
@@ -127,6 +128,17 @@ def test_keys_come_from_the_producer_meta_or_payload_and_a_total_caps_them_all(q
     (group,) = {g.decode() for g in q.redis.smembers(q.keys.limit_groups)} - {"a", "a#k1", "a#k2", "m#t"}
     assert group.startswith("p#sha1:"), "a long key is named by its digest"
     assert held(q, group) == [two]
+
+    broken = "line\nbreak"
+    by_lines = rules(n={"total": 5, "per_key": 1, "key": "payload.account"})
+    three, four = (q.enqueue("n", {"account": broken}).id for _ in range(2))
+    assert lease(q, by_lines) == [three]
+    group = f"n#sha1:{hashlib.sha1(broken.encode()).hexdigest()}"
+    assert q.redis.hget(q.keys.job(three), "slots") == f"n\n{group}".encode(), "a key with a line break: its digest"
+    assert held(q, group) == [four]
+    assert q.ack(three, q.token(three)) == 1
+    assert running(q, "n") == running(q, group) == set(), "both slots given back"
+    assert lease(q, by_lines) == [four]
 
 
 def test_a_held_job_can_be_canceled(q: QueueDriver) -> None:
@@ -353,5 +365,6 @@ def test_a_turn_whose_list_is_not_a_list_leaves_the_turns_instead_of_stopping_th
     assert lease(q, FAIR_1) == [a]
     q.redis.set(q.keys.held("~t#x"), "not a list")  # written by hand
     q.redis.zadd(q.keys.turns("t"), {"x": 1})
+    q.redis.sadd(q.keys.limit_groups, "t", "~t#x")  # as after the hold that made the turn
     assert q.ack(a, q.token(a)) == 1
     assert not q.redis.exists(q.keys.turns("t"))

@@ -34,7 +34,7 @@
 -- `pending:released`, as many as may start.
 -- With `fair`, a job over its type's total waits in its key's turn group instead (includes/turns.lua).
 -- Touches <prefix>job:<id> HASH: state=active, attempt+1, token, started, max_attempts (if absent), slots
--- (the JSON array of the limit groups whose slots it took); <prefix>running:<group> SET (the job's id).
+-- (the limit groups whose slots it took, one per line); <prefix>running:<group> SET (the job's id).
 -- Returns {now_ms, next_due_in_ms (-1: nothing scheduled), stopped, dropped, expired, job...}
 --   stopped: 0 leased as asked, 1 the queue is paused, 2 KEYS[6] is absent (nothing was changed)
 --   dropped: array of {id, why} for ids popped that are not runnable and were dropped from the list:
@@ -209,18 +209,28 @@ local function take_starts(rates, tats, again)
   end
 end
 
--- The first of `groups` with no free slot, or nil.
-local function full_group(groups)
-  for _, group in ipairs(groups) do
-    local name, limit = group[1], group[2]
-    if not running[name] then
-      local taken = redis.pcall('SCARD', prefix .. 'running:' .. name)
-      -- A slot set of another type (fsck reports it) limits nothing rather than stopping the lease.
-      running[name] = type(taken) == 'number' and taken or -math.huge
-    end
-    if running[name] >= limit then return name end
+-- Whether concurrency group `name` has no free slot under `limit`: its slots are read once per call.
+local function full(name, limit)
+  local taken = running[name]
+  if not taken then
+    taken = redis.pcall('SCARD', prefix .. 'running:' .. name)
+    -- A slot set of another type (fsck reports it) limits nothing rather than stopping the lease.
+    if type(taken) ~= 'number' then taken = -math.huge end
+    running[name] = taken
   end
-  return nil
+  return taken >= limit
+end
+
+-- Each limited type's rule as applied to its jobs (includes/limit_groups.lua), worked out at its first job.
+local plans = {}
+local function plan_of(job_type)
+  local plan = plans[job_type]
+  if plan == nil then
+    local rule = limits[job_type]
+    plan = rule and limit_plan(rule) or false
+    plans[job_type] = plan
+  end
+  return plan
 end
 
 -- A job held before (and let go by a slot given back) is older than the group's other held jobs: it goes
@@ -250,24 +260,13 @@ local function pass_turn(rule, job_type, held_in)
   if rule.fair and held_in and string.sub(held_in, 1, 1) == '~' then next_turns(prefix, job_type, 1) end
 end
 
--- The slots of `groups`, taken for the job; the JSON array of their names (stored as its `slots`). The ids
--- join the groups' slot sets at the end of the call (`add_taken`), one SADD per group: `running` counts
--- them meanwhile.
+-- A slot of group `name`, taken for job `id`. The ids join the groups' slot sets at the end of the call
+-- (`add_taken`), one SADD per group: `running` counts them meanwhile.
 local taken = {}  -- limit group -> ids whose slots this call took
-local function take_slots(groups, id)
-  local names = {}
-  for _, group in ipairs(groups) do
-    local name = group[1]
-    local ids = taken[name]
-    if not ids then
-      ids = {}
-      taken[name] = ids
-    end
-    ids[#ids + 1] = id
-    running[name] = running[name] + 1
-    names[#names + 1] = name
-  end
-  return cjson.encode(names)
+local function take_slot(name, id)
+  local ids = taken[name]
+  if ids then ids[#ids + 1] = id else taken[name] = {id} end
+  running[name] = running[name] + 1
 end
 
 local function add_taken()
@@ -303,22 +302,29 @@ local function lease_job(id, hold_only)
     expired[#expired + 1] = id
     return true
   end
-  local rule = limits and at.type and limits[job[at.type]]
-  if hold_only and not rule then return false end
+  local job_type = job[at.type]
+  local plan = limits and job_type and plan_of(job_type)
+  if hold_only and not plan then return false end
   local slots
-  if rule then
-    local job_type = job[at.type]
-    local groups, rates, key = limit_groups(rule, job_type, job, at)
-    local full = full_group(groups)
-    if full and rule.fair and full == job_type then
-      hold_for_turn(job_key, id, job_type, key or '', at.held)
+  if plan then
+    local rule = plan.rule
+    local key = plan.key_field and read_key(plan.key_field, plan.key_name, job, at)
+    -- A job takes a slot of its type's total and one of its key's: their names, one per line, are its `slots`.
+    local key_group = key and plan.per_key and job_type .. '#' .. key
+    if plan.total and full(job_type, plan.total) then
+      if rule.fair then
+        hold_for_turn(job_key, id, job_type, key or '', at.held)
+      else
+        hold(job_key, id, job_type, at.held)
+      end
       return true
-    elseif full then
+    elseif key_group and full(key_group, plan.per_key) then
       pass_turn(rule, job_type, at.held and job[at.held])
-      hold(job_key, id, full, at.held)
+      hold(job_key, id, key_group, at.held)
       return true
     end
-    if #rates > 0 then
+    if plan.rated then
+      local rates = rate_groups(rule, job_type, key)
       local rated, due_or_tats = throttling_group(rates)
       if rated then
         pass_turn(rule, job_type, at.held and job[at.held])
@@ -331,7 +337,14 @@ local function lease_job(id, hold_only)
       take_starts(rates, tats, at.held)
     end
     if hold_only then return false end
-    if #groups > 0 then slots = take_slots(groups, id) end
+    if plan.total then
+      take_slot(job_type, id)
+      slots = job_type
+    end
+    if key_group then
+      take_slot(key_group, id)
+      slots = slots and slots .. '\n' .. key_group or key_group
+    end
   end
   leased = leased + 1
   local token = token_base .. '.' .. leased
