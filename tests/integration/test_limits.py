@@ -368,3 +368,21 @@ def test_a_turn_whose_list_is_not_a_list_leaves_the_turns_instead_of_stopping_th
     q.redis.sadd(q.keys.limit_groups, "t", "~t#x")  # as after the hold that made the turn
     assert q.ack(a, q.token(a)) == 1
     assert not q.redis.exists(q.keys.turns("t"))
+
+
+def test_a_key_left_in_the_turns_leaves_them_at_the_next_slot_given_back(q: QueueDriver) -> None:
+    a = q.enqueue("t", "a", key="a").id
+    assert lease(q, FAIR_1) == [a]
+    # As after a cancel took a key's last held job and the reaper's pass forgot the groups: nothing is indexed.
+    q.redis.zadd(q.keys.turns("t"), {"gone": 1})
+    assert not q.redis.exists(q.keys.limit_groups)
+    assert q.ack(a, q.token(a)) == 1
+    assert not q.redis.exists(q.keys.turns("t")), "left there, the key would later take its old place in the turns"
+
+
+def test_slots_an_earlier_lease_wrote_as_json_are_given_back(q: QueueDriver) -> None:
+    a = q.enqueue("a", 1, key="k1").id
+    assert lease(q, rules(a={"total": 2, "per_key": 1})) == [a]
+    q.redis.hset(q.keys.job(a), "slots", '["a","a#k1"]')  # a job leased before the upgrade, ended after it
+    assert q.ack(a, q.token(a)) == 1
+    assert running(q, "a") == running(q, "a#k1") == set()

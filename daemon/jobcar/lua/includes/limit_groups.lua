@@ -1,5 +1,7 @@
--- The limit groups a job counts in, by its type's rule from the daemon's config (ADR 0014): {total = n},
--- {per_key = m}, {rate = {count, period_ms}, burst = b}, {key_rate = {count, period_ms}, key_burst = b},
+-- What the lease needs to find the limit groups a job counts in (`limit_plan`, `read_key`, `rate_groups`), and
+-- a job's key for the retry that holds it back (`limit_key`). By its type's rule from the daemon's config
+-- (ADR 0014): {total = n}, {per_key = m}, {rate = {count, period_ms}, burst = b},
+-- {key_rate = {count, period_ms}, key_burst = b},
 -- {hold = "type" | "key"} (a handler's 429 holds the type or the key back: a rate group without a rate),
 -- {fair = true} (keys take turns for the total: includes/turns.lua),
 -- with key = "key" | "meta.<name>" | "payload.<name>" for the per-key parts. `job` is an HGETALL reply and

@@ -12,17 +12,28 @@ local UNPACK_IDS = 1000
 local function slot_returns(prefix)
   local ids_of, groups = {}, {}
   local returns = {}
+  local function add(id, group)
+    local ids = ids_of[group]
+    if ids then
+      ids[#ids + 1] = id
+    else
+      ids_of[group] = {id}
+      groups[#groups + 1] = group
+    end
+  end
   function returns.add(id, slots)
     if not slots then return end
-    for group in string.gmatch(slots, '[^\n]+') do
-      local ids = ids_of[group]
-      if not ids then
-        ids = {}
-        ids_of[group] = ids
-        groups[#groups + 1] = group
+    if string.sub(slots, 1, 1) == '[' then
+      -- A JSON array, as the lease of an earlier jobcar wrote it (a group name starts with a letter or digit).
+      local ok, names = pcall(cjson.decode, slots)
+      if ok and type(names) == 'table' then
+        for _, group in ipairs(names) do
+          if type(group) == 'string' then add(id, group) end
+        end
       end
-      ids[#ids + 1] = id
+      return
     end
+    for group in string.gmatch(slots, '[^\n]+') do add(id, group) end
   end
   function returns.give_back()
     if #groups == 0 then return end
@@ -32,15 +43,16 @@ local function slot_returns(prefix)
         redis.pcall('SREM', prefix .. 'running:' .. group, unpack(ids, first, math.min(first + UNPACK_IDS - 1, #ids)))
       end
     end
-    -- A group that holds jobs is in <prefix>limit_groups (ADR 0014): without that SET, nothing waits for them.
-    if redis.call('EXISTS', prefix .. 'limit_groups') == 0 then return end
+    -- A group with held jobs is in <prefix>limit_groups (ADR 0014): without that SET, no held list needs a
+    -- look. A type's turns do, whatever it says: a key a cancel left there leaves at the next slot given back.
+    local indexed = redis.call('EXISTS', prefix .. 'limit_groups') == 1
     local lists = {}
     for _, group in ipairs(groups) do
-      lists[#lists + 1] = prefix .. 'held:' .. group
+      if indexed then lists[#lists + 1] = prefix .. 'held:' .. group end
       if not string.find(group, '#', 1, true) then lists[#lists + 1] = prefix .. 'turns:' .. group end
     end
     -- One EXISTS over the groups' held lists and turns: a limit that does not bind costs no more.
-    if redis.call('EXISTS', unpack(lists)) == 0 then return end
+    if #lists == 0 or redis.call('EXISTS', unpack(lists)) == 0 then return end
     for _, group in ipairs(groups) do let_go(prefix, group, #ids_of[group]) end
   end
   return returns
