@@ -210,8 +210,11 @@ async def _dead(request: web.Request) -> web.Response:
     filters = reads.Filters(query.get("type", ""), query.get("error", ""))
     start = _number(query, "start")
     (stats,) = await admin.stats([queue])
-    groups = await reads.dead_groups(admin, queue, stats.dead)
-    page = await reads.browse(admin, stats, State.DEAD, start, filters, newest_first=True)
+    # The groups and the page read independently: sent together.
+    groups, page = await asyncio.gather(
+        reads.dead_groups(admin, queue, stats.dead),
+        reads.browse(admin, stats, State.DEAD, start, filters, newest_first=True),
+    )
     here = {"type": filters.job_type, "error": filters.error}
     return render(
         request, "dead.html", queue=queue, stats=stats, groups=groups, page=page, filters=filters,
