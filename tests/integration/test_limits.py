@@ -370,14 +370,17 @@ def test_a_turn_whose_list_is_not_a_list_leaves_the_turns_instead_of_stopping_th
     assert not q.redis.exists(q.keys.turns("t"))
 
 
-def test_a_key_left_in_the_turns_leaves_them_at_the_next_slot_given_back(q: QueueDriver) -> None:
-    a = q.enqueue("t", "a", key="a").id
+def test_a_key_whose_last_held_job_is_canceled_leaves_the_turns(q: QueueDriver) -> None:
+    a, b = q.enqueue("t", "a", key="a").id, q.enqueue("t", "b", key="b").id
     assert lease(q, FAIR_1) == [a]
-    # As after a cancel took a key's last held job and the reaper's pass forgot the groups: nothing is indexed.
-    q.redis.zadd(q.keys.turns("t"), {"gone": 1})
-    assert not q.redis.exists(q.keys.limit_groups)
-    assert q.ack(a, q.token(a)) == 1
+    assert held(q, "~t#b") == [b]
+    assert parse_cancel(q.run(cancel_call(q.keys, b))) == (CancelResult.CANCELED, State.HELD)
+    assert q.redis.smembers(q.keys.limit_groups) == {b"t"}, "the key's turn group is forgotten"
     assert not q.redis.exists(q.keys.turns("t")), "left there, the key would later take its old place in the turns"
+    assert q.ack(a, q.token(a)) == 1
+    assert q.reap(limits=FAIR_1) == {}
+    assert not q.redis.exists(q.keys.limit_groups), "nothing is indexed: an ending script looks no further"
+    assert not q.redis.exists(q.keys.turns("t"))
 
 
 def test_slots_an_earlier_lease_wrote_as_json_are_given_back(q: QueueDriver) -> None:

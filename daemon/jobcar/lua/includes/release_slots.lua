@@ -43,16 +43,16 @@ local function slot_returns(prefix)
         redis.pcall('SREM', prefix .. 'running:' .. group, unpack(ids, first, math.min(first + UNPACK_IDS - 1, #ids)))
       end
     end
-    -- A group with held jobs is in <prefix>limit_groups (ADR 0014): without that SET, no held list needs a
-    -- look. A type's turns do, whatever it says: a key a cancel left there leaves at the next slot given back.
-    local indexed = redis.call('EXISTS', prefix .. 'limit_groups') == 1
+    -- A group with held jobs or turns is in <prefix>limit_groups (ADR 0014): without that SET, nothing waits
+    -- for these slots.
+    if redis.call('EXISTS', prefix .. 'limit_groups') == 0 then return end
     local lists = {}
     for _, group in ipairs(groups) do
-      if indexed then lists[#lists + 1] = prefix .. 'held:' .. group end
+      lists[#lists + 1] = prefix .. 'held:' .. group
       if not string.find(group, '#', 1, true) then lists[#lists + 1] = prefix .. 'turns:' .. group end
     end
     -- One EXISTS over the groups' held lists and turns: a limit that does not bind costs no more.
-    if #lists == 0 or redis.call('EXISTS', unpack(lists)) == 0 then return end
+    if redis.call('EXISTS', unpack(lists)) == 0 then return end
     for _, group in ipairs(groups) do let_go(prefix, group, #ids_of[group]) end
   end
   return returns

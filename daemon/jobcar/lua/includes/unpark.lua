@@ -8,10 +8,13 @@
 -- job, until the reaper's pass finds it idle.
 
 -- Drop `group` from <prefix>limit_groups once nothing of it runs or waits (the reaper's pass and cancel:
--- a release leaves it, to stay two commands per group).
+-- a release leaves it, to stay two commands per group). A key's turn group leaves its type's turns with it:
+-- turns name only indexed groups, so a release that finds no index has no turns to look at either.
 local function forget_idle_group(prefix, group)
   if redis.call('EXISTS', prefix .. 'running:' .. group, prefix .. 'held:' .. group) == 0 then
     redis.call('SREM', prefix .. 'limit_groups', group)
+    local job_type, key = string.match(group, '^~(.-)#(.*)$')
+    if job_type then redis.pcall('ZREM', prefix .. 'turns:' .. job_type, key) end
   end
 end
 
