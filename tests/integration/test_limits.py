@@ -10,6 +10,7 @@ import json
 import pytest
 import redis
 
+from jobcar import transitions
 from jobcar.job import State
 from jobcar.transitions import CancelResult, HoldBack, cancel_call, parse_cancel, parse_stats, retry_call, stats_call
 from tests.integration.driver import QueueDriver
@@ -389,3 +390,16 @@ def test_slots_an_earlier_lease_wrote_as_json_are_given_back(q: QueueDriver) -> 
     q.redis.hset(q.keys.job(a), "slots", '["a","a#k1"]')  # a job leased before the upgrade, ended after it
     assert q.ack(a, q.token(a)) == 1
     assert running(q, "a") == running(q, "a#k1") == set()
+
+
+def test_one_ack_of_several_jobs_gives_back_every_slot_of_each_group(q: QueueDriver) -> None:
+    limits = rules(a={"total": 3, "per_key": 2})
+    jobs = [q.enqueue("a", n, key=k).id for n, k in enumerate(["k1", "k1", "k2", "k1", "k2"])]
+    assert lease(q, limits) == jobs[:3]
+    assert running(q, "a#k1") == {jobs[0], jobs[1]}, "one lease takes two slots of a key"
+    assert held(q, "a") == jobs[3:]
+    acks = [transitions.ack_call(q.keys, job_id, q.token(job_id)) for job_id in jobs[:3]]
+    assert transitions.parse_ack(q.run(transitions.merge_acks(acks))) == [1, 1, 1]
+    assert running(q, "a") == running(q, "a#k1") == running(q, "a#k2") == set()
+    assert held(q, "a") == [], "three slots given back let both held jobs go"
+    assert lease(q, limits) == jobs[3:]

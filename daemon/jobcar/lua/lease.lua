@@ -171,6 +171,7 @@ local leased = 0
 local held = 0
 local deadlines = {}  -- score, id, score, id...: one ZADD for the batch (chunks of 1,000 keep pairs whole)
 local running = {}  -- limit group -> its slots taken, read once per call
+local slot_sets = {}  -- limit group -> the key of its slot SET, named at the group's first read
 local indexed = {}  -- limit groups added to <prefix>limit_groups by this call
 
 -- Only a group that held a job is indexed: a slot set of a group that never filled needs no sweep (a slot
@@ -213,7 +214,9 @@ end
 local function full(name, limit)
   local taken = running[name]
   if not taken then
-    taken = redis.pcall('SCARD', prefix .. 'running:' .. name)
+    local set = prefix .. 'running:' .. name
+    slot_sets[name] = set
+    taken = redis.pcall('SCARD', set)
     -- A slot set of another type (fsck reports it) limits nothing rather than stopping the lease.
     if type(taken) ~= 'number' then taken = -math.huge end
     running[name] = taken
@@ -260,20 +263,34 @@ local function pass_turn(rule, job_type, held_in)
   if rule.fair and held_in and string.sub(held_in, 1, 1) == '~' then next_turns(prefix, job_type, 1) end
 end
 
--- A slot of group `name`, taken for job `id`. The ids join the groups' slot sets at the end of the call
--- (`add_taken`), one SADD per group: `running` counts them meanwhile.
-local taken = {}  -- limit group -> ids whose slots this call took
+-- A slot of group `name` (read by `full` first), taken for job `id`. The ids join the groups' slot sets at
+-- the end of the call (`add_taken`), one SADD per group: `running` counts them meanwhile. A group's first id
+-- is kept apart: a key's group mostly takes one slot per call, and needs no table for it.
+local first_taken = {}  -- limit group -> the first id whose slot this call took
+local more_taken = {}  -- limit group -> the ids after it
 local function take_slot(name, id)
-  local ids = taken[name]
-  if ids then ids[#ids + 1] = id else taken[name] = {id} end
+  if not first_taken[name] then
+    first_taken[name] = id
+  elseif more_taken[name] then
+    local more = more_taken[name]
+    more[#more + 1] = id
+  else
+    more_taken[name] = {id}
+  end
   running[name] = running[name] + 1
 end
 
 local function add_taken()
-  for name, ids in pairs(taken) do
-    for first = 1, #ids, 1000 do
-      -- A slot set of another type (fsck reports it) limits nothing and takes no ids.
-      redis.pcall('SADD', prefix .. 'running:' .. name, unpack(ids, first, math.min(first + 999, #ids)))
+  -- A slot set of another type (fsck reports it) limits nothing and takes no ids: hence pcall.
+  for name, id in pairs(first_taken) do
+    local ids = more_taken[name]
+    if not ids then
+      redis.pcall('SADD', slot_sets[name], id)
+    else
+      ids[#ids + 1] = id
+      for first = 1, #ids, 1000 do
+        redis.pcall('SADD', slot_sets[name], unpack(ids, first, math.min(first + 999, #ids)))
+      end
     end
   end
 end

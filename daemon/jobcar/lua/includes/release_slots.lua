@@ -10,20 +10,24 @@
 local UNPACK_IDS = 1000
 
 local function slot_returns(prefix)
-  local ids_of, groups = {}, {}
+  -- A group's first id is kept apart from the rest: a key's group mostly gives back one slot per call, and
+  -- needs no table for it.
+  local groups, first_of, more_of = {}, {}, {}
   local returns = {}
   local function add(id, group)
-    local ids = ids_of[group]
-    if ids then
-      ids[#ids + 1] = id
-    else
-      ids_of[group] = {id}
+    if not first_of[group] then
+      first_of[group] = id
       groups[#groups + 1] = group
+    elseif more_of[group] then
+      local more = more_of[group]
+      more[#more + 1] = id
+    else
+      more_of[group] = {id}
     end
   end
   function returns.add(id, slots)
     if not slots then return end
-    if string.sub(slots, 1, 1) == '[' then
+    if string.byte(slots) == 91 then  -- '['
       -- A JSON array, as the lease of an earlier jobcar wrote it (a group name starts with a letter or digit).
       local ok, names = pcall(cjson.decode, slots)
       if ok and type(names) == 'table' then
@@ -33,14 +37,29 @@ local function slot_returns(prefix)
       end
       return
     end
-    for group in string.gmatch(slots, '[^\n]+') do add(id, group) end
+    -- Split with a plain find, not a pattern: this runs for every limited job that ends.
+    local first = 1
+    while true do
+      local line_end = string.find(slots, '\n', first, true)
+      if not line_end then
+        if first == 1 then add(id, slots) elseif first <= #slots then add(id, string.sub(slots, first)) end
+        return
+      end
+      if line_end > first then add(id, string.sub(slots, first, line_end - 1)) end
+      first = line_end + 1
+    end
   end
   function returns.give_back()
     if #groups == 0 then return end
     for _, group in ipairs(groups) do
-      local ids = ids_of[group]
-      for first = 1, #ids, UNPACK_IDS do
-        redis.pcall('SREM', prefix .. 'running:' .. group, unpack(ids, first, math.min(first + UNPACK_IDS - 1, #ids)))
+      local set, ids = prefix .. 'running:' .. group, more_of[group]
+      if not ids then
+        redis.pcall('SREM', set, first_of[group])
+      else
+        ids[#ids + 1] = first_of[group]
+        for first = 1, #ids, UNPACK_IDS do
+          redis.pcall('SREM', set, unpack(ids, first, math.min(first + UNPACK_IDS - 1, #ids)))
+        end
       end
     end
     -- A group with held jobs or turns is in <prefix>limit_groups (ADR 0014): without that SET, nothing waits
@@ -53,7 +72,7 @@ local function slot_returns(prefix)
     end
     -- One EXISTS over the groups' held lists and turns: a limit that does not bind costs no more.
     if redis.call('EXISTS', unpack(lists)) == 0 then return end
-    for _, group in ipairs(groups) do let_go(prefix, group, #ids_of[group]) end
+    for _, group in ipairs(groups) do let_go(prefix, group, more_of[group] and #more_of[group] or 1) end
   end
   return returns
 end
