@@ -7,7 +7,9 @@ Throughput: each round enqueues --jobs jobs of one type into a paused queue, spr
 queue and times until every job is done. Once without `limits`, once with limits that never bind
 (`concurrency: 100000, per_key: 100000, key: meta.tenant`: every job takes two slots and gives them
 back). Rounds alternate; medians of --runs, and the median of each pair's ratio (a pair runs back to back,
-so a slow spell of the machine weighs on both of its rounds).
+so a slow spell of the machine weighs on both of its rounds). Each round also reads the CPU that the daemon,
+Redis and the handler spent per job (bench/cpu_per_job.py): what limits add shows there as Redis's work,
+steadier than throughput on a shared machine.
 
 Fairness: tenant a enqueues 10,000 jobs, then tenant b 20, of a type with `per_key: 2`, then of one with
 `concurrency: 10, fair: true`; a daemon runs them (results kept, so each job's `finished` time can be
@@ -38,6 +40,7 @@ from tests.integration.driver import QueueDriver
 from tests.servers import RedisServer, find_server_binary, wait_for
 
 import jobcar
+from cpu_per_job import cpu_seconds  # bench/cpu_per_job.py
 from daemon import resume_and_drain  # bench/daemon.py
 from jobcar import Client, transitions, transport
 from jobcar.keys import QueueKeys
@@ -47,7 +50,14 @@ UNBINDING = {"concurrency": 100_000, "per_key": 100_000, "key": "meta.tenant"}
 TENANTS = 100
 
 
-def throughput(server: RedisServer, tmp: Path, url: str, jobs: int, limits: dict[str, Any] | None) -> float:
+#: The processes whose CPU per job a throughput round reads.
+PROCESSES = ("daemon", "redis", "handler")
+
+
+def throughput(
+    server: RedisServer, tmp: Path, url: str, handler_pid: int, jobs: int, limits: dict[str, Any] | None
+) -> tuple[float, dict[str, float]]:
+    """Jobs/s of one round, and µs of CPU per job by process."""
     namespace = f"b{time.monotonic_ns()}"
     keys = QueueKeys.of(namespace, "default")
     handler: dict[str, Any] = {"url": url, **({"limits": limits} if limits else {})}
@@ -60,12 +70,16 @@ def throughput(server: RedisServer, tmp: Path, url: str, jobs: int, limits: dict
             [("bench", {"n": n}, {"meta": {"tenant": f"t{n % TENANTS}"}}) for n in range(jobs)]
         )
         daemon = DaemonProcess(config).start()
+        assert server.process is not None
+        pids = dict(zip(PROCESSES, (daemon.pid, server.process.pid, handler_pid), strict=True))
         try:
+            before = {name: cpu_seconds(pid) for name, pid in pids.items()}
             elapsed = resume_and_drain(client, keys)
+            used = {name: (cpu_seconds(pid) - before[name]) / jobs * 1e6 for name, pid in pids.items()}
         finally:
             daemon.stop()
         client.flushdb()
-    return jobs / elapsed
+    return jobs / elapsed, used
 
 
 #: The two ways to be fair: a cap per tenant, and tenants taking turns for the type's slots.
@@ -136,6 +150,7 @@ def main() -> None:
     args = parser.parse_args()
     binary = find_server_binary()
     figures: dict[str, list[float]] = {"none": [], "unbinding": []}
+    cpu: dict[str, list[dict[str, float]]] = {"none": [], "unbinding": []}
     with tempfile.TemporaryDirectory() as directory, serving() as app:
         tmp = Path(directory)
         server = RedisServer(binary, tmp / "redis").start()
@@ -143,9 +158,11 @@ def main() -> None:
             url = f"{app.url}/noop"
             for _ in range(args.runs):
                 for name, limits in (("none", None), ("unbinding", args.limits)):
-                    rate = throughput(server, tmp, url, args.jobs, limits)
+                    rate, used = throughput(server, tmp, url, app.pid, args.jobs, limits)
                     figures[name].append(rate)
-                    print(f"  limits {name}: {rate:,.0f} jobs/s", flush=True)
+                    cpu[name].append(used)
+                    per_job = ", ".join(f"{process} {used[process]:.1f}" for process in PROCESSES)
+                    print(f"  limits {name}: {rate:,.0f} jobs/s; CPU µs per job: {per_job}", flush=True)
             fair = {name: fairness(server, tmp, url, limits) for name, limits in FAIRNESS.items()}
             rated, densest = rate_accuracy(server, tmp, url)
             with server.client() as c:
@@ -164,6 +181,9 @@ def main() -> None:
     pairs = [u / n for u, n in zip(figures["unbinding"], figures["none"], strict=True)]
     print(f"{'ratio of the medians':<26}{ratio:>10.2f}")
     print(f"{'median ratio of a pair':<26}{statistics.median(pairs):>10.2f} ({min(pairs):.2f}-{max(pairs):.2f})")
+    for name, label in (("none", "no limits"), ("unbinding", "limits that never bind")):
+        medians = ", ".join(f"{p} {statistics.median(u[p] for u in cpu[name]):.1f}" for p in PROCESSES)
+        print(f"CPU µs per job, {label} (medians): {medians}")
     for name, ran in fair.items():
         print(f"fairness ({name}): {ran} of tenant a's 10,000 jobs finished before tenant b's 20 had (FIFO: 10,000)")
     print(
