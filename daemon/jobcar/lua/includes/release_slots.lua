@@ -72,6 +72,8 @@ local function slot_returns(prefix)
     end
     -- One EXISTS over the groups' held lists and turns: a limit that does not bind costs no more.
     if redis.call('EXISTS', unpack(lists)) == 0 then return end
+    -- As many held jobs go as slots came back: all of a group's ids are in `more_of` once the SREM loop above
+    -- appended its first, or it gave back one.
     for _, group in ipairs(groups) do let_go(prefix, group, more_of[group] and #more_of[group] or 1) end
   end
   return returns
