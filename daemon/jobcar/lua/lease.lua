@@ -54,6 +54,7 @@
 --- @include "gcra"
 --- @include "unpark"
 --- @include "turns"
+--- @include "ids_by_group"
 
 local prefix = ARGV[1]
 local dead = prefix .. 'dead'
@@ -264,10 +265,8 @@ local function pass_turn(rule, job_type, held_in)
 end
 
 -- A slot of group `name` (read by `full` first), taken for job `id`. The ids join the groups' slot sets at
--- the end of the call (`add_taken`), one SADD per group: `running` counts them meanwhile. A group's first id
--- is kept apart: a key's group mostly takes one slot per call, and needs no table for it.
-local first_taken = {}  -- limit group -> the first id whose slot this call took
-local more_taken = {}  -- limit group -> the ids after it
+-- the end of the call (`add_taken`), one SADD per group: `running` counts them meanwhile.
+local first_taken, more_taken = {}, {}  -- includes/ids_by_group.lua
 local function take_slot(name, id)
   if not first_taken[name] then
     first_taken[name] = id
@@ -281,18 +280,7 @@ local function take_slot(name, id)
 end
 
 local function add_taken()
-  -- A slot set of another type (fsck reports it) limits nothing and takes no ids: hence pcall.
-  for name, id in pairs(first_taken) do
-    local ids = more_taken[name]
-    if not ids then
-      redis.pcall('SADD', slot_sets[name], id)
-    else
-      ids[#ids + 1] = id
-      for first = 1, #ids, 1000 do
-        redis.pcall('SADD', slot_sets[name], unpack(ids, first, math.min(first + 999, #ids)))
-      end
-    end
-  end
+  for name, id in pairs(first_taken) do send_ids('SADD', slot_sets[name], id, more_taken[name]) end
 end
 
 -- Lease the popped job `id`, or hold it, or move it to the dead set when its start deadline passed. With
@@ -327,15 +315,15 @@ local function lease_job(id, hold_only)
     local rule = plan.rule
     local key = plan.key_field and read_key(plan.key_field, plan.key_name, job, at)
     -- A job takes a slot of its type's total and one of its key's: their names, one per line, are its `slots`.
-    local key_group = key and plan.per_key and job_type .. '#' .. key
-    if plan.total and full(job_type, plan.total) then
+    local key_group = key and rule.per_key and job_type .. '#' .. key
+    if rule.total and full(job_type, rule.total) then
       if rule.fair then
         hold_for_turn(job_key, id, job_type, key or '', at.held)
       else
         hold(job_key, id, job_type, at.held)
       end
       return true
-    elseif key_group and full(key_group, plan.per_key) then
+    elseif key_group and full(key_group, rule.per_key) then
       pass_turn(rule, job_type, at.held and job[at.held])
       hold(job_key, id, key_group, at.held)
       return true
@@ -354,7 +342,7 @@ local function lease_job(id, hold_only)
       take_starts(rates, tats, at.held)
     end
     if hold_only then return false end
-    if plan.total then
+    if rule.total then
       take_slot(job_type, id)
       slots = job_type
     end

@@ -39,11 +39,11 @@ local function limit_key(source, job, at)
   return read_key(field, name, job, at)
 end
 
--- A rule as the lease applies it to each job of its type, worked out once per call: its concurrency limits
--- (`total`, `per_key`), whether its jobs need a key and where it comes from, and whether it has a rate
--- group (`rated`). Jobs of a limited type run this for every lease: the per-job work stays a few lookups.
+-- A rule as the lease applies it to each job of its type, worked out once per call: the rule, whether its
+-- jobs need a key and where it comes from, and whether it has a rate group (`rated`). Jobs of a limited type
+-- run this for every lease: the per-job work stays a few lookups.
 local function limit_plan(rule)
-  local plan = {rule = rule, total = rule.total, per_key = rule.per_key}
+  local plan = {rule = rule}
   if rule.per_key or rule.key_rate or rule.hold == 'key' or rule.fair then
     plan.key_field, plan.key_name = key_source(rule.key or 'key')
   end

@@ -1,4 +1,5 @@
 --- @include "turns"
+--- @include "ids_by_group"
 
 -- A job leaving active gives back the slots its lease took (`slots`, the names of its groups that the lease
 -- wrote, one per line: a group name has no line break), and one held job of each of those groups goes back
@@ -7,12 +8,8 @@
 -- move_to_dead), or the hash.
 -- A script ending many jobs (ack) collects their slots with `slot_returns` and gives them back once: one
 -- SREM per group and one look at the held lists, however many of its jobs a call ends.
-local UNPACK_IDS = 1000
-
 local function slot_returns(prefix)
-  -- A group's first id is kept apart from the rest: a key's group mostly gives back one slot per call, and
-  -- needs no table for it.
-  local groups, first_of, more_of = {}, {}, {}
+  local groups, first_of, more_of = {}, {}, {}  -- groups in the order of their first id; includes/ids_by_group.lua
   local returns = {}
   local function add(id, group)
     if not first_of[group] then
@@ -52,15 +49,7 @@ local function slot_returns(prefix)
   function returns.give_back()
     if #groups == 0 then return end
     for _, group in ipairs(groups) do
-      local set, ids = prefix .. 'running:' .. group, more_of[group]
-      if not ids then
-        redis.pcall('SREM', set, first_of[group])
-      else
-        ids[#ids + 1] = first_of[group]
-        for first = 1, #ids, UNPACK_IDS do
-          redis.pcall('SREM', set, unpack(ids, first, math.min(first + UNPACK_IDS - 1, #ids)))
-        end
-      end
+      send_ids('SREM', prefix .. 'running:' .. group, first_of[group], more_of[group])
     end
     -- A group with held jobs or turns is in <prefix>limit_groups (ADR 0014): without that SET, nothing waits
     -- for these slots.
@@ -72,8 +61,8 @@ local function slot_returns(prefix)
     end
     -- One EXISTS over the groups' held lists and turns: a limit that does not bind costs no more.
     if redis.call('EXISTS', unpack(lists)) == 0 then return end
-    -- As many held jobs go as slots came back: all of a group's ids are in `more_of` once the SREM loop above
-    -- appended its first, or it gave back one.
+    -- As many held jobs go as slots came back: all of a group's ids are in `more_of` once `send_ids` above
+    -- added its first, or it gave back one.
     for _, group in ipairs(groups) do let_go(prefix, group, more_of[group] and #more_of[group] or 1) end
   end
   return returns
