@@ -19,6 +19,8 @@ import time
 from contextlib import ExitStack
 from pathlib import Path
 
+import redis
+
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from tests.integration.daemon_harness import DaemonProcess, write_config
@@ -41,6 +43,16 @@ def cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / _TICKS
 
 
+def measured_drain(
+    client: redis.Redis, keys: QueueKeys, pids: dict[str, int], jobs: int
+) -> tuple[float, dict[str, float]]:
+    """Resume the paused queue and wait until it drained (bench/daemon.py): the seconds, and µs of CPU per job
+    each process of `pids` spent meanwhile."""
+    before = {name: cpu_seconds(pid) for name, pid in pids.items()}
+    elapsed = resume_and_drain(client, keys)
+    return elapsed, {name: (cpu_seconds(pid) - before[name]) / jobs * 1e6 for name, pid in pids.items()}
+
+
 def drain(server: RedisServer, tmp: Path, url: str, jobs: int, handler_pid: int | None) -> dict[str, float]:
     """µs of CPU per job by process, and jobs/s, for one daemon draining `jobs` jobs posted to `url`."""
     namespace = f"cpu{time.monotonic_ns()}"
@@ -58,9 +70,7 @@ def drain(server: RedisServer, tmp: Path, url: str, jobs: int, handler_pid: int 
             pids = {"daemon": daemon.pid, "redis": server.process.pid}
             if handler_pid is not None:
                 pids["handler"] = handler_pid
-            before = {name: cpu_seconds(pid) for name, pid in pids.items()}
-            elapsed = resume_and_drain(client, keys)
-            used = {name: (cpu_seconds(pid) - before[name]) / jobs * 1e6 for name, pid in pids.items()}
+            elapsed, used = measured_drain(client, keys, pids, jobs)
         finally:
             daemon.stop()
     return {"jobs/s": jobs / elapsed, **used}

@@ -40,8 +40,7 @@ from tests.integration.driver import QueueDriver
 from tests.servers import RedisServer, find_server_binary, wait_for
 
 import jobcar
-from cpu_per_job import cpu_seconds  # bench/cpu_per_job.py
-from daemon import resume_and_drain  # bench/daemon.py
+from cpu_per_job import measured_drain  # bench/cpu_per_job.py
 from jobcar import Client, transitions, transport
 from jobcar.keys import QueueKeys
 from noop_app import serving
@@ -73,9 +72,7 @@ def throughput(
         assert server.process is not None
         pids = dict(zip(PROCESSES, (daemon.pid, server.process.pid, handler_pid), strict=True))
         try:
-            before = {name: cpu_seconds(pid) for name, pid in pids.items()}
-            elapsed = resume_and_drain(client, keys)
-            used = {name: (cpu_seconds(pid) - before[name]) / jobs * 1e6 for name, pid in pids.items()}
+            elapsed, used = measured_drain(client, keys, pids, jobs)
         finally:
             daemon.stop()
         client.flushdb()
