@@ -13,6 +13,6 @@ local function send_ids(command, key, first, more)
     redis.pcall(command, key, first)
   else
     more[#more + 1] = first
-    call_in_chunks(command, key, more, redis.pcall)
+    call_in_chunks(command, key, more, true)
   end
 end
