@@ -352,6 +352,15 @@ async def _members(client: AsyncRedis, key: str) -> set[bytes | str]:
     return members
 
 
+async def _hash_fields(client: AsyncRedis, key: str) -> list[bytes | str]:
+    """A HASH's fields; a key of another type reads as empty (the scripts pass over it the same way)."""
+    try:
+        fields: list[bytes | str] = await client.hkeys(key)
+    except ResponseError:
+        return []
+    return fields
+
+
 async def _limit_groups(client: AsyncRedis, keys: QueueKeys) -> list[str]:
     return sorted(as_text(m) for m in await _members(client, keys.limit_groups))
 
@@ -521,13 +530,16 @@ async def check_queue(
 
     await _check_schedules(client, keys, "schedules" in usable, found)
 
-    # Concurrency slots: each held for an active job (the reaper gives back the others too, ADR 0014).
-    for group in groups:
-        for job_id in sorted(as_text(m) for m in await _members(client, keys.running(group))):
+    # Concurrency slots: each held for an active job (the reaper gives back the others too, ADR 0014). The
+    # types whose groups are indexed: a rate group takes no slot, a key's turn group's type is indexed itself.
+    slot_types = sorted({group.partition("#")[0] for group in groups if group[:1] not in ("@", "~")})
+    for job_type in slot_types:
+        for job_id in sorted(as_text(m) for m in await _hash_fields(client, keys.slots(job_type))):
             job = hashes.get(job_id)
             if job is None or job.state != State.ACTIVE.value:
                 what = "has no job hash" if job is None else f"is {job.state or 'in no state'}"
-                await found(Kind.LEAKED_SLOT, job_id, f"holds a slot of limit group {group} but {what}", group)
+                detail = f"holds a slot of type {job_type} but {what}"
+                await found(Kind.LEAKED_SLOT, job_id, detail, job_type)
 
     # Batch counters: only their type can be wrong (a batch key of another type counts nothing).
     batches = await _scan(client, keys.all_batches())

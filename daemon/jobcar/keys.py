@@ -100,9 +100,10 @@ class QueueKeys:
         """The SET of the limit groups that held a job, until idle (ADR 0014)."""
         return f"{self.prefix}limit_groups"
 
-    def running(self, group: str) -> str:
-        """The SET of the ids holding a slot of a limit group."""
-        return f"{self.prefix}running:{group}"
+    def slots(self, job_type: str) -> str:
+        """The HASH of the ids holding a slot of a type's limits, each to the key whose slot it also holds ("" for
+        none): its length is the type's slots taken, a key's are the entries with its key."""
+        return f"{self.prefix}slots:{job_type}"
 
     def held(self, group: str) -> str:
         """The LIST of the jobs waiting for a slot of a limit group, oldest at the right."""
@@ -117,9 +118,9 @@ class QueueKeys:
         return f"{self.prefix}turns:{job_type}"
 
     def all_limit_keys(self) -> str:
-        """A SCAN pattern matching every limit key of the queue ("running:", "held:", "tat:"), and a few other
+        """A SCAN pattern matching every limit key of the queue ("slots:", "held:", "tat:"), and a few other
         keys that the caller tells apart by name, but none of its jobs: one walk of the keyspace for all three."""
-        return _glob_escape(self.prefix) + "[hrt][aeu]*"
+        return _glob_escape(self.prefix) + "[hst][ael]*"
 
     @property
     def waiting(self) -> str:

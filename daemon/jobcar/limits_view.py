@@ -5,6 +5,7 @@ hot path."""
 from __future__ import annotations
 
 import math
+from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -13,8 +14,9 @@ from jobcar.keys import QueueKeys
 from jobcar.replies import as_text, time_ms
 from jobcar.transport import AsyncRedis
 
-#: The kinds of limit key, by the name that follows the queue's prefix.
-_KINDS = ("running", "held", "tat")
+#: The kinds of limit key, by the name that follows the queue's prefix: a type's slots, a group's held
+#: jobs, a rate group's TAT.
+_KINDS = ("slots", "held", "tat")
 
 
 @dataclass(frozen=True, slots=True)
@@ -69,24 +71,45 @@ async def read_limits(
     for queue in queues:
         keys = QueueKeys.of(namespace, queue)
         names: set[str] = set()
+        slot_types: set[str] = set()
         async for found in redis.scan_iter(match=keys.all_limit_keys(), count=1000):
             kind, colon, name = as_text(found)[len(keys.prefix) :].partition(":")
             if colon and kind in _KINDS:
-                names.add(name)
-        ordered = sorted(names)
+                (slot_types if kind == "slots" else names).add(name)
+        running = await _slots_taken(redis, keys, sorted(slot_types), rules)
+        ordered = sorted(names | running.keys())
         pipe = redis.pipeline(transaction=False)
         for name in ordered:
-            pipe.scard(keys.running(name))
             pipe.llen(keys.held(name))
             pipe.get(keys.tat(name))
         replies = await pipe.execute(raise_on_error=False)
         for n, name in enumerate(ordered):
-            running, held, tat = replies[3 * n : 3 * n + 3]
+            held, tat = replies[2 * n : 2 * n + 2]
             limit, interval, burst = rule_limit(name, rules)
             next_start = None
             if name.startswith("@"):
                 due = float(as_text(tat)) - interval * (burst - 1) if isinstance(tat, bytes | str) else now
                 next_start = max(0, math.ceil(due - now))
-            groups.append(LimitGroup(queue, name, running if isinstance(running, int) else 0,
-                                     held if isinstance(held, int) else 0, limit, next_start))  # fmt: skip
+            groups.append(LimitGroup(queue, name, running.get(name, 0), held if isinstance(held, int) else 0,
+                                     limit, next_start))  # fmt: skip
     return groups
+
+
+async def _slots_taken(
+    redis: AsyncRedis, keys: QueueKeys, job_types: Sequence[str], rules: Mapping[str, Mapping[str, Any]]
+) -> dict[str, int]:
+    """Slots taken by concurrency group, from the types' slot hashes (id -> key, "" for none): every entry
+    counts in its type's total, one with a key also in that key's group. A type's total shows when its rule
+    has one, or a job took its slot without a key."""
+    pipe = redis.pipeline(transaction=False)
+    for job_type in job_types:
+        pipe.hvals(keys.slots(job_type))
+    taken: dict[str, int] = {}
+    for job_type, values in zip(job_types, await pipe.execute(raise_on_error=False), strict=True):
+        if not isinstance(values, list):
+            continue  # a slot hash of another type: fsck reports it
+        by_key = Counter(as_text(value) for value in values)
+        if rules.get(job_type, {}).get("total") or "" in by_key:
+            taken[job_type] = len(values)
+        taken.update((f"{job_type}#{key}", n) for key, n in by_key.items() if key)
+    return taken

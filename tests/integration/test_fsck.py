@@ -184,12 +184,12 @@ def _active_no_token_slot(q: QueueDriver) -> tuple[str, str]:
 
 def _unleased_and_slot_back(q: QueueDriver) -> None:
     _back_to_pending(q)
-    assert not q.redis.exists(q.keys.running("t"))
+    assert not q.redis.exists(q.keys.slots("t"))
     assert q.redis.lrange(q.keys.released, 0, -1) == [b"h"], "the held job was let go to take the slot"
 
 
 def _slot_given_back(q: QueueDriver) -> None:
-    assert not q.redis.exists(q.keys.running("t"))
+    assert not q.redis.exists(q.keys.slots("t"))
     assert q.where("h") is State.PENDING, "the held job takes the slot"
 
 

@@ -40,7 +40,11 @@ def held(q: QueueDriver, group: str) -> list[str]:
 
 
 def running(q: QueueDriver, group: str) -> set[str]:
-    return {i.decode() for i in q.redis.smembers(q.keys.running(group))}
+    """The ids holding a slot of a concurrency group: every entry of its type's slot hash for a type's total,
+    the entries with its key for a key's group."""
+    job_type, _, key = group.partition("#")
+    slots = q.redis.hgetall(q.keys.slots(job_type))
+    return {i.decode() for i, taken_by in slots.items() if not key or taken_by.decode() == key}
 
 
 def stats_held(q: QueueDriver) -> int:
@@ -384,12 +388,36 @@ def test_a_key_whose_last_held_job_is_canceled_leaves_the_turns(q: QueueDriver) 
     assert not q.redis.exists(q.keys.turns("t"))
 
 
+def lease_as_earlier_jobcar(q: QueueDriver, job_id: str, groups: list[str]) -> list[str]:
+    """Move a leased job's slot to where an earlier lease kept it, a SET per group; the SETs' names."""
+    job_type = groups[0].partition("#")[0]
+    assert q.redis.hdel(q.keys.slots(job_type), job_id) == 1
+    earlier = [f"{q.keys.prefix}running:{group}" for group in groups]
+    for key in earlier:
+        q.redis.sadd(key, job_id)
+    return earlier
+
+
 def test_slots_an_earlier_lease_wrote_as_json_are_given_back(q: QueueDriver) -> None:
-    a = q.enqueue("a", 1, key="k1").id
+    a, b = (q.enqueue("a", n, key="k1").id for n in range(2))
     assert lease(q, rules(a={"total": 2, "per_key": 1})) == [a]
-    q.redis.hset(q.keys.job(a), "slots", '["a","a#k1"]')  # a job leased before the upgrade, ended after it
+    earlier = lease_as_earlier_jobcar(q, a, ["a", "a#k1"])  # a job leased before the upgrade, ended after it
+    q.redis.hset(q.keys.job(a), "slots", '["a","a#k1"]')
     assert q.ack(a, q.token(a)) == 1
-    assert running(q, "a") == running(q, "a#k1") == set()
+    assert not q.redis.exists(*earlier)
+    assert q.where(b) is State.PENDING, "the slot given back lets the held job go"
+
+
+def test_slots_an_earlier_lease_took_in_a_set_per_group_are_given_back(q: QueueDriver) -> None:
+    limits = rules(a={"total": 2, "per_key": 1})
+    a, b = (q.enqueue("a", n, key="k1").id for n in range(2))
+    assert lease(q, limits) == [a]
+    assert held(q, "a#k1") == [b]
+    earlier = lease_as_earlier_jobcar(q, a, ["a", "a#k1"])  # a job leased before the upgrade, ended after it
+    assert q.ack(a, q.token(a)) == 1
+    assert not q.redis.exists(*earlier)
+    assert q.where(b) is State.PENDING, "the slot given back lets the held job go"
+    assert lease(q, limits) == [b]
 
 
 def test_one_ack_of_several_jobs_gives_back_every_slot_of_each_group(q: QueueDriver) -> None:

@@ -34,7 +34,8 @@
 -- `pending:released`, as many as may start.
 -- With `fair`, a job over its type's total waits in its key's turn group instead (includes/turns.lua).
 -- Touches <prefix>job:<id> HASH: state=active, attempt+1, token, started, max_attempts (if absent), slots
--- (the limit groups whose slots it took, one per line); <prefix>running:<group> SET (the job's id).
+-- (the limit groups whose slots it took, one per line); <prefix>slots:<type> HASH (the job's id -> its key,
+-- "" for a job that took no slot of a key).
 -- Returns {now_ms, next_due_in_ms (-1: nothing scheduled), stopped, dropped, expired, job...}
 --   stopped: 0 leased as asked, 1 the queue is paused, 2 KEYS[6] is absent (nothing was changed)
 --   dropped: array of {id, why} for ids popped that are not runnable and were dropped from the list:
@@ -54,7 +55,6 @@
 --- @include "gcra"
 --- @include "unpark"
 --- @include "turns"
---- @include "ids_by_group"
 
 local prefix = ARGV[1]
 local dead = prefix .. 'dead'
@@ -171,8 +171,9 @@ local deadline = now + lease_ms
 local leased = 0
 local held = 0
 local deadlines = {}  -- score, id, score, id...: one ZADD for the batch (chunks of 1,000 keep pairs whole)
-local running = {}  -- limit group -> its slots taken, read once per call
-local slot_sets = {}  -- limit group -> the key of its slot SET, named at the group's first read
+local running = {}  -- type -> its slots taken, read once per call
+local by_key = {}  -- type -> key -> its slots taken, read once per call and only when a key could be full
+local taken = {}  -- type -> {id, key, id, key...}: the slots this call took, one HSET per type at the end
 local indexed = {}  -- limit groups added to <prefix>limit_groups by this call
 
 -- Only a group that held a job is indexed: a slot set of a group that never filled needs no sweep (a slot
@@ -211,18 +212,34 @@ local function take_starts(rates, tats, again)
   end
 end
 
--- Whether concurrency group `name` has no free slot under `limit`: its slots are read once per call.
-local function full(name, limit)
-  local taken = running[name]
-  if not taken then
-    local set = prefix .. 'running:' .. name
-    slot_sets[name] = set
-    taken = redis.pcall('SCARD', set)
-    -- A slot set of another type (fsck reports it) limits nothing rather than stopping the lease.
-    if type(taken) ~= 'number' then taken = -math.huge end
-    running[name] = taken
+-- The slots of `job_type` taken: its slot hash's length, read once per call. A slot hash of another type
+-- (fsck reports it) limits nothing rather than stopping the lease.
+local function type_taken(job_type)
+  local n = running[job_type]
+  if not n then
+    n = redis.pcall('HLEN', prefix .. 'slots:' .. job_type)
+    if type(n) ~= 'number' then n = -math.huge end
+    running[job_type] = n
   end
-  return taken >= limit
+  return n
+end
+
+-- Whether key `key` of `job_type` has no free slot under `limit`. No key can hold more slots than its type,
+-- so the keys' counts are read (one HVALS) only once the type's reach the limit: a per-key limit that
+-- never binds costs no read more than the type's count.
+local function key_full(job_type, key, limit)
+  if type_taken(job_type) < limit then return false end
+  local counts = by_key[job_type]
+  if not counts then
+    counts = {}
+    local keys = redis.pcall('HVALS', prefix .. 'slots:' .. job_type)
+    if keys.err then keys = {} end
+    for _, taken_by in ipairs(keys) do counts[taken_by] = (counts[taken_by] or 0) + 1 end
+    local pairs_taken = taken[job_type] or {}
+    for i = 2, #pairs_taken, 2 do counts[pairs_taken[i]] = (counts[pairs_taken[i]] or 0) + 1 end
+    by_key[job_type] = counts
+  end
+  return (counts[key] or 0) >= limit
 end
 
 -- Each limited type's rule as applied to its jobs (includes/limit_groups.lua), worked out at its first job.
@@ -264,23 +281,25 @@ local function pass_turn(rule, job_type, held_in)
   if rule.fair and held_in and string.sub(held_in, 1, 1) == '~' then next_turns(prefix, job_type, 1) end
 end
 
--- A slot of group `name` (read by `full` first), taken for job `id`. The ids join the groups' slot sets at
--- the end of the call (`add_taken`), one SADD per group: `running` counts them meanwhile.
-local first_taken, more_taken = {}, {}  -- includes/ids_by_group.lua
-local function take_slot(name, id)
-  if not first_taken[name] then
-    first_taken[name] = id
-  elseif more_taken[name] then
-    local more = more_taken[name]
-    more[#more + 1] = id
+-- A slot of `job_type` taken for job `id` (`key`: "" for none), after `type_taken` read the type's count.
+-- The call's slots join the slot hash at its end (`add_taken`); `running` and `by_key` count them meanwhile.
+local function take_slot(job_type, id, key)
+  local pairs_taken = taken[job_type]
+  if pairs_taken then
+    pairs_taken[#pairs_taken + 1] = id
+    pairs_taken[#pairs_taken + 1] = key
   else
-    more_taken[name] = {id}
+    taken[job_type] = {id, key}
   end
-  running[name] = running[name] + 1
+  running[job_type] = running[job_type] + 1
+  local counts = by_key[job_type]
+  if counts then counts[key] = (counts[key] or 0) + 1 end
 end
 
 local function add_taken()
-  for name, id in pairs(first_taken) do send_ids('SADD', slot_sets[name], id, more_taken[name]) end
+  for job_type, pairs_taken in pairs(taken) do
+    call_in_chunks('HSET', prefix .. 'slots:' .. job_type, pairs_taken, true)
+  end
 end
 
 -- Lease the popped job `id`, or hold it, or move it to the dead set when its start deadline passed. With
@@ -314,16 +333,17 @@ local function lease_job(id, hold_only)
   if plan then
     local rule = plan.rule
     local key = plan.key_field and read_key(plan.key_field, plan.key_name, job, at)
-    -- A job takes a slot of its type's total and one of its key's: their names, one per line, are its `slots`.
+    -- A job takes one slot of its type, which counts in its type's total and in its key's group: their names,
+    -- one per line, are its `slots`.
     local key_group = key and rule.per_key and job_type .. '#' .. key
-    if rule.total and full(job_type, rule.total) then
+    if rule.total and type_taken(job_type) >= rule.total then
       if rule.fair then
         hold_for_turn(job_key, id, job_type, key or '', at.held)
       else
         hold(job_key, id, job_type, at.held)
       end
       return true
-    elseif key_group and full(key_group, rule.per_key) then
+    elseif key_group and key_full(job_type, key, rule.per_key) then
       pass_turn(rule, job_type, at.held and job[at.held])
       hold(job_key, id, key_group, at.held)
       return true
@@ -342,13 +362,12 @@ local function lease_job(id, hold_only)
       take_starts(rates, tats, at.held)
     end
     if hold_only then return false end
-    if rule.total then
-      take_slot(job_type, id)
-      slots = job_type
-    end
     if key_group then
-      take_slot(key_group, id)
-      slots = slots and slots .. '\n' .. key_group or key_group
+      take_slot(job_type, id, key)
+      slots = rule.total and job_type .. '\n' .. key_group or key_group
+    elseif rule.total then
+      take_slot(job_type, id, '')
+      slots = job_type
     end
   end
   leased = leased + 1

@@ -10,11 +10,12 @@
 -- ARGV[2] the most jobs to reap in this call
 -- ARGV[3] dead set max jobs, ARGV[4] dead set max age ms
 -- ARGV[5] default max_attempts for a job that has none stored
--- ARGV[6] (optional) the limits as the lease takes them (JSON type -> rule, ADR 0014): each group of
---         <prefix>limit_groups drops the slots of jobs no longer active (a job hash deleted while it ran)
---         and lets held jobs go back to pending up to its free slots, all of them when the config has no
---         limit for the group any more; a rate group still limited is put in <prefix>throttled if it is
---         missing there; a key's turn group (`fair`) is put back in its type's turns if it is missing there
+-- ARGV[6] (optional) the limits as the lease takes them (JSON type -> rule, ADR 0014): the slot hash of
+--         each type with a group in <prefix>limit_groups drops the slots of jobs no longer active (a job hash
+--         deleted while it ran), and each group lets held jobs go back to pending up to its free slots, all
+--         of them when the config has no limit for the group any more; a rate group still limited is put in
+--         <prefix>throttled if it is missing there; a key's turn group (`fair`) is put back in its type's
+--         turns if it is missing there
 -- Returns {next_expiry_in_ms, {id, result, id, result...}}: the time until the earliest lease left in the
 -- active set expires (-1: none; 0: more expired than this call's limit), so the caller can sleep until
 -- exactly then; result is "pending", "dead" or "missing" (an id in the active set without a job hash:
@@ -79,40 +80,60 @@ local limits = ARGV[6] and cjson.decode(ARGV[6])
 if limits then
   local groups = redis.pcall('SMEMBERS', prefix .. 'limit_groups')
   if groups.err then groups = {} end
-  for _, group in ipairs(groups) do
-    local running = prefix .. 'running:' .. group
-    local members = redis.pcall('SMEMBERS', running)
-    if not members.err then
-      for _, id in ipairs(members) do
-        local state = redis.pcall('HGET', prefix .. 'job:' .. id, 'state')
-        if state ~= 'active' then redis.call('SREM', running, id) end
-      end
-      if string.sub(group, 1, 1) == '@' and rate_of(limits, group) then
-        -- Still rate-limited: its held jobs go when the lease finds the group due; a group that holds jobs
-        -- but is missing from the throttled ZSET is due now.
-        if redis.call('EXISTS', prefix .. 'held:' .. group) == 1 then
-          redis.call('ZADD', prefix .. 'throttled', 'NX', now, group)
-        end
-      elseif string.sub(group, 1, 1) == '~' then
-        -- A key's turn group: its jobs go in turn while the type is fair, all at once once it is not.
-        local job_type, key = string.match(group, '^~(.-)#(.*)$')
-        local rule = job_type and limits[job_type]
-        if not (rule and rule.fair and rule.total) then
-          unpark(prefix, group, MAX_UNPARKED)
-        elseif redis.call('EXISTS', prefix .. 'held:' .. group) == 1 then
-          join_turns(prefix, job_type, key)
-          redis.call('SADD', prefix .. 'limit_groups', job_type)
-        end
+  -- type -> {total = its slots taken, by_key = key -> its slots taken}, once the pass dropped the slots of
+  -- jobs no longer active from its slot hash: read once per type, whichever of its groups comes first.
+  local swept = {}
+  local function slots_of(job_type)
+    local counts = swept[job_type]
+    if counts then return counts end
+    counts = {total = 0, by_key = {}}
+    local slots = prefix .. 'slots:' .. job_type
+    local entries = redis.pcall('HGETALL', slots)
+    if entries.err then entries = {} end
+    for i = 1, #entries, 2 do
+      local id, key = entries[i], entries[i + 1]
+      if redis.pcall('HGET', prefix .. 'job:' .. id, 'state') == 'active' then
+        counts.total = counts.total + 1
+        counts.by_key[key] = (counts.by_key[key] or 0) + 1
       else
-        local job_type, key = string.match(group, '^(.-)#(.*)$')
-        local rule = limits[job_type or group]
-        local limit = rule and (key and rule.per_key or (not key and rule.total)) or nil
-        local free = MAX_UNPARKED
-        if limit then free = math.min(free, limit - redis.call('SCARD', running)) end
-        if free > 0 then let_go(prefix, group, free) end
+        redis.call('HDEL', slots, id)
       end
-      forget_idle_group(prefix, group)
     end
+    swept[job_type] = counts
+    return counts
+  end
+  for _, group in ipairs(groups) do
+    local mark = string.sub(group, 1, 1)
+    local taken = nil
+    if mark == '@' then
+      -- Still rate-limited: its held jobs go when the lease finds the group due; a group that holds jobs
+      -- but is missing from the throttled ZSET is due now. No longer limited: they all go.
+      if not rate_of(limits, group) then
+        unpark(prefix, group, MAX_UNPARKED)
+      elseif redis.call('EXISTS', prefix .. 'held:' .. group) == 1 then
+        redis.call('ZADD', prefix .. 'throttled', 'NX', now, group)
+      end
+    elseif mark == '~' then
+      -- A key's turn group: its jobs go in turn while the type is fair, all at once once it is not.
+      local job_type, key = string.match(group, '^~(.-)#(.*)$')
+      local rule = job_type and limits[job_type]
+      if not (rule and rule.fair and rule.total) then
+        unpark(prefix, group, MAX_UNPARKED)
+      elseif redis.call('EXISTS', prefix .. 'held:' .. group) == 1 then
+        join_turns(prefix, job_type, key)
+        redis.call('SADD', prefix .. 'limit_groups', job_type)
+      end
+    else
+      local job_type, key = group_parts(group)
+      local counts = slots_of(job_type)
+      taken = key and (counts.by_key[key] or 0) or counts.total
+      local rule = limits[job_type]
+      local limit = rule and (key and rule.per_key or (not key and rule.total)) or nil
+      local free = MAX_UNPARKED
+      if limit then free = math.min(free, limit - taken) end
+      if free > 0 then let_go(prefix, group, free) end
+    end
+    forget_idle_group(prefix, group, taken)
   end
 end
 local earliest = redis.call('ZRANGE', KEYS[1], 0, 0, 'WITHSCORES')

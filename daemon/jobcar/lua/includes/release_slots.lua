@@ -1,59 +1,87 @@
 --- @include "turns"
---- @include "ids_by_group"
+--- @include "call_in_chunks"
 
--- A job leaving active gives back the slots its lease took (`slots`, the names of its groups that the lease
--- wrote, one per line: a group name has no line break), and one held job of each of those groups goes back
--- to pending to take the slot: for a type's total with keys taking turns (`fair`), the job of the key whose
--- turn it is. The caller deletes the `slots` field with the lease's other fields (move_to_pending,
--- move_to_dead), or the hash.
+-- A job leaving active gives back the slots its lease took: its entry in <prefix>slots:<type>, which counts
+-- in each group its `slots` field names (the names of its groups that the lease wrote, one per line: a group
+-- name has no line break). One held job of each of those groups goes back to pending to take the slot: for a
+-- type's total with keys taking turns (`fair`), the job of the key whose turn it is. The caller deletes the
+-- `slots` field with the lease's other fields (move_to_pending, move_to_dead), or the hash.
 -- A script ending many jobs (ack) collects their slots with `slot_returns` and gives them back once: one
--- SREM per group and one look at the held lists, however many of its jobs a call ends.
+-- HDEL per type and one look at the held lists, however many of its jobs a call ends. The `slots` fields are
+-- split into groups only while some group of the queue is indexed: otherwise nothing waits for a slot.
 local function slot_returns(prefix)
-  local groups, first_of, more_of = {}, {}, {}  -- groups in the order of their first id; includes/ids_by_group.lua
+  local types, ids_of = {}, {}  -- types in the order of their first job; type -> the ids to give back
+  local ended = {}  -- the jobs' `slots`, read for their groups only when something may wait for them
+  local earlier = {}  -- ids whose slots an earlier lease named as a JSON array
   local returns = {}
-  local function add(id, group)
-    if not first_of[group] then
-      first_of[group] = id
-      groups[#groups + 1] = group
-    elseif more_of[group] then
-      local more = more_of[group]
-      more[#more + 1] = id
-    else
-      more_of[group] = {id}
-    end
-  end
   function returns.add(id, slots)
     if not slots then return end
+    ended[#ended + 1] = slots
+    -- A JSON array is an earlier lease's (below): its slots are in that lease's sets.
     if string.byte(slots) == 91 then  -- '['
-      -- A JSON array, as the lease of an earlier jobcar wrote it (a group name starts with a letter or digit).
-      local ok, names = pcall(cjson.decode, slots)
-      if ok and type(names) == 'table' then
-        for _, group in ipairs(names) do
-          if type(group) == 'string' then add(id, group) end
-        end
-      end
+      earlier[#earlier + 1] = id
       return
     end
-    -- Split with a plain find, not a pattern: this runs for every limited job that ends.
-    local first = 1
-    while true do
-      local line_end = string.find(slots, '\n', first, true)
-      if not line_end then
-        if first == 1 then add(id, slots) elseif first <= #slots then add(id, string.sub(slots, first)) end
-        return
-      end
-      if line_end > first then add(id, string.sub(slots, first, line_end - 1)) end
-      first = line_end + 1
+    -- A job's groups are all of its type, which starts its first line: the slot hash its id leaves.
+    local job_type = string.match(slots, '^[^#\n]+')
+    if not job_type then return end
+    local ids = ids_of[job_type]
+    if ids then
+      ids[#ids + 1] = id
+    else
+      ids_of[job_type] = {id}
+      types[#types + 1] = job_type
     end
   end
+  -- The groups of the jobs ended, in the order of their first slot, each with its slots given back.
+  local function groups_given()
+    local groups, given = {}, {}
+    local function add(group)
+      if given[group] then
+        given[group] = given[group] + 1
+      else
+        given[group] = 1
+        groups[#groups + 1] = group
+      end
+    end
+    for _, slots in ipairs(ended) do
+      if string.byte(slots) == 91 then  -- '['
+        -- A JSON array, as the lease of an earlier jobcar wrote it (a group name starts with a letter or
+        -- digit).
+        local ok, names = pcall(cjson.decode, slots)
+        if ok and type(names) == 'table' then
+          for _, group in ipairs(names) do
+            if type(group) == 'string' then add(group) end
+          end
+        end
+      else
+        for group in string.gmatch(slots, '[^\n]+') do add(group) end
+      end
+    end
+    return groups, given
+  end
   function returns.give_back()
-    if #groups == 0 then return end
-    for _, group in ipairs(groups) do
-      send_ids('SREM', prefix .. 'running:' .. group, first_of[group], more_of[group])
+    if #ended == 0 then return end
+    local groups, given
+    local removed = 0
+    for _, job_type in ipairs(types) do
+      removed = removed + call_in_chunks('HDEL', prefix .. 'slots:' .. job_type, ids_of[job_type], true)
+    end
+    -- A job leased by an earlier jobcar holds its slots in a SET per group, <prefix>running:<group>: where
+    -- the slot hashes had fewer of the ids, every id leaves those sets (an id not in one changes nothing).
+    if removed + #earlier < #ended then
+      for _, ids in pairs(ids_of) do
+        for _, id in ipairs(ids) do earlier[#earlier + 1] = id end
+      end
+    end
+    if #earlier > 0 then
+      groups, given = groups_given()
+      for _, group in ipairs(groups) do call_in_chunks('SREM', prefix .. 'running:' .. group, earlier, true) end
     end
     -- A group with held jobs or turns is in <prefix>limit_groups (ADR 0014): without that SET, nothing waits
     -- for these slots.
     if redis.call('EXISTS', prefix .. 'limit_groups') == 0 then return end
+    if not groups then groups, given = groups_given() end
     local lists = {}
     for _, group in ipairs(groups) do
       lists[#lists + 1] = prefix .. 'held:' .. group
@@ -61,9 +89,7 @@ local function slot_returns(prefix)
     end
     -- One EXISTS over the groups' held lists and turns: a limit that does not bind costs no more.
     if redis.call('EXISTS', unpack(lists)) == 0 then return end
-    -- As many held jobs go as slots came back: all of a group's ids are in `more_of` once `send_ids` above
-    -- added its first, or it gave back one.
-    for _, group in ipairs(groups) do let_go(prefix, group, more_of[group] and #more_of[group] or 1) end
+    for _, group in ipairs(groups) do let_go(prefix, group, given[group]) end
   end
   return returns
 end

@@ -1,21 +1,49 @@
 --- @include "wake"
 
 -- Fleet-wide limits (ADR 0014). A concurrency group is a job type ("<type>", its total) or a type and a
--- key ("<type>#<key>", its per-key limit); <prefix>running:<group> (a SET of job ids) holds its slots, taken
--- by the lease and given back by whatever takes the job out of active. A rate group is "@<type>" or
--- "@<type>#<key>" (includes/gcra.lua). A job the lease finds over a limit waits in <prefix>held:<group> (a
--- LIST, oldest at the right) in state "held". The SET <prefix>limit_groups names every group that held a
--- job, until the reaper's pass finds it idle.
+-- key ("<type>#<key>", its per-key limit). Their slots are <prefix>slots:<type>, a HASH job id -> key ("" for
+-- a job that took no slot of a key): taken by the lease and given back by whatever takes the job out of
+-- active. Its length is the type's slots taken, and a key's are the entries with its key. A rate group is
+-- "@<type>" or "@<type>#<key>" (includes/gcra.lua). A job the lease finds over a limit waits in
+-- <prefix>held:<group> (a LIST, oldest at the right) in state "held". The SET <prefix>limit_groups names
+-- every group that held a job, until the reaper's pass finds it idle.
+
+-- A concurrency group's type and key (nil for a type's total), read from its name: a type has no '#'.
+local function group_parts(group)
+  local at = string.find(group, '#', 1, true)
+  if not at then return group, nil end
+  return string.sub(group, 1, at - 1), string.sub(group, at + 1)
+end
+
+-- How many slots of concurrency group `group` are taken: O(1) for a type's total, one read of the type's
+-- slots for a key's. A slot hash of another type (fsck reports it) holds none.
+local function slots_taken(prefix, group)
+  local job_type, key = group_parts(group)
+  local slots = prefix .. 'slots:' .. job_type
+  if not key then
+    local n = redis.pcall('HLEN', slots)
+    return type(n) == 'number' and n or 0
+  end
+  local keys = redis.pcall('HVALS', slots)
+  if keys.err then return 0 end
+  local n = 0
+  for _, taken_by in ipairs(keys) do
+    if taken_by == key then n = n + 1 end
+  end
+  return n
+end
 
 -- Drop `group` from <prefix>limit_groups once nothing of it runs or waits (the reaper's pass and cancel:
 -- a release leaves it, to stay two commands per group). A key's turn group leaves its type's turns with it:
--- turns name only indexed groups, so a release that finds no index has no turns to look at either.
-local function forget_idle_group(prefix, group)
-  if redis.call('EXISTS', prefix .. 'running:' .. group, prefix .. 'held:' .. group) == 0 then
-    redis.call('SREM', prefix .. 'limit_groups', group)
-    local job_type, key = string.match(group, '^~(.-)#(.*)$')
-    if job_type then redis.pcall('ZREM', prefix .. 'turns:' .. job_type, key) end
-  end
+-- turns name only indexed groups, so a release that finds no index has no turns to look at either. A rate
+-- or turn group takes no slot. `taken`: the group's slots taken, when the caller counted them already.
+local function forget_idle_group(prefix, group, taken)
+  if redis.call('EXISTS', prefix .. 'held:' .. group) == 1 then return end
+  local mark = string.sub(group, 1, 1)
+  if mark ~= '@' and mark ~= '~' and (taken or slots_taken(prefix, group)) > 0 then return end
+  redis.call('SREM', prefix .. 'limit_groups', group)
+  local job_type, key = string.match(group, '^~(.-)#(.*)$')
+  if job_type then redis.pcall('ZREM', prefix .. 'turns:' .. job_type, key) end
 end
 
 -- Move up to n held jobs of `group`, oldest first, to <prefix>pending:released, which the lease takes before
