@@ -5,11 +5,13 @@
 Throughput: each round enqueues --jobs jobs of one type into a paused queue, spread over 100 tenants
 (`meta.tenant`), starts a `jobcar run` (concurrency 50, the no-op HTTP app as its handler), resumes the
 queue and times until every job is done. Once without `limits`, once with limits that never bind
-(`concurrency: 100000, per_key: 100000, key: meta.tenant`: every job takes two slots and gives them
-back). Rounds alternate; medians of --runs, and the median of each pair's ratio (a pair runs back to back,
-so a slow spell of the machine weighs on both of its rounds). Each round also reads the CPU that the daemon,
-Redis and the handler spent per job (bench/cpu_per_job.py): what limits add shows there as Redis's work,
-steadier than throughput on a shared machine.
+(`concurrency: 100000, per_key: 100000, key: meta.tenant`: every job takes a slot of its type's and its
+key's and gives it back). Rounds alternate; medians of --runs, and the median of each pair's ratio (a pair
+runs back to back, so a slow spell of the machine weighs on both of its rounds). Which round of a pair goes
+first alternates too: a second round that runs faster or slower than a first (a warm server, a growing heap)
+favours neither. Each round also reads the CPU that the daemon, Redis and the handler spent per job
+(bench/cpu_per_job.py): what limits add shows there as Redis's work, steadier than throughput on a shared
+machine.
 
 Fairness: tenant a enqueues 10,000 jobs, then tenant b 20, of a type with `per_key: 2`, then of one with
 `concurrency: 10, fair: true`; a daemon runs them (results kept, so each job's `finished` time can be
@@ -153,8 +155,9 @@ def main() -> None:
         server = RedisServer(binary, tmp / "redis").start()
         try:
             url = f"{app.url}/noop"
-            for _ in range(args.runs):
-                for name, limits in (("none", None), ("unbinding", args.limits)):
+            modes: list[tuple[str, dict[str, Any] | None]] = [("none", None), ("unbinding", args.limits)]
+            for run in range(args.runs):
+                for name, limits in modes if run % 2 == 0 else modes[::-1]:
                     rate, used = throughput(server, tmp, url, app.pid, args.jobs, limits)
                     figures[name].append(rate)
                     cpu[name].append(used)

@@ -881,3 +881,23 @@ async def test_limits_lists_each_group_with_its_rule(redis_server: RedisServer, 
                              "limit": "1", "next_start_in_ms": None}  # fmt: skip
     assert (by_group["@a"]["kind"], by_group["@a"]["limit"], by_group["@a"]["held"]) == ("rate", "2/1000ms", 0)
     assert 0 < by_group["@a"]["next_start_in_ms"] <= 500
+
+
+async def test_limits_counts_a_keys_slots_apart_from_its_types(redis_server: RedisServer, namespace: str) -> None:
+    handlers = {
+        job_type: HttpHandler(type=job_type, url="http://127.0.0.1:9/", timeout=1.0, max_attempts=3,
+                              backoff=Backoff(), max_retry_after=1.0, limits=limits)  # fmt: skip
+        for job_type, limits in (("a", Limits(concurrency=3, per_key=1)), ("b", Limits(per_key=1)))
+    }
+    async with running_api(redis_server.url, namespace, handlers=handlers) as api:
+        with redis_server.client() as r:
+            q = QueueDriver(r, namespace)
+            for job_type in ("a", "b"):
+                for key in ("k1", "k1", "k2"):
+                    q.enqueue(job_type, key=key)
+            rules = '{"a": {"total": 3, "per_key": 1}, "b": {"per_key": 1}}'
+            assert len(q.lease(limits=rules).jobs) == 4
+        reply = await api.call("GET", "/v1/limits")
+    counts = {g["group"]: (g["running"], g["held"], g["limit"]) for g in reply.body}
+    assert counts == {"a": (2, 0, "3"), "a#k1": (1, 1, "1"), "a#k2": (1, 0, "1"), "b#k1": (1, 1, "1"),
+                      "b#k2": (1, 0, "1")}, "a type without a total of its own shows only its keys"  # fmt: skip

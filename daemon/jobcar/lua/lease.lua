@@ -176,8 +176,8 @@ local by_key = {}  -- type -> key -> its slots taken, read once per call and onl
 local taken = {}  -- type -> {id, key, id, key...}: the slots this call took, one HSET per type at the end
 local indexed = {}  -- limit groups added to <prefix>limit_groups by this call
 
--- Only a group that held a job is indexed: a slot set of a group that never filled needs no sweep (a slot
--- leaked there binds nothing until the group is full, and then its held jobs index it).
+-- Only a group that held a job is indexed: the slots of a type whose groups never filled need no sweep (a
+-- slot leaked there binds nothing until a group is full, and then its held jobs index it).
 local function index_group(name)
   if not indexed[name] then
     redis.call('SADD', prefix .. 'limit_groups', name)
