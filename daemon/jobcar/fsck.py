@@ -533,8 +533,12 @@ async def check_queue(
     # Concurrency slots: each held for an active job (the reaper gives back the others too, ADR 0014). The
     # types whose groups are indexed: a rate group takes no slot, a key's turn group's type is indexed itself.
     slot_types = sorted({group.partition("#")[0] for group in groups if group[:1] not in ("@", "~")})
-    for job_type in slot_types:
-        for job_id in sorted(as_text(m) for m in await _hash_fields(client, keys.slots(job_type))):
+    slot_keys = [keys.slots(job_type) for job_type in slot_types]
+    for job_type, key, kind in zip(slot_types, slot_keys, await _types(client, slot_keys), strict=True):
+        if kind not in ("none", "hash"):  # the scripts count no slot there: reported, deleted with --repair
+            await found(Kind.WRONG_TYPE, key, f"holds a {kind}, not a hash", "", kind, "hash")
+            continue
+        for job_id in sorted(as_text(m) for m in await _hash_fields(client, key)):
             job = hashes.get(job_id)
             if job is None or job.state != State.ACTIVE.value:
                 what = "has no job hash" if job is None else f"is {job.state or 'in no state'}"

@@ -884,11 +884,11 @@ async def test_limits_lists_each_group_with_its_rule(redis_server: RedisServer, 
 
 
 async def test_limits_counts_a_keys_slots_apart_from_its_types(redis_server: RedisServer, namespace: str) -> None:
-    handlers = {
-        job_type: HttpHandler(type=job_type, url="http://127.0.0.1:9/", timeout=1.0, max_attempts=3,
-                              backoff=Backoff(), max_retry_after=1.0, limits=limits)  # fmt: skip
-        for job_type, limits in (("a", Limits(concurrency=3, per_key=1)), ("b", Limits(per_key=1)))
-    }
+    def limited(job_type: str, limits: Limits) -> HttpHandler:
+        return HttpHandler(type=job_type, url="http://127.0.0.1:9/", timeout=1.0, max_attempts=3, backoff=Backoff(),
+                           max_retry_after=1.0, limits=limits)  # fmt: skip
+
+    handlers = {"a": limited("a", Limits(concurrency=3, per_key=1)), "b": limited("b", Limits(per_key=1))}
     async with running_api(redis_server.url, namespace, handlers=handlers) as api:
         with redis_server.client() as r:
             q = QueueDriver(r, namespace)

@@ -174,6 +174,19 @@ def _leaked_slot(q: QueueDriver) -> tuple[str, str]:
     return "leaked_slot", "gone"
 
 
+def _slot_hash_wrong_type(q: QueueDriver) -> tuple[str, str]:
+    enqueue_id(q, "a")
+    enqueue_id(q, "h")
+    assert [leased.job.id for leased in q.lease(limits=ONE_AT_A_TIME).jobs] == ["a"]
+    q.redis.delete(q.keys.slots("t"))
+    q.redis.sadd(q.keys.slots("t"), "a")  # written by something else than jobcar
+    return "wrong_type", q.keys.slots("t")
+
+
+def _slot_hash_gone(q: QueueDriver) -> None:
+    assert not q.redis.exists(q.keys.slots("t"))
+
+
 def _active_no_token_slot(q: QueueDriver) -> tuple[str, str]:
     enqueue_id(q, "a")
     enqueue_id(q, "h")
@@ -387,6 +400,7 @@ CASES = {
     "held hash out of its list": Case(_orphan_held, _held_back_to_pending),
     "slot of a job that is gone": Case(_leaked_slot, _slot_given_back),
     "active without token, holding a slot": Case(_active_no_token_slot, _unleased_and_slot_back),
+    "slot hash of another type": Case(_slot_hash_wrong_type, _slot_hash_gone),
     "unique window without ttl": Case(_window_no_ttl, _window_ttl_check),
     "debounce key of another type": Case(_debounce_wrong_type, _debounce_gone),
     "schedule in the ZSET without a hash": Case(_schedule_missing, _schedule_missing_check),
