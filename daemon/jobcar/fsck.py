@@ -436,6 +436,10 @@ async def check_queue(
     # A held list may keep ids whose hash moved on (the lease drops them when it reaches them): only the
     # held hashes found in their group's list count as listed.
     groups = await _limit_groups(client, keys)
+    held_lists = [keys.held(group) for group in groups]
+    for key, kind in zip(held_lists, await _types(client, held_lists), strict=True):
+        if kind not in ("none", "list"):  # the scripts hold and let go nothing there: reported, deleted with --repair
+            await found(Kind.WRONG_TYPE, key, f"holds a {kind}, not a list", "", kind, "list")
     for job_id in await _held_ids(client, keys, groups):
         job = hashes.get(job_id)
         if job is not None and job.state == State.HELD.value and State.HELD.value not in sets.get(job_id, []):

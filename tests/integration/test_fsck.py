@@ -174,6 +174,16 @@ def _leaked_slot(q: QueueDriver) -> tuple[str, str]:
     return "leaked_slot", "gone"
 
 
+def _held_list_wrong_type(q: QueueDriver) -> tuple[str, str]:
+    q.redis.sadd(q.keys.limit_groups, "t")
+    q.redis.set(q.keys.held("t"), "not a list")
+    return "wrong_type", q.keys.held("t")
+
+
+def _held_list_gone(q: QueueDriver) -> None:
+    assert not q.redis.exists(q.keys.held("t"))
+
+
 def _slot_hash_wrong_type(q: QueueDriver) -> tuple[str, str]:
     enqueue_id(q, "a")
     enqueue_id(q, "h")
@@ -401,6 +411,7 @@ CASES = {
     "slot of a job that is gone": Case(_leaked_slot, _slot_given_back),
     "active without token, holding a slot": Case(_active_no_token_slot, _unleased_and_slot_back),
     "slot hash of another type": Case(_slot_hash_wrong_type, _slot_hash_gone),
+    "held list of another type": Case(_held_list_wrong_type, _held_list_gone),
     "unique window without ttl": Case(_window_no_ttl, _window_ttl_check),
     "debounce key of another type": Case(_debounce_wrong_type, _debounce_gone),
     "schedule in the ZSET without a hash": Case(_schedule_missing, _schedule_missing_check),
