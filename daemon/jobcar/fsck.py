@@ -318,6 +318,8 @@ def _set_types(keys: QueueKeys) -> dict[str, tuple[str, str]]:
         "settled": (keys.settled, "list"),
         "wake": (keys.wake, "list"),
         "schedules": (keys.schedules, "zset"),
+        "limit_groups": (keys.limit_groups, "set"),
+        "throttled": (keys.throttled, "zset"),
     }
 
 

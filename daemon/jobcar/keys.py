@@ -100,6 +100,11 @@ class QueueKeys:
         """The SET of the limit groups that held a job, until idle (ADR 0014)."""
         return f"{self.prefix}limit_groups"
 
+    @property
+    def throttled(self) -> str:
+        """The ZSET of the rate groups holding jobs, by when their next job may start (ms): ADR 0014."""
+        return f"{self.prefix}throttled"
+
     def slots(self, job_type: str) -> str:
         """The HASH of the ids holding a slot of a type's limits, each to the key whose slot it also holds ("" for
         none): its length is the type's slots taken, a key's are the entries with its key."""

@@ -174,6 +174,21 @@ def _leaked_slot(q: QueueDriver) -> tuple[str, str]:
     return "leaked_slot", "gone"
 
 
+def _limit_key_wrong_type(name: str) -> Callable[[QueueDriver], tuple[str, str]]:
+    def corrupt(q: QueueDriver) -> tuple[str, str]:
+        q.redis.set(getattr(q.keys, name), "written by something else")
+        return "wrong_type", getattr(q.keys, name)
+
+    return corrupt
+
+
+def _limit_key_gone(name: str) -> Callable[[QueueDriver], None]:
+    def check(q: QueueDriver) -> None:
+        assert not q.redis.exists(getattr(q.keys, name))
+
+    return check
+
+
 def _held_list_wrong_type(q: QueueDriver) -> tuple[str, str]:
     q.redis.sadd(q.keys.limit_groups, "t")
     q.redis.set(q.keys.held("t"), "not a list")
@@ -412,6 +427,8 @@ CASES = {
     "active without token, holding a slot": Case(_active_no_token_slot, _unleased_and_slot_back),
     "slot hash of another type": Case(_slot_hash_wrong_type, _slot_hash_gone),
     "held list of another type": Case(_held_list_wrong_type, _held_list_gone),
+    "limit groups of another type": Case(_limit_key_wrong_type("limit_groups"), _limit_key_gone("limit_groups")),
+    "throttled groups of another type": Case(_limit_key_wrong_type("throttled"), _limit_key_gone("throttled")),
     "unique window without ttl": Case(_window_no_ttl, _window_ttl_check),
     "debounce key of another type": Case(_debounce_wrong_type, _debounce_gone),
     "schedule in the ZSET without a hash": Case(_schedule_missing, _schedule_missing_check),

@@ -146,6 +146,31 @@ def test_keys_come_from_the_producer_meta_or_payload_and_a_total_caps_them_all(q
     assert lease(q, by_lines) == [four]
 
 
+def test_a_held_list_of_another_type_dead_letters_the_job_it_cannot_hold(q: QueueDriver) -> None:
+    a = [q.enqueue("a", n).id for n in range(3)]
+    b = q.enqueue("b", 0).id
+    q.redis.set(q.keys.held("a"), "written by something else")
+    result = q.lease(limits=TOTAL_2)
+    assert [leased.job.id for leased in result.jobs] == [a[0], a[1], b], "the other jobs are leased as ever"
+    assert [job_id for job_id, _ in result.dropped] == [a[2]]
+    assert q.where(a[2]) is State.DEAD, "in the dead set with its reason, not left in no list"
+    reason = q.job(a[2]).last_error  # type: ignore[union-attr]
+    assert reason is not None
+    assert f"{q.keys.held('a')} holds a string, not a list" in reason
+
+
+@pytest.mark.parametrize("key", ["limit_groups", "throttled"])
+def test_a_limit_key_of_another_type_refuses_the_lease_and_the_reap_before_they_write(q: QueueDriver, key: str) -> None:
+    a = q.enqueue("a", 0).id
+    q.redis.set(getattr(q.keys, key), "written by something else")
+    before = q.snapshot()
+    for refused in (lambda: q.lease(limits=TOTAL_2), lambda: q.reap(limits=TOTAL_2)):
+        with pytest.raises(redis.ResponseError, match=r"WRONGTYPE jobcar: .* jobcar fsck finds it"):
+            refused()
+    assert q.snapshot() == before
+    assert lease(q, "{}") == [a], "a lease without limits does not read them"
+
+
 def test_a_held_job_can_be_canceled(q: QueueDriver) -> None:
     a = [q.enqueue("a", n).id for n in range(3)]
     assert lease(q, TOTAL_2) == a[:2]
@@ -230,9 +255,9 @@ def test_the_reapers_pass_lets_rate_held_jobs_go_when_the_rate_is_removed_and_ke
     slow = rules(a={"rate": [1, 60_000]})
     a = [q.enqueue("a", n).id for n in range(3)]
     assert lease(q, slow) == a[:1]
-    q.redis.delete(f"{q.keys.prefix}throttled")  # lost: the held jobs would wait for nothing
+    q.redis.delete(q.keys.throttled)  # lost: the held jobs would wait for nothing
     assert q.reap(limits=slow) == {}
-    assert q.redis.zscore(f"{q.keys.prefix}throttled", "@a") is not None, "due again"
+    assert q.redis.zscore(q.keys.throttled, "@a") is not None, "due again"
     assert lease(q, slow) == [], "still over the rate: held again"
     assert held(q, "@a") == a[1:]
     assert q.reap(limits="{}") == {}
@@ -242,7 +267,7 @@ def test_the_reapers_pass_lets_rate_held_jobs_go_when_the_rate_is_removed_and_ke
 
 def test_rate_held_jobs_stay_due_when_the_job_let_go_is_held_by_a_slot_instead(q: QueueDriver) -> None:
     both = rules(a={"per_key": 1, "key": "key", "rate": [1, 60_000]})  # one per key at once; one start a minute
-    throttled, tat = f"{q.keys.prefix}throttled", f"{q.keys.prefix}tat:@a"
+    throttled, tat = q.keys.throttled, f"{q.keys.prefix}tat:@a"
     first = q.enqueue("a", 0, key="k2").id
     assert lease(q, both) == [first]
     j1, j2 = (q.enqueue("a", n, key="k1").id for n in (1, 2))
@@ -278,7 +303,7 @@ def test_a_429_holds_the_whole_type_back_until_its_retry_after(q: QueueDriver) -
     later, other = q.enqueue("a", 1).id, q.enqueue("b", 1).id
     assert lease(q, hold_type) == [other], "other types run; the held-back type waits"
     assert held(q, "@a") == [later]
-    due = q.redis.zscore(f"{q.keys.prefix}throttled", "@a")
+    due = q.redis.zscore(q.keys.throttled, "@a")
     assert due is not None
     assert 59_000 < due - q.now_ms() <= 60_000, "due when the Retry-After has passed"
 

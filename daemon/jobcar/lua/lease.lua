@@ -39,8 +39,9 @@
 -- Returns {now_ms, next_due_in_ms (-1: nothing scheduled), stopped, dropped, expired, job...}
 --   stopped: 0 leased as asked, 1 the queue is paused, 2 KEYS[6] is absent (nothing was changed)
 --   dropped: array of {id, why} for ids popped that are not runnable and were dropped from the list:
---            no job hash, or a key that holds another type than a hash (left for fsck). A hash without
---            a type is leased like any job: the daemon moves it to the dead-letter queue as malformed.
+--            no job hash, or a key that holds another type than a hash (left for fsck), or a job whose
+--            limit group's held list holds another type (moved to the dead set). A hash without a type is
+--            leased like any job: the daemon moves it to the dead-letter queue as malformed.
 --   expired: array of the ids moved to the dead set because their start deadline passed
 --   job: {id, token, field1, value1, ...} with every field of the job hash
 -- Attempts count here, at lease time: a job that kills its daemon every time still reaches the DLQ.
@@ -68,6 +69,11 @@ local default_max = ARGV[5]
 local max_by_type = cjson.decode(ARGV[6])
 -- nil without limits: a fleet without them pays nothing for them.
 local limits = ARGV[9] and ARGV[9] ~= '{}' and cjson.decode(ARGV[9]) or nil
+if limits then
+  -- The queue's limit keys a lease may write; a group's held list is checked where a job would be held.
+  refused = wrong_type({prefix .. 'limit_groups', 'set', prefix .. 'throttled', 'zset'})
+  if refused then return refused end
+end
 local MAX_HELD = 1000
 local now = now_ms()
 
@@ -255,14 +261,25 @@ local function plan_of(job_type)
 end
 
 -- A job held before (and let go by a slot given back) is older than the group's other held jobs: it goes
--- back to the head of the list, a new one to its tail.
+-- back to the head of the list, a new one to its tail. A held list of another type (fsck reports it) cannot
+-- take the job, and the script has written already: the job goes to the dead set with the reason (and is
+-- reported as dropped) rather than stay in no list. It counts as held, so that one call's work stays bounded.
 local function hold(job_key, id, group, again)
+  local list = prefix .. 'held:' .. group
+  if type(redis.pcall(again and 'RPUSH' or 'LPUSH', list, id)) ~= 'number' then
+    local why = 'its limit group ' .. group .. ' cannot hold it: ' .. list .. ' holds a ' ..
+      redis.call('TYPE', list).ok .. ', not a list (jobcar fsck finds it and repairs it)'
+    move_to_dead(prefix, dead, job_key, id, now, why, tonumber(ARGV[7]), tonumber(ARGV[8]))
+    redis.call('HDEL', job_key, 'held', 'held_at')
+    dropped[#dropped + 1] = {id, why .. '; moved to the dead set'}
+    held = held + 1
+    return
+  end
   if again then
     redis.call('HSET', job_key, 'state', 'held', 'held', group)
   else  -- `held_at` stays from the first hold until the lease: how long limits held the job, in all
     redis.call('HSET', job_key, 'state', 'held', 'held', group, 'held_at', started)
   end
-  redis.call(again and 'RPUSH' or 'LPUSH', prefix .. 'held:' .. group, id)
   index_group(group)
   held = held + 1
 end

@@ -33,10 +33,12 @@
 --- @include "turns"
 --- @include "gcra"
 
+local prefix = ARGV[1]
 local refused = wrong_type({KEYS[1], 'zset', KEYS[2], 'list', KEYS[3], 'zset'})
+  -- with limits, the limit keys the pass writes too
+  or (ARGV[6] and wrong_type({prefix .. 'limit_groups', 'set', prefix .. 'throttled', 'zset'}))
 if refused then return refused end
 
-local prefix = ARGV[1]
 local now = now_ms()
 local expired = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', '(' .. now, 'LIMIT', 0, tonumber(ARGV[2]))
 local reply = {}
