@@ -151,10 +151,15 @@ def _orphan_priority_check(q: QueueDriver) -> None:
 ONE_AT_A_TIME = '{"t": {"total": 1}}'
 
 
-def _orphan_held(q: QueueDriver) -> tuple[str, str]:
-    enqueue_id(q, "running")
+def _lease_one_hold_one(q: QueueDriver, running: str) -> None:
+    """Job `running` leased under ONE_AT_A_TIME, and job "h" held behind it."""
+    enqueue_id(q, running)
     enqueue_id(q, "h")
-    assert [leased.job.id for leased in q.lease(limits=ONE_AT_A_TIME).jobs] == ["running"]
+    assert [leased.job.id for leased in q.lease(limits=ONE_AT_A_TIME).jobs] == [running]
+
+
+def _orphan_held(q: QueueDriver) -> tuple[str, str]:
+    _lease_one_hold_one(q, "running")
     q.redis.delete(q.keys.held("t"))  # the held list lost
     return "orphan_hash", "h"
 
@@ -166,9 +171,7 @@ def _held_back_to_pending(q: QueueDriver) -> None:
 
 
 def _leaked_slot(q: QueueDriver) -> tuple[str, str]:
-    enqueue_id(q, "gone")
-    enqueue_id(q, "h")
-    assert [leased.job.id for leased in q.lease(limits=ONE_AT_A_TIME).jobs] == ["gone"]
+    _lease_one_hold_one(q, "gone")
     q.redis.delete(q.keys.job("gone"))
     q.redis.zrem(q.keys.active, "gone")
     return "leaked_slot", "gone"
@@ -200,9 +203,7 @@ def _held_list_gone(q: QueueDriver) -> None:
 
 
 def _slot_hash_wrong_type(q: QueueDriver) -> tuple[str, str]:
-    enqueue_id(q, "a")
-    enqueue_id(q, "h")
-    assert [leased.job.id for leased in q.lease(limits=ONE_AT_A_TIME).jobs] == ["a"]
+    _lease_one_hold_one(q, "a")
     q.redis.delete(q.keys.slots("t"))
     q.redis.sadd(q.keys.slots("t"), "a")  # written by something else than jobcar
     return "wrong_type", q.keys.slots("t")
@@ -213,9 +214,7 @@ def _slot_hash_gone(q: QueueDriver) -> None:
 
 
 def _active_no_token_slot(q: QueueDriver) -> tuple[str, str]:
-    enqueue_id(q, "a")
-    enqueue_id(q, "h")
-    assert [leased.job.id for leased in q.lease(limits=ONE_AT_A_TIME).jobs] == ["a"]
+    _lease_one_hold_one(q, "a")
     q.redis.hdel(q.keys.job("a"), "token")
     return "active_without_lease", "a"
 
