@@ -71,7 +71,7 @@ local max_by_type = cjson.decode(ARGV[6])
 local limits = ARGV[9] and ARGV[9] ~= '{}' and cjson.decode(ARGV[9]) or nil
 if limits then
   -- The queue's limit keys a lease may write; a group's held list is checked where a job would be held.
-  refused = wrong_type({prefix .. 'limit_groups', 'set', prefix .. 'throttled', 'zset'})
+  refused = wrong_type(limit_key_types(prefix))
   if refused then return refused end
 end
 local MAX_HELD = 1000
@@ -237,10 +237,7 @@ local function key_full(job_type, key, limit)
   if type_taken(job_type) < limit then return false end
   local counts = by_key[job_type]
   if not counts then
-    counts = {}
-    local keys = redis.pcall('HVALS', prefix .. 'slots:' .. job_type)
-    if keys.err then keys = {} end
-    for _, taken_by in ipairs(keys) do counts[taken_by] = (counts[taken_by] or 0) + 1 end
+    counts = key_counts(prefix, job_type)
     local pairs_taken = taken[job_type] or {}
     for i = 2, #pairs_taken, 2 do counts[pairs_taken[i]] = (counts[pairs_taken[i]] or 0) + 1 end
     by_key[job_type] = counts

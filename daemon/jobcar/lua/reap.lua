@@ -36,7 +36,7 @@
 local prefix = ARGV[1]
 local refused = wrong_type({KEYS[1], 'zset', KEYS[2], 'list', KEYS[3], 'zset'})
   -- with limits, the limit keys the pass writes too
-  or (ARGV[6] and wrong_type({prefix .. 'limit_groups', 'set', prefix .. 'throttled', 'zset'}))
+  or (ARGV[6] and wrong_type(limit_key_types(prefix)))
 if refused then return refused end
 
 local now = now_ms()

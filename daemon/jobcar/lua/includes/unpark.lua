@@ -15,22 +15,29 @@ local function group_parts(group)
   return string.sub(group, 1, at - 1), string.sub(group, at + 1)
 end
 
+-- The keys of `job_type` holding slots, each to how many: one read of the type's slot hash. A slot hash of
+-- another type (fsck reports it) holds none.
+local function key_counts(prefix, job_type)
+  local counts = {}
+  local keys = redis.pcall('HVALS', prefix .. 'slots:' .. job_type)
+  if keys.err then return counts end
+  for _, taken_by in ipairs(keys) do counts[taken_by] = (counts[taken_by] or 0) + 1 end
+  return counts
+end
+
 -- How many slots of concurrency group `group` are taken: O(1) for a type's total, one read of the type's
--- slots for a key's. A slot hash of another type (fsck reports it) holds none.
+-- slots for a key's.
 local function slots_taken(prefix, group)
   local job_type, key = group_parts(group)
-  local slots = prefix .. 'slots:' .. job_type
-  if not key then
-    local n = redis.pcall('HLEN', slots)
-    return type(n) == 'number' and n or 0
-  end
-  local keys = redis.pcall('HVALS', slots)
-  if keys.err then return 0 end
-  local n = 0
-  for _, taken_by in ipairs(keys) do
-    if taken_by == key then n = n + 1 end
-  end
-  return n
+  if key then return key_counts(prefix, job_type)[key] or 0 end
+  local n = redis.pcall('HLEN', prefix .. 'slots:' .. job_type)
+  return type(n) == 'number' and n or 0
+end
+
+-- The queue's limit keys that the lease and the reaper's pass write, with their types, as `wrong_type`
+-- checks them before a script's first write.
+local function limit_key_types(prefix)
+  return {prefix .. 'limit_groups', 'set', prefix .. 'throttled', 'zset'}
 end
 
 -- Drop `group` from <prefix>limit_groups once nothing of it runs or waits (the reaper's pass and cancel:
