@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import math
 from collections import Counter
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -76,15 +76,19 @@ async def read_limits(
             kind, colon, name = as_text(found)[len(keys.prefix) :].partition(":")
             if colon and kind in _KINDS:
                 (slot_types if kind == "slots" else names).add(name)
-        running = await _slots_taken(redis, keys, sorted(slot_types), rules)
-        ordered = sorted(names | running.keys())
+        # One round trip: a group that only runs jobs has no held list or TAT (SCAN would have found them).
+        held_groups, types = sorted(names), sorted(slot_types)
         pipe = redis.pipeline(transaction=False)
-        for name in ordered:
+        for name in held_groups:
             pipe.llen(keys.held(name))
             pipe.get(keys.tat(name))
+        for job_type in types:
+            pipe.hvals(keys.slots(job_type))
         replies = await pipe.execute(raise_on_error=False)
-        for n, name in enumerate(ordered):
-            held, tat = replies[2 * n : 2 * n + 2]
+        held_and_tat = {name: replies[2 * n : 2 * n + 2] for n, name in enumerate(held_groups)}
+        running = _slots_taken(zip(types, replies[2 * len(held_groups) :], strict=True), rules)
+        for name in sorted(names | running.keys()):
+            held, tat = held_and_tat.get(name, (0, None))
             limit, interval, burst = rule_limit(name, rules)
             next_start = None
             if name.startswith("@"):
@@ -95,17 +99,12 @@ async def read_limits(
     return groups
 
 
-async def _slots_taken(
-    redis: AsyncRedis, keys: QueueKeys, job_types: Sequence[str], rules: Mapping[str, Mapping[str, Any]]
-) -> dict[str, int]:
-    """Slots taken by concurrency group, from the types' slot hashes (id -> key, "" for none): every entry
-    counts in its type's total, one with a key also in that key's group. A type's total shows when its rule
-    has one, or a job took its slot without a key."""
-    pipe = redis.pipeline(transaction=False)
-    for job_type in job_types:
-        pipe.hvals(keys.slots(job_type))
+def _slots_taken(slot_hashes: Iterable[tuple[str, Any]], rules: Mapping[str, Mapping[str, Any]]) -> dict[str, int]:
+    """Slots taken by concurrency group, from (type, HVALS reply of its slot hash: id -> key, "" for none):
+    every entry counts in its type's total, one with a key also in that key's group. A type's total shows
+    when its rule has one, or a job took its slot without a key."""
     taken: dict[str, int] = {}
-    for job_type, values in zip(job_types, await pipe.execute(raise_on_error=False), strict=True):
+    for job_type, values in slot_hashes:
         if not isinstance(values, list):
             continue  # a slot hash of another type: fsck reports it
         by_key = Counter(as_text(value) for value in values)
