@@ -408,6 +408,17 @@ async def check_queue(
                 return  # the condition no longer holds: a transition changed the job meanwhile
         findings.append(Finding(keys.queue, kind, job_id, detail, repaired))
 
+    async def of_type(key_names: Sequence[str], expected: str, what: str = "holds") -> set[str]:
+        """The keys of `key_names` that hold `expected` or nothing; each other one is reported (and deleted
+        with --repair): the scripts read it as empty."""
+        matching = set()
+        for key, kind in zip(key_names, await _types(client, key_names), strict=True):
+            if kind in ("none", expected):
+                matching.add(key)
+            else:
+                await found(Kind.WRONG_TYPE, key, f"{what} a {kind}, not a {expected}", "", kind, expected)
+        return matching
+
     # Keys that hold another type than jobcar writes there: reported (and deleted with --repair) first, and
     # read as empty, so that one such key never stops the check.
     set_types = _set_types(keys)
@@ -438,10 +449,7 @@ async def check_queue(
     # A held list may keep ids whose hash moved on (the lease drops them when it reaches them): only the
     # held hashes found in their group's list count as listed.
     groups = await _limit_groups(client, keys)
-    held_lists = [keys.held(group) for group in groups]
-    for key, kind in zip(held_lists, await _types(client, held_lists), strict=True):
-        if kind not in ("none", "list"):  # the scripts hold and let go nothing there: reported, deleted with --repair
-            await found(Kind.WRONG_TYPE, key, f"holds a {kind}, not a list", "", kind, "list")
+    await of_type([keys.held(group) for group in groups], "list")
     for job_id in await _held_ids(client, keys, groups):
         job = hashes.get(job_id)
         if job is not None and job.state == State.HELD.value and State.HELD.value not in sets.get(job_id, []):
@@ -539,12 +547,11 @@ async def check_queue(
     # Concurrency slots: each held for an active job (the reaper gives back the others too, ADR 0014). The
     # types whose groups are indexed: a rate group takes no slot, a key's turn group's type is indexed itself.
     slot_types = sorted({group.partition("#")[0] for group in groups if group[:1] not in ("@", "~")})
-    slot_keys = [keys.slots(job_type) for job_type in slot_types]
-    for job_type, key, kind in zip(slot_types, slot_keys, await _types(client, slot_keys), strict=True):
-        if kind not in ("none", "hash"):  # the scripts count no slot there: reported, deleted with --repair
-            await found(Kind.WRONG_TYPE, key, f"holds a {kind}, not a hash", "", kind, "hash")
+    slot_hashes = await of_type([keys.slots(job_type) for job_type in slot_types], "hash")
+    for job_type in slot_types:
+        if keys.slots(job_type) not in slot_hashes:
             continue
-        for job_id in sorted(as_text(m) for m in await _hash_fields(client, key)):
+        for job_id in sorted(as_text(m) for m in await _hash_fields(client, keys.slots(job_type))):
             job = hashes.get(job_id)
             if job is None or job.state != State.ACTIVE.value:
                 what = "has no job hash" if job is None else f"is {job.state or 'in no state'}"
@@ -554,9 +561,7 @@ async def check_queue(
     # Batch counters: only their type can be wrong (a batch key of another type counts nothing).
     batches = await _scan(client, keys.all_batches())
     for chunk in _chunks(batches):
-        for batch_key, kind in zip(chunk, await _types(client, chunk), strict=True):
-            if kind not in ("none", "hash"):
-                await found(Kind.WRONG_TYPE, batch_key, f"batch counters hold a {kind}, not a hash", "", kind, "hash")
+        await of_type(chunk, "hash", what="batch counters hold")
 
     now = await _redis_now_ms(client)
     await _check_waiting(client, keys, zsets[State.WAITING.value], now, dead_limits, found)
