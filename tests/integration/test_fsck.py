@@ -13,6 +13,7 @@ import pytest
 
 from jobcar.cli import main
 from jobcar.job import State
+from jobcar.keys import QueueKeys
 from tests.integration.driver import QueueDriver
 from tests.integration.test_cli import cli
 
@@ -177,17 +178,21 @@ def _leaked_slot(q: QueueDriver) -> tuple[str, str]:
     return "leaked_slot", "gone"
 
 
-def _limit_key_wrong_type(name: str) -> Callable[[QueueDriver], tuple[str, str]]:
+def _string_at(key_of: Callable[[QueueKeys], str]) -> Callable[[QueueDriver], tuple[str, str]]:
+    """A corruption: a string, written by something else than jobcar, where `key_of` names a key."""
+
     def corrupt(q: QueueDriver) -> tuple[str, str]:
-        q.redis.set(getattr(q.keys, name), "written by something else")
-        return "wrong_type", getattr(q.keys, name)
+        q.redis.set(key_of(q.keys), "written by something else")
+        return "wrong_type", key_of(q.keys)
 
     return corrupt
 
 
-def _limit_key_gone(name: str) -> Callable[[QueueDriver], None]:
+def _gone(key_of: Callable[[QueueKeys], str]) -> Callable[[QueueDriver], None]:
+    """The check after a repair that deleted the key `key_of` names."""
+
     def check(q: QueueDriver) -> None:
-        assert not q.redis.exists(getattr(q.keys, name))
+        assert not q.redis.exists(key_of(q.keys))
 
     return check
 
@@ -198,19 +203,11 @@ def _held_list_wrong_type(q: QueueDriver) -> tuple[str, str]:
     return "wrong_type", q.keys.held("t")
 
 
-def _held_list_gone(q: QueueDriver) -> None:
-    assert not q.redis.exists(q.keys.held("t"))
-
-
 def _slot_hash_wrong_type(q: QueueDriver) -> tuple[str, str]:
     _lease_one_hold_one(q, "a")
     q.redis.delete(q.keys.slots("t"))
     q.redis.sadd(q.keys.slots("t"), "a")  # written by something else than jobcar
     return "wrong_type", q.keys.slots("t")
-
-
-def _slot_hash_gone(q: QueueDriver) -> None:
-    assert not q.redis.exists(q.keys.slots("t"))
 
 
 def _active_no_token_slot(q: QueueDriver) -> tuple[str, str]:
@@ -258,15 +255,6 @@ def _debounce_wrong_type(q: QueueDriver) -> tuple[str, str]:
 
 def _debounce_gone(q: QueueDriver) -> None:
     assert q.redis.exists(q.keys.debounce("k")) == 0
-
-
-def _settled_wrong_type(q: QueueDriver) -> tuple[str, str]:
-    q.redis.set(q.keys.settled, "not a list")
-    return "wrong_type", q.keys.settled
-
-
-def _settled_gone(q: QueueDriver) -> None:
-    assert q.redis.exists(q.keys.settled) == 0
 
 
 def _schedule_missing(q: QueueDriver) -> tuple[str, str]:
@@ -424,10 +412,11 @@ CASES = {
     "held hash out of its list": Case(_orphan_held, _held_back_to_pending),
     "slot of a job that is gone": Case(_leaked_slot, _slot_given_back),
     "active without token, holding a slot": Case(_active_no_token_slot, _unleased_and_slot_back),
-    "slot hash of another type": Case(_slot_hash_wrong_type, _slot_hash_gone),
-    "held list of another type": Case(_held_list_wrong_type, _held_list_gone),
-    "limit groups of another type": Case(_limit_key_wrong_type("limit_groups"), _limit_key_gone("limit_groups")),
-    "throttled groups of another type": Case(_limit_key_wrong_type("throttled"), _limit_key_gone("throttled")),
+    "slot hash of another type": Case(_slot_hash_wrong_type, _gone(lambda k: k.slots("t"))),
+    "held list of another type": Case(_held_list_wrong_type, _gone(lambda k: k.held("t"))),
+    "limit groups of another type": Case(_string_at(lambda k: k.limit_groups), _gone(lambda k: k.limit_groups)),
+    "throttled groups of another type": Case(_string_at(lambda k: k.throttled), _gone(lambda k: k.throttled)),
+    "batch counters of another type": Case(_string_at(lambda k: k.batch("b")), _gone(lambda k: k.batch("b"))),
     "unique window without ttl": Case(_window_no_ttl, _window_ttl_check),
     "debounce key of another type": Case(_debounce_wrong_type, _debounce_gone),
     "schedule in the ZSET without a hash": Case(_schedule_missing, _schedule_missing_check),
@@ -441,7 +430,7 @@ CASES = {
     "a batch callback whose batch expired": Case(_expired_batch, _settled(State.PENDING, "nightly.on_complete")),
     "a batch callback its batch never told": Case(_batch_fired_untold, _told_with_counts),
     "waiting for nothing": Case(_waiting_for_nothing, _settled(State.PENDING, "next")),
-    "settled list of another type": Case(_settled_wrong_type, _settled_gone),
+    "settled list of another type": Case(_string_at(lambda k: k.settled), _gone(lambda k: k.settled)),
 }
 
 
