@@ -197,6 +197,27 @@ def _gone(key_of: Callable[[QueueKeys], str]) -> Callable[[QueueDriver], None]:
     return check
 
 
+def _job_key_wrong_type(q: QueueDriver) -> tuple[str, str]:
+    enqueue_id(q, "j")
+    q.redis.set(q.keys.job("j"), "written by something else")  # its id stays in pending
+    return "wrong_type", q.keys.job("j")
+
+
+def _job_key_gone(q: QueueDriver) -> None:
+    assert not q.redis.exists(q.keys.job("j"))
+    assert q.sets_of("j") == [], "out of every set, so that no script meets it again"
+
+
+def _unique_lock_wrong_type(q: QueueDriver) -> tuple[str, str]:
+    q.redis.hset(q.keys.unique("k"), "written by", "something else")
+    return "wrong_type", q.keys.unique("k")
+
+
+def _schedule_wrong_type(q: QueueDriver) -> tuple[str, str]:
+    q.redis.set(q.keys.schedule("s"), "written by something else")
+    return "wrong_type", q.keys.schedule("s")
+
+
 def _held_list_wrong_type(q: QueueDriver) -> tuple[str, str]:
     q.redis.sadd(q.keys.limit_groups, "t")
     q.redis.set(q.keys.held("t"), "not a list")
@@ -413,6 +434,9 @@ CASES = {
     "slot of a job that is gone": Case(_leaked_slot, _slot_given_back),
     "active without token, holding a slot": Case(_active_no_token_slot, _unleased_and_slot_back),
     "slot hash of another type": Case(_slot_hash_wrong_type, _gone(lambda k: k.slots("t"))),
+    "job key of another type": Case(_job_key_wrong_type, _job_key_gone),
+    "unique lock of another type": Case(_unique_lock_wrong_type, _gone(lambda k: k.unique("k"))),
+    "schedule of another type": Case(_schedule_wrong_type, _gone(lambda k: k.schedule("s"))),
     "held list of another type": Case(_held_list_wrong_type, _gone(lambda k: k.held("t"))),
     "limit groups of another type": Case(_string_at(lambda k: k.limit_groups), _gone(lambda k: k.limit_groups)),
     "throttled groups of another type": Case(_string_at(lambda k: k.throttled), _gone(lambda k: k.throttled)),
@@ -463,6 +487,16 @@ def test_an_id_in_two_sets_is_reported_not_guessed(q: QueueDriver, run: Run) -> 
     assert (code, err) == (1, "")
     assert out == "default several_sets two: in pending and scheduled (hash state pending)\n"
     assert run("--repair") == (1, out, "")  # no safe repair: still a finding
+    assert q.snapshot() == before
+
+
+def test_a_hash_in_no_set_and_no_known_state_is_reported_not_guessed(q: QueueDriver, run: Run) -> None:
+    q.redis.hset(q.keys.job("b"), mapping={"type": "t", "payload": "1", "state": "bogus", "created": "1"})
+    before = q.snapshot()
+    code, out, err = run()
+    assert (code, err) == (1, "")
+    assert out == "default bad_state b: hash in no set with state bogus\n"
+    assert run("--repair") == (1, out, "")  # no safe repair: which set it belongs in is a guess
     assert q.snapshot() == before
 
 
