@@ -51,6 +51,7 @@ from jobcar.formats import loads_strict, redact
 from jobcar.job import DEFAULT_CONTENT_TYPE, FINISHED, EnqueueStatus, JobInfo, State
 from jobcar.listen import exposure_problem, parse_listen
 from jobcar.names import ID_PATTERN, check_name
+from jobcar.options import OPTIONS, Kind, api_name
 from jobcar.records import Payload
 from jobcar.transitions import CancelResult
 from jobcar.ui.pages import build_ui_app
@@ -71,12 +72,10 @@ UI_PREFIX: Final = "/ui"
 MAX_WAIT: Final = 60.0
 SHUTDOWN_TIMEOUT: Final = 5.0  # for in-flight requests when the listener is cleaned up
 
-#: Request fields passed on to AsyncClient.enqueue as they are ("id" as job_id): the client validates them.
-_PLAIN: Final = ("queue", "id", "unique_key", "traceparent", "batch", "meta", "max_attempts", "priority", "unique_mode",
-                  "debounce_key", "key", "after", "on_dependency_failure")  # fmt: skip
-_DURATIONS: Final = ("delay", "unique_for", "timeout", "expires_in", "debounce", "debounce_max_wait")
-_MOMENTS: Final = ("run_at", "expires_at")
-JOB_FIELDS: Final = frozenset({"type", "payload", "payload_base64", "content_type", *_MOMENTS, *_PLAIN, *_DURATIONS})
+#: Request field -> the enqueue option it carries ("id" is job_id). Durations and instants are read from their JSON
+#: text here; the client validates every value.
+_OPTION_FIELDS: Final = {api_name(name): name for name in OPTIONS if name != "content_type"}
+JOB_FIELDS: Final = frozenset({"type", "payload", "payload_base64", "content_type", *_OPTION_FIELDS})
 # The content type becomes a header of the handler's request: printable ASCII only.
 _CONTENT_TYPE: Final = re.compile(r"[\x21-\x7e][\x20-\x7e]{0,199}")
 # Redis errors that mean "not now" rather than "bad request": by class where redis-py has one (it strips the
@@ -364,17 +363,19 @@ def job_spec(item: object) -> RequestedJob:
     if not isinstance(item.get("type"), str):
         raise InvalidJob("type is required: the job type, a string")
     options: dict[str, Any] = {}
-    for name in _PLAIN:
-        if isinstance(item.get(name), bool):  # true would pass for max_attempts or priority 1
-            raise InvalidJob(f"{name} must not be true or false")
-        if item.get(name) is not None:
-            options["job_id" if name == "id" else name] = item[name]
-    for name in _DURATIONS:
-        if item.get(name) is not None:
-            options[name] = _duration(name, item[name])
-    for name in _MOMENTS:
-        if item.get(name) is not None:
-            options[name] = _moment(name, item[name])
+    for field, name in _OPTION_FIELDS.items():
+        value = item.get(field)
+        if value is None:
+            continue
+        kind = OPTIONS[name].kind
+        if kind is Kind.DURATION:
+            options[name] = _duration(field, value)
+        elif kind is Kind.INSTANT:
+            options[name] = _moment(field, value)
+        elif isinstance(value, bool):  # true would pass for max_attempts or priority 1
+            raise InvalidJob(f"{field} must not be true or false")
+        else:
+            options[name] = value
     content_type = item.get("content_type")
     if content_type is not None and (not isinstance(content_type, str) or not _CONTENT_TYPE.fullmatch(content_type)):
         raise InvalidJob("content_type must be a media type in printable ASCII, like application/octet-stream")

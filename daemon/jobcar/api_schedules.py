@@ -13,7 +13,6 @@ POST   /v1/schedules/{name}/trigger   200 {"name", "job_id"}: one job now, the s
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
-from typing import Final
 
 from aiohttp import web
 
@@ -21,11 +20,7 @@ from jobcar.client import AsyncClient
 from jobcar.errors import InvalidJob
 from jobcar.formats import loads_strict
 from jobcar.names import check_name
-
-#: The fields of a PUT body: `schedules.make_spec`'s arguments.
-SPEC_FIELDS: Final = frozenset({"type", "payload", "queue", "cron", "every", "timezone", "start", "end", "limit",
-                                "catchup", "catchup_window", "overlap", "max_attempts", "timeout", "priority",
-                                "expires_in", "meta"})  # fmt: skip
+from jobcar.schedules import SPEC_FIELDS
 
 ClientOf = Callable[[web.Request], AsyncClient]
 
@@ -59,7 +54,7 @@ def add_schedule_routes(
             raise InvalidJob(f"request body is not valid JSON: {exc}") from None
         if not isinstance(document, dict):
             raise InvalidJob("request body must be a JSON object: the schedule")
-        unknown = sorted(document.keys() - SPEC_FIELDS)
+        unknown = sorted(document.keys() - set(SPEC_FIELDS))
         if unknown:
             raise InvalidJob(f"unknown field(s): {', '.join(unknown)}")
         if not isinstance(document.get("type"), str):

@@ -18,7 +18,7 @@ import os
 import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import Any, Generic, TypeVar
+from typing import Any, Generic, TypeVar, Unpack
 
 import redis
 import redis.asyncio
@@ -36,6 +36,7 @@ from jobcar.dependencies import (
 from jobcar.job import FINISHED, Job, JobInfo
 from jobcar.keys import DEFAULT_NAMESPACE, DEFAULT_QUEUE, QueueKeys, queues_key
 from jobcar.names import ID_PATTERN, check_name
+from jobcar.options import EnqueueOptions
 from jobcar.records import DEFAULT_MAX_PAYLOAD_BYTES, JobSpec, Payload, build_callbacks, build_record, build_records
 from jobcar.redis_url import EMBEDDED_URL, is_sentinel_url
 from jobcar.replies import BATCH_FIELDS, as_text, decode_names, parse_batch, parse_job
@@ -292,11 +293,9 @@ class Client(_Shell[SyncRedis]):
         return cls.from_url(url, namespace=config.namespace, cluster=cluster,
                             max_payload_bytes=config.max_payload_bytes, **redis_options)  # fmt: skip
 
-    def enqueue(self, type: str, payload: Payload = None, **options: Any) -> JobInfo:
-        """Enqueue one job. Options: queue, delay, run_at, max_attempts, unique_for, unique_key, job_id,
-        timeout, content_type, traceparent, meta, batch, priority, expires_in, expires_at, unique_mode,
-        debounce, debounce_key, debounce_max_wait, key, after, on_dependency_failure (see the README and
-        docs/protocol.md; `after` and jobs that wait for others: docs/dependencies.md).
+    def enqueue(self, type: str, payload: Payload = None, **options: Unpack[EnqueueOptions]) -> JobInfo:
+        """Enqueue one job. The options are `EnqueueOptions` (jobcar/options.py; the README's table says
+        what each does; `after` and jobs that wait for others: docs/dependencies.md).
 
         With `job_id`, enqueue is add-if-absent: when that id exists, nothing is written and the
         existing job is returned with status EXISTS. With `unique_for`, a job whose unique key is
@@ -404,8 +403,8 @@ class Client(_Shell[SyncRedis]):
 
     def upsert_schedule(self, name: str, **spec: Any) -> str:
         """Create or change a periodic job: `type`, `payload`, `queue`, `cron` or `every`, `timezone`, `start`,
-        `end`, `limit`, `catchup`, `catchup_window`, `overlap`, and the job options max_attempts, timeout,
-        priority, expires_in, meta. Returns "created", "changed" or "unchanged"."""
+        `end`, `limit`, `catchup`, `catchup_window`, `overlap`, and the job options that schedules accept
+        (`options.SCHEDULE_OPTIONS`). Returns "created", "changed" or "unchanged"."""
         built = make_spec(name, max_payload_bytes=self.max_payload_bytes, **spec)
         return run_sync(self.redis, schedule_store.upsert(self.namespace, built, "api"))
 
@@ -455,7 +454,7 @@ class AsyncClient(_Shell[AsyncRedis]):
             client = redis.asyncio.Redis.from_url(url, **redis_options)
         return cls(client, namespace=namespace, max_payload_bytes=max_payload_bytes)
 
-    async def enqueue(self, type: str, payload: Payload = None, **options: Any) -> JobInfo:
+    async def enqueue(self, type: str, payload: Payload = None, **options: Unpack[EnqueueOptions]) -> JobInfo:
         return (await self._enqueue([build_record(type, payload, self.max_payload_bytes, **options)]))[0]
 
     async def enqueue_many(self, jobs: Iterable[JobSpec]) -> list[JobInfo]:

@@ -46,6 +46,7 @@ from jobcar.config_values import boolean, choice, duration, integer, optional_st
 from jobcar.errors import InvalidJob, JobcarError
 from jobcar.listen import exposure_problem, parse_listen
 from jobcar.names import NAME_PATTERN, NAME_RULE, TYPE_PATTERN, TYPE_RULE
+from jobcar.options import OPTIONS, SCHEDULE_OPTIONS, Kind, Option
 from jobcar.redis_url import is_sentinel_url, redis_url_problem
 from jobcar.schedules import CATCHUP, OVERLAP, ScheduleSpec, make_spec
 from jobcar.units import parse_duration
@@ -516,6 +517,15 @@ def _string_map(r: Reader, node: yaml.Node, path: KeyPath) -> dict[str, str]:
     return {name: r.text(entry.value, "text") for name, entry in r.entries(node, path).items()}
 
 
+#: How the config reads each kind of job option a schedule may give; make_spec checks the values.
+_OPTION_READERS: Final[Mapping[Kind, Callable[[Option], Converter]]] = {
+    Kind.DURATION: lambda _: _text,
+    Kind.TEXT: lambda _: _text,
+    Kind.COUNT: lambda option: _positive if option.minimum == 1 else integer(option.minimum),
+    Kind.CHOICE: lambda option: choice(option.choices),
+    Kind.STRINGS: lambda _: _string_map,
+}
+
 _SCHEDULE_FIELDS: Final[Mapping[str, Converter]] = {
     "type": _text,
     "payload": _value,
@@ -529,11 +539,7 @@ _SCHEDULE_FIELDS: Final[Mapping[str, Converter]] = {
     "catchup": choice(CATCHUP),
     "catchup_window": _text,
     "overlap": choice(OVERLAP),
-    "max_attempts": _positive,
-    "timeout": _text,
-    "priority": integer(0),
-    "expires_in": _text,
-    "meta": _string_map,
+    **{name: _OPTION_READERS[OPTIONS[name].kind](OPTIONS[name]) for name in SCHEDULE_OPTIONS},
 }
 
 

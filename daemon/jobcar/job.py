@@ -90,7 +90,7 @@ class Job:
     jobcar changes after building it.
 
     Not a frozen dataclass, unlike the small records around it: the daemon builds one per leased job,
-    and a frozen one sets each of its 29 fields through `object.__setattr__`, three times the cost
+    and a frozen one sets each of its 30 fields through `object.__setattr__`, three times the cost
     (ADR 0006)."""
 
     id: str
@@ -102,6 +102,8 @@ class Job:
     attempt: int = 0
     max_attempts: int | None = None
     timeout_ms: int | None = None
+    #: The producer's first retry delay (`backoff=`), in place of its handler's backoff base.
+    backoff_ms: int | None = None
     created_ms: int = 0
     run_at_ms: int | None = None
     started_ms: int | None = None
@@ -181,6 +183,7 @@ class Job:
             attempt=_opt_int(get(b"attempt")) or 0,
             max_attempts=_opt_int(get(b"max_attempts")),
             timeout_ms=_opt_int(get(b"timeout")),
+            backoff_ms=_opt_int(get(b"backoff")),
             created_ms=_opt_int(get(b"created")) or 0,
             run_at_ms=_opt_int(get(b"run_at")),
             started_ms=_opt_int(get(b"started")),

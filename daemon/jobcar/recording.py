@@ -10,7 +10,7 @@ became of the job. Pure: no I/O.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from enum import StrEnum
 from typing import Final
 
@@ -105,7 +105,10 @@ def outcome_call(
     handler = config.handlers.get(job.type)
     delay = outcome.retry_after
     if delay is None:
-        delay = retry_delay(handler.backoff if handler else config.defaults.backoff, job.attempt)
+        policy = handler.backoff if handler else config.defaults.backoff
+        if job.backoff_ms is not None:
+            policy = replace(policy, base=job.backoff_ms / 1000)
+        delay = retry_delay(policy, job.attempt)
     limits = handler.limits if handler else None
     hold = hold_back(limits) if outcome.busy and limits is not None and limits.on_429 != "job" else None
     call = retry_call(

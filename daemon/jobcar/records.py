@@ -15,13 +15,14 @@ import re
 from collections import deque
 from collections.abc import Callable, Iterable, Mapping
 from datetime import datetime, timedelta
-from typing import Any, Final, TypeAlias
+from typing import Any, Final, Literal, TypeAlias, Unpack
 
 from jobcar.dependencies import BATCH_REF_PREFIX, after_refs, on_dependency_failure
 from jobcar.errors import InvalidJob, PayloadTooLarge
 from jobcar.job import DEFAULT_CONTENT_TYPE
-from jobcar.keys import DEFAULT_QUEUE, MAX_PRIORITY
+from jobcar.keys import DEFAULT_QUEUE
 from jobcar.names import ID_PATTERN, TYPE_PATTERN, check_name
+from jobcar.options import OPTIONS, UNIQUE_MODES, EnqueueOptions, Kind, Option
 from jobcar.transitions import EnqueueRecord
 from jobcar.units import parse_duration
 
@@ -37,12 +38,6 @@ RAW_CONTENT_TYPE: Final = "application/octet-stream"
 TRACEPARENT_PATTERN: Final = re.compile(r"[0-9a-f]{2}-[0-9a-f]{32}-[0-9a-f]{16}-[0-9a-f]{2}")
 MAX_META_BYTES: Final = 4096
 
-ENQUEUE_OPTIONS: Final = frozenset(
-    {"queue", "delay", "run_at", "max_attempts", "unique_for", "unique_key", "job_id", "timeout",
-     "content_type", "traceparent", "meta", "batch", "priority", "expires_in", "expires_at", "unique_mode",
-     "debounce", "debounce_key", "debounce_max_wait", "key", "after", "on_dependency_failure"}
-)  # fmt: skip
-UNIQUE_MODES: Final = ("until_done", "window")
 #: A job's key for its type's per-key limits (`key=`): a tenant, an account, a host.
 MAX_LIMIT_KEY: Final = 200
 LIMIT_KEY_PATTERN: Final = re.compile(rf"[^\x00-\x1f\x7f]{{1,{MAX_LIMIT_KEY}}}")
@@ -128,46 +123,73 @@ def _epoch_ms(value: object, what: str = "run_at") -> int:
     return int(_seconds(what, value, MAX_EPOCH_SECONDS, text=False) * 1000)
 
 
-def _positive_ms(what: str, value: object) -> int:
-    ms = int(_seconds(what, value) * 1000)
-    if ms <= 0:
-        raise InvalidJob(f"{what} must be positive")
-    return ms
-
-
-def _priority(value: object) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= MAX_PRIORITY:
-        raise InvalidJob(
-            f"priority must be a whole number from 0 (first, the default) to {MAX_PRIORITY}, got {value!r}"
-        )
+def _count(name: str, option: Option, value: object) -> int:
+    top = option.maximum
+    if isinstance(value, bool) or not isinstance(value, int) or value < option.minimum or (top and value > top):
+        expected = option.range_text or (f"a whole number from {option.minimum} to {top}" if top else
+                                         "a positive integer" if option.minimum == 1 else "a whole number")  # fmt: skip
+        raise InvalidJob(f"{name} must be {expected}, got {value!r}")
     return value
 
 
-def _expiry(options: Mapping[str, Any], delay_ms: int) -> tuple[int | None, int | None]:
+def _duration_ms(name: str, option: Option, value: object) -> int:
+    ms = int(_seconds(name, value) * 1000)
+    if ms < option.minimum:
+        raise InvalidJob(f"{name} must be positive")
+    return ms
+
+
+def _choice(name: str, option: Option, value: object) -> str:
+    if value not in option.choices:
+        raise InvalidJob(f"{name} must be one of {', '.join(option.choices)}, got {value!r}")
+    return str(value)
+
+
+#: Each kind's check: a duration becomes milliseconds, an instant epoch milliseconds. Text, references
+#: and mappings are checked by build_record's rules, which know what each one names.
+_CHECKS: Final[Mapping[Kind, Callable[[str, Option, Any], Any]]] = {
+    Kind.DURATION: _duration_ms,
+    Kind.INSTANT: lambda name, _, value: _epoch_ms(value, name),
+    Kind.COUNT: _count,
+    Kind.CHOICE: _choice,
+}
+
+
+def checked(options: Mapping[str, object]) -> dict[str, Any]:
+    """The options given (None counts as not given), each checked for its kind: durations in ms, instants
+    in epoch ms. Every problem is an InvalidJob."""
+    unknown = options.keys() - OPTIONS.keys()
+    if unknown:
+        raise InvalidJob(f"unknown enqueue option(s): {', '.join(sorted(unknown))}")
+    values: dict[str, Any] = {}
+    for name, value in options.items():
+        if value is not None:
+            option = OPTIONS[name]
+            check = _CHECKS.get(option.kind)
+            values[name] = value if check is None else check(name, option, value)
+    return values
+
+
+def _expiry(values: Mapping[str, Any], delay_ms: int) -> tuple[int | None, int | None]:
     """(expires_at_ms, expires_in_ms) from the options `expires_at` and `expires_in`, at most one given."""
-    expires_in, expires_at = options.get("expires_in"), options.get("expires_at")
-    if expires_in is not None and expires_at is not None:
+    expires_in_ms, expires_at_ms = values.get("expires_in"), values.get("expires_at")
+    if expires_in_ms is not None and expires_at_ms is not None:
         raise InvalidJob("give expires_in or expires_at, not both")
-    if expires_in is None:
-        return (None if expires_at is None else _epoch_ms(expires_at, "expires_at")), None
-    expires_in_ms = _positive_ms("expires_in", expires_in)
-    if delay_ms and expires_in_ms <= delay_ms:
+    if expires_in_ms is not None and delay_ms and expires_in_ms <= delay_ms:
         raise InvalidJob("expires_in must be longer than delay: the job would expire before it may run")
-    return None, expires_in_ms
+    return expires_at_ms, expires_in_ms
 
 
-def _debounce(options: Mapping[str, Any], job_type: str) -> tuple[str | None, int | None, int | None]:
+def _debounce(values: Mapping[str, Any], job_type: str) -> tuple[str | None, int | None, int | None]:
     """(key, period ms, max wait ms) from the options `debounce`, `debounce_key` and `debounce_max_wait`."""
-    debounce, key, max_wait = options.get("debounce"), options.get("debounce_key"), options.get("debounce_max_wait")
-    if debounce is None:
-        if key is not None or max_wait is not None:
+    period_ms, key, max_wait_ms = values.get("debounce"), values.get("debounce_key"), values.get("debounce_max_wait")
+    if period_ms is None:
+        if key is not None or max_wait_ms is not None:
             raise InvalidJob("debounce_key and debounce_max_wait need debounce (the quiet period)")
         return None, None, None
     for clash in ("delay", "run_at", "unique_for"):
-        if options.get(clash) is not None:
+        if values.get(clash) is not None:
             raise InvalidJob(f"debounce sets when the job runs and which job it is: give it without {clash}")
-    period_ms = _positive_ms("debounce", debounce)
-    max_wait_ms = None if max_wait is None else _positive_ms("debounce_max_wait", max_wait)
     if max_wait_ms is not None and max_wait_ms < period_ms:
         raise InvalidJob("debounce_max_wait must be at least debounce")
     # Without a key every job of the type in the queue is one stream: the common case (refresh a cache).
@@ -195,78 +217,63 @@ def encode_payload(payload: Payload, content_type: str | None, max_bytes: int) -
     return body, None if ctype == DEFAULT_CONTENT_TYPE else ctype
 
 
-def build_record(job_type: str, payload: Payload, max_payload_bytes: int, **options: Any) -> EnqueueRecord:
+def build_record(
+    job_type: str, payload: Payload, max_payload_bytes: int, **options: Unpack[EnqueueOptions]
+) -> EnqueueRecord:
     """Validate one job and encode it for the enqueue script. Every problem is an InvalidJob."""
     check_name("job type", job_type, TYPE_PATTERN)
     if not options:
         # The common case of enqueue_many, kept cheap: every option at its default (EnqueueRecord's).
         body, content_type = encode_payload(payload, None, max_payload_bytes)
         return EnqueueRecord(new_job_id(), DEFAULT_QUEUE, job_type, body, content_type=content_type)
-    unknown = options.keys() - ENQUEUE_OPTIONS
-    if unknown:
-        raise InvalidJob(f"unknown enqueue option(s): {', '.join(sorted(unknown))}")
-    queue = check_name("queue name", options.get("queue") or DEFAULT_QUEUE)
-    body, content_type = encode_payload(payload, options.get("content_type"), max_payload_bytes)
+    values = checked(options)
+    queue = check_name("queue name", values.get("queue") or DEFAULT_QUEUE)
+    body, content_type = encode_payload(payload, values.get("content_type"), max_payload_bytes)
 
-    delay, run_at = options.get("delay"), options.get("run_at")
-    if delay is not None and run_at is not None:
+    if "delay" in values and "run_at" in values:
         raise InvalidJob("give delay or run_at, not both")
-    delay_ms = 0 if delay is None else int(_seconds("delay", delay) * 1000)
-    run_at_ms = 0 if run_at is None else _epoch_ms(run_at)
+    delay_ms, run_at_ms = values.get("delay", 0), values.get("run_at", 0)
 
-    job_id = options.get("job_id")
+    job_id = values.get("job_id")
     job_id = new_job_id() if job_id is None else check_name("job_id", job_id, ID_PATTERN)
     if job_id.startswith(BATCH_REF_PREFIX):
         raise InvalidJob(f"a job id may not start with {BATCH_REF_PREFIX!r}: that names a batch its callbacks wait for")
 
-    unique_key, unique_for = options.get("unique_key"), options.get("unique_for")
-    unique_mode = options.get("unique_mode")
-    if unique_mode is not None and (unique_mode not in UNIQUE_MODES or unique_for is None):
+    unique_key, unique_ttl_ms = values.get("unique_key"), values.get("unique_for", 0)
+    unique_mode = values.get("unique_mode")
+    if unique_mode is not None and not unique_ttl_ms:
         raise InvalidJob(f"unique_mode must be one of {', '.join(UNIQUE_MODES)}, with unique_for; got {unique_mode!r}")
-    unique_ttl_ms = 0
-    if unique_key is not None and unique_for is None:
+    if unique_key is not None and not unique_ttl_ms:
         raise InvalidJob("unique_key needs unique_for: the lock's lifetime, so a crash never leaves it forever")
-    if unique_for is not None:
-        unique_ttl_ms = int(_seconds("unique_for", unique_for) * 1000)
-        if unique_ttl_ms <= 0:
-            raise InvalidJob("unique_for must be positive")
+    if unique_ttl_ms:
         if unique_key is None:
             # Same type and payload in the same queue = the same job.
             unique_key = f"{job_type}:{hashlib.sha256(body).hexdigest()[:32]}"
         else:
             check_name("unique_key", unique_key, ID_PATTERN)
 
-    max_attempts = options.get("max_attempts")
-    if max_attempts is not None and (not isinstance(max_attempts, int) or max_attempts < 1):
-        raise InvalidJob(f"max_attempts must be a positive integer, got {max_attempts!r}")
-    timeout = options.get("timeout")
-    timeout_ms = None if timeout is None else int(_seconds("timeout", timeout) * 1000)
-    if timeout_ms is not None and timeout_ms <= 0:
-        raise InvalidJob("timeout must be positive")
-
-    traceparent = options.get("traceparent")
+    traceparent = values.get("traceparent")
     if traceparent is not None and not TRACEPARENT_PATTERN.fullmatch(str(traceparent)):
         raise InvalidJob(f"traceparent {traceparent!r} is not a W3C trace context (00-<32 hex>-<16 hex>-<2 hex>)")
-    meta = options.get("meta") or {}
+    meta = values.get("meta") or {}
     if meta:
         if not isinstance(meta, Mapping) or not all(isinstance(k, str) and isinstance(v, str) for k, v in meta.items()):
             raise InvalidJob("meta must be a mapping of strings to strings")
         if len(_json_encode(dict(meta))) > MAX_META_BYTES:
             raise InvalidJob(f"meta is over {MAX_META_BYTES} bytes")
-    batch = options.get("batch")
+    batch = values.get("batch")
     if batch is not None:
         check_name("batch id", batch, ID_PATTERN)
-    priority = 0 if options.get("priority") is None else _priority(options["priority"])
-    expires_at_ms, expires_in_ms = _expiry(options, delay_ms)
-    debounce_key, debounce_ms, debounce_max_ms = _debounce(options, job_type)
-    key = options.get("key")
+    expires_at_ms, expires_in_ms = _expiry(values, delay_ms)
+    debounce_key, debounce_ms, debounce_max_ms = _debounce(values, job_type)
+    key = values.get("key")
     if key is not None and not (isinstance(key, str) and LIMIT_KEY_PATTERN.fullmatch(key)):
         raise InvalidJob(f"key must be 1 to {MAX_LIMIT_KEY} characters without control characters, got {key!r}")
 
-    after = () if options.get("after") is None else after_refs(options["after"], queue)
+    after = () if values.get("after") is None else after_refs(values["after"], queue)
     if after and (delay_ms or run_at_ms or debounce_key):
         raise InvalidJob("a job with after runs once the jobs it waits for are done: no delay, run_at or debounce")
-    failure_policy = on_dependency_failure(options.get("on_dependency_failure"))
+    failure_policy = on_dependency_failure(values.get("on_dependency_failure"))
     if failure_policy and not after:
         raise InvalidJob("on_dependency_failure needs after: the jobs to wait for")
 
@@ -280,12 +287,13 @@ def build_record(job_type: str, payload: Payload, max_payload_bytes: int, **opti
         delay_ms=delay_ms,
         unique_key=unique_key,
         unique_ttl_ms=unique_ttl_ms,
-        max_attempts=max_attempts,
-        timeout_ms=timeout_ms,
+        max_attempts=values.get("max_attempts"),
+        timeout_ms=values.get("timeout"),
+        backoff_ms=values.get("backoff"),
         traceparent=traceparent,
         meta=meta,
         batch=batch,
-        priority=priority,
+        priority=values.get("priority", 0),
         expires_at_ms=expires_at_ms,
         expires_in_ms=expires_in_ms,
         unique_window=unique_mode == "window",
@@ -313,7 +321,7 @@ def build_records(specs: Iterable[JobSpec], max_payload_bytes: int) -> list[Enqu
 
 #: A batch's callbacks and what each does when a job of the batch did not end done (ADR 0016): on_complete
 #: runs whatever the outcome, on_success is canceled.
-CALLBACK_POLICIES: Final = {"on_complete": "run", "on_success": "cancel"}
+CALLBACK_POLICIES: Final[Mapping[str, Literal["run", "cancel"]]] = {"on_complete": "run", "on_success": "cancel"}
 #: Options a callback may not set: it waits for its batch, and its payload gets the counts around it.
 CALLBACK_RESERVED: Final = frozenset({"after", "on_dependency_failure", "delay", "run_at", "debounce"})
 
@@ -341,7 +349,8 @@ def build_callbacks(
         if clash:
             raise InvalidJob(f"{kind}: a callback runs when its batch has ended, so it takes no {', '.join(clash)}")
         options = {"queue": queue, "job_id": f"{batch_id}.{kind}", **options}
-        waits = {"after": [(queue, BATCH_REF_PREFIX + batch_id)], "on_dependency_failure": CALLBACK_POLICIES[kind]}
+        waits: EnqueueOptions = {"after": [(queue, BATCH_REF_PREFIX + batch_id)]}
+        waits["on_dependency_failure"] = CALLBACK_POLICIES[kind]
         try:
             records.append(build_record(spec[0], spec[1], max_payload_bytes, **options, **waits))
         except InvalidJob as exc:

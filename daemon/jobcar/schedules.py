@@ -26,6 +26,7 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 from jobcar.errors import InvalidJob
 from jobcar.keys import DEFAULT_QUEUE, QueueKeys
 from jobcar.names import check_name
+from jobcar.options import SCHEDULE_OPTIONS
 from jobcar.records import DEFAULT_MAX_PAYLOAD_BYTES, build_record, new_job_id
 from jobcar.replies import as_int, as_list, as_text
 from jobcar.scripts import Arg, Reply, ScriptCall, call
@@ -37,8 +38,13 @@ if TYPE_CHECKING:
 
 CATCHUP: Final = ("none", "latest", "all")
 OVERLAP: Final = ("allow", "skip")
+#: A schedule's own fields: make_spec's keyword arguments beside the options of its jobs.
+SCHEDULE_FIELDS: Final = ("type", "payload", "queue", "cron", "every", "timezone", "start", "end", "limit", "catchup",
+                          "catchup_window", "overlap")  # fmt: skip
 #: Enqueue options a schedule may give its jobs.
-JOB_OPTIONS: Final = frozenset({"max_attempts", "timeout", "priority", "expires_in", "meta"})
+JOB_OPTIONS: Final = frozenset(SCHEDULE_OPTIONS)
+#: Everything a schedule is given as: the config's keys, the schedule API's fields.
+SPEC_FIELDS: Final = (*SCHEDULE_FIELDS, *SCHEDULE_OPTIONS)
 DEFAULT_CATCHUP_WINDOW_MS: Final = 300_000
 #: Due ticks looked at in one round; beyond, the schedule moves straight to its next tick after now.
 MAX_DUE: Final = 1000

@@ -95,7 +95,7 @@ def enqueue_dataframe(
     batch_id = uuid.uuid4().hex if batch_id is None else check_name("batch id", batch_id, ID_PATTERN)
     if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
         raise InvalidJob(f"batch_size must be a positive integer, got {batch_size!r}")
-    extra = dict(options or {})
+    extra: dict[str, Any] = dict(options or {})
     clash = sorted(RESERVED_OPTIONS & set(extra))
     if clash:
         raise InvalidJob(f"options may not set {', '.join(clash)}: enqueue_dataframe sets them")

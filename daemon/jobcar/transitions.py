@@ -47,6 +47,7 @@ class EnqueueRecord:
     unique_ttl_ms: int = 0
     max_attempts: int | None = None
     timeout_ms: int | None = None
+    backoff_ms: int | None = None  # the first retry's delay, in place of the handler's backoff base
     traceparent: str | None = None
     meta: Mapping[str, str] = field(default_factory=dict)
     batch: str | None = None
@@ -81,9 +82,11 @@ class EnqueueRecord:
             ("key", self.key),
         )
         # Checked first, so that a job without them (enqueue_many's usual job) pays little (ADR 0006).
-        if self.priority or self.expires_at_ms or self.expires_in_ms or self.unique_window or self.debounce_key:
+        if (self.priority or self.expires_at_ms or self.expires_in_ms or self.unique_window or self.debounce_key
+                or self.backoff_ms):  # fmt: skip
             optional += (
                 ("priority", self.priority or None),
+                ("backoff", self.backoff_ms),
                 ("expires_at", self.expires_at_ms),
                 ("expires_in", self.expires_in_ms),
                 ("unique_mode", "window" if self.unique_window else None),

@@ -569,6 +569,21 @@ def test_recording_a_retry_without_retry_after_waits_the_handlers_backoff(any_ta
     assert job.run_at_ms == job.errors[-1].at_ms + 45_000
 
 
+@pytest.mark.parametrize(("job_backoff", "expected_ms"), [(2, 2_000), ("90s", 45_000)])
+def test_recording_a_retry_of_a_job_with_its_own_backoff_waits_that_capped_at_the_handlers_max(
+    any_target: Target, job_backoff: float | str, expected_ms: int
+) -> None:
+    q = any_target.driver()
+    job_id = q.enqueue("t", backoff=job_backoff).id
+    leased = q.lease_one()
+    config = make_config(any_target, handlers={"t": handler(backoff_s=45)})  # constant: base = max = 45 s
+
+    assert record_alone(q, config, leased, Outcome.retry("flaky")) is Recorded.RETRIED
+    job = q.job(job_id)
+    assert job is not None
+    assert job.run_at_ms == job.errors[-1].at_ms + expected_ms
+
+
 def test_recording_a_retry_of_the_last_attempt_kills_the_job(any_target: Target) -> None:
     q = any_target.driver()
     job_id = q.enqueue("t").id

@@ -16,9 +16,9 @@
 -- with "+" when it must be a positive number. Built only for a record that has optional fields: a script's
 -- whole body runs on every call, and most records have none.
 local function optional_fields()
-  return {content_type = 'store', max_attempts = 'store+', timeout = 'store+', traceparent = 'store',
-    meta = 'store', batch = 'store', key = 'store', priority = 'store', expires_at = 'store+', expires_in = 'read+',
-    unique_mode = 'read', debounce_key = 'read', debounce_ms = 'read+', debounce_max_ms = 'read+',
+  return {content_type = 'store', max_attempts = 'store+', timeout = 'store+', backoff = 'store+',
+    traceparent = 'store', meta = 'store', batch = 'store', key = 'store', priority = 'store', expires_at = 'store+',
+    expires_in = 'read+', unique_mode = 'read', debounce_key = 'read', debounce_ms = 'read+', debounce_max_ms = 'read+',
     after = 'store', on_dependency_failure = 'store', dependents = 'read'}
 end
 -- A debounced job's key outlives its run time by this much, so a job promoted late is still found.

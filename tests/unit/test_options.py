@@ -1,0 +1,171 @@
+"""The enqueue options are defined once (jobcar/options.py): every place that lists them is held against it."""
+
+from __future__ import annotations
+
+import inspect
+import json
+import re
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from jobcar.api import JOB_FIELDS
+from jobcar.errors import InvalidJob
+from jobcar.options import OPTIONS, SCHEDULE_OPTIONS, Kind, api_name
+from jobcar.records import build_record, checked
+from jobcar.schedules import SCHEDULE_FIELDS, SPEC_FIELDS, make_spec
+
+ROOT = Path(__file__).resolve().parents[2]
+STORE_JOBS = ROOT / "daemon" / "jobcar" / "lua" / "includes" / "store_jobs.lua"
+#: Fields of a record that no option sets: the client's dependency protocol writes them (ADR 0016).
+INTERNAL_FIELDS = {"dependents"}
+
+#: A value of each option that passes its checks alone or with the others below.
+EVERY_OPTION: dict[str, Any] = {
+    "queue": "q", "delay": None, "run_at": None, "max_attempts": 3, "unique_for": "1m", "unique_key": "u",
+    "unique_mode": "window", "job_id": "j", "timeout": "10s", "backoff": "2s", "content_type": "text/plain",
+    "traceparent": "00-" + "1" * 32 + "-" + "2" * 16 + "-01", "meta": {"m": "v"}, "batch": "b", "priority": 4,
+    "expires_in": "1h", "expires_at": None, "debounce": None, "debounce_key": None, "debounce_max_wait": None,
+    "key": "tenant", "after": ["other"], "on_dependency_failure": "run",
+}  # fmt: skip
+
+
+def lua_fields() -> set[str]:
+    table = re.search(r"local function optional_fields\(\)\s*return \{(.*?)\}", STORE_JOBS.read_text(), re.S)
+    assert table is not None, "store_jobs.lua's optional_fields() table moved"
+    return set(re.findall(r"(\w+) = '", table.group(1)))
+
+
+def test_the_enqueue_scripts_field_table_has_a_field_for_every_option_that_travels_as_one() -> None:
+    carried = {option.field for option in OPTIONS.values() if option.field}
+    assert carried | INTERNAL_FIELDS == lua_fields()
+
+
+def test_a_record_with_every_option_sends_only_fields_the_script_knows() -> None:
+    assert set(EVERY_OPTION) == set(OPTIONS), "give every option a value above"
+    given = {name: value for name, value in EVERY_OPTION.items() if value is not None}
+    record = build_record("t", b"body", 1024, **given)
+    sent = set(record.optional_fields()[::2])
+    assert sent <= lua_fields()
+    assert "backoff" in sent
+    assert record.backoff_ms == 2000
+
+
+@pytest.mark.parametrize("name", [n for n, o in OPTIONS.items() if o.kind is Kind.DURATION])
+def test_every_duration_option_takes_seconds_a_timedelta_or_text_and_refuses_anything_else(name: str) -> None:
+    assert checked({name: "1m30s"})[name] == 90_000
+    assert checked({name: 1.5})[name] == 1500
+    with pytest.raises(InvalidJob, match=name):
+        checked({name: [1]})
+    with pytest.raises(InvalidJob, match=name):
+        checked({name: "soon"})
+    if OPTIONS[name].minimum:
+        with pytest.raises(InvalidJob, match=f"{name} must be positive"):
+            checked({name: 0})
+
+
+@pytest.mark.parametrize("name", [n for n, o in OPTIONS.items() if o.kind is Kind.INSTANT])
+def test_every_instant_option_takes_an_aware_datetime_or_epoch_seconds(name: str) -> None:
+    assert checked({name: datetime(2030, 1, 2, tzinfo=UTC)})[name] == 1_893_542_400_000
+    assert checked({name: 1_893_542_400})[name] == 1_893_542_400_000
+    with pytest.raises(InvalidJob, match="timezone-aware"):
+        checked({name: datetime(2030, 1, 2)})
+
+
+@pytest.mark.parametrize("name", [n for n, o in OPTIONS.items() if o.kind is Kind.COUNT])
+def test_every_count_option_refuses_a_bool_a_float_and_a_number_out_of_its_range(name: str) -> None:
+    option = OPTIONS[name]
+    assert checked({name: option.minimum})[name] == option.minimum
+    for wrong in (True, 1.5, option.minimum - 1, *(() if option.maximum is None else (option.maximum + 1,))):
+        with pytest.raises(InvalidJob, match=f"{name} must be"):
+            checked({name: wrong})
+
+
+@pytest.mark.parametrize("name", [n for n, o in OPTIONS.items() if o.kind is Kind.CHOICE])
+def test_every_choice_option_takes_only_its_choices(name: str) -> None:
+    for choice in OPTIONS[name].choices:
+        assert checked({name: choice})[name] == choice
+    with pytest.raises(InvalidJob, match=f"{name} must be one of"):
+        checked({name: "something-else"})
+
+
+def test_the_http_api_takes_every_option_under_its_api_name() -> None:
+    assert {api_name(name) for name in OPTIONS} | {"type", "payload", "payload_base64"} == JOB_FIELDS
+
+
+def test_make_specs_own_keywords_are_the_schedules_own_fields() -> None:
+    parameters = inspect.signature(make_spec).parameters
+    own = [p for p, v in parameters.items() if v.kind is inspect.Parameter.KEYWORD_ONLY]
+    assert own[:-1] == list(SCHEDULE_FIELDS)
+    assert own[-1] == "max_payload_bytes"  # how big a payload may be, not a field of the schedule
+
+
+def test_a_schedule_takes_every_schedule_option_and_no_other() -> None:
+    make_spec("s", type="t", every="1m", **{name: EVERY_OPTION[name] for name in SCHEDULE_OPTIONS})
+    for name in OPTIONS.keys() - set(SCHEDULE_OPTIONS) - set(SCHEDULE_FIELDS):  # a schedule has a queue of its own
+        with pytest.raises(InvalidJob, match=f"unknown schedule option\\(s\\): {name}"):
+            make_spec("s", type="t", every="1m", **{name: EVERY_OPTION[name] or "1s"})
+
+
+#: The shape config/schema.json gives a schedule's job option of each kind.
+SCHEMA_SHAPES = {
+    Kind.DURATION: lambda _: {"$ref": "#/$defs/duration"},
+    Kind.COUNT: lambda option: (
+        {"$ref": "#/$defs/positiveInteger"}
+        if option.minimum == 1 and option.maximum is None
+        else {"type": "integer", "minimum": option.minimum, "maximum": option.maximum}
+    ),
+    Kind.STRINGS: lambda _: {"type": "object", "additionalProperties": {"type": "string"}},
+}
+
+
+def test_the_schema_describes_each_schedule_field_and_each_job_option_by_its_kind() -> None:
+    schema = json.loads((ROOT / "config" / "schema.json").read_text())
+    properties = schema["$defs"]["schedule"]["properties"]
+    assert list(properties) == list(SCHEDULE_FIELDS) + sorted(SCHEDULE_OPTIONS, key=list(properties).index)
+    for name in SCHEDULE_OPTIONS:
+        option = OPTIONS[name]
+        shape = {k: v for k, v in properties[name].items() if k != "description"}
+        assert shape == SCHEMA_SHAPES[option.kind](option), name
+
+
+def table_rows(text: str, header: str) -> list[list[str]]:
+    """The cells of each row of the Markdown table under `header`."""
+    lines = text[text.index(header) :].splitlines()[2:]
+    rows = []
+    for line in lines:
+        if not line.startswith("|"):
+            break
+        rows.append([cell.strip() for cell in line.split("|")[1:-1]])
+    return rows
+
+
+def test_the_readmes_options_table_names_every_option_once_and_marks_the_schedule_options() -> None:
+    rows = table_rows((ROOT / "README.md").read_text(), "| option | schedules | what it does |")
+    named = [name for option, _, _ in rows for name in re.findall(r"`(\w+)`", option)]
+    assert sorted(named) == sorted(OPTIONS)
+    # A mark names the options it marks where its row names several but not all of them take one.
+    marked = {
+        name
+        for option, mark, _ in rows
+        if "✓" in mark
+        for name in re.findall(r"`(\w+)`", mark) or re.findall(r"`(\w+)`", option)
+    }
+    assert marked == set(SCHEDULE_OPTIONS)
+
+
+def test_the_readmes_post_jobs_row_lists_every_field() -> None:
+    readme = (ROOT / "README.md").read_text()
+    row = next(line for line in readme.splitlines() if line.startswith("| `POST /v1/jobs` |"))
+    fields = re.search(r"enqueue `\{(.*?)\}`", row)
+    assert fields is not None
+    names = re.sub(r': "[^"]*"', "", fields.group(1))  # an example value: "delay": "10s"
+    assert set(re.findall(r'"(\w+)"', names)) == JOB_FIELDS
+
+
+def test_the_configuration_docs_have_a_row_for_every_schedule_field() -> None:
+    text = (ROOT / "docs" / "configuration.md").read_text()
+    rows = set(re.findall(r"^\| `schedules\.<name>\.(\w+)` \|", text, re.M))
+    assert rows == set(SPEC_FIELDS)
