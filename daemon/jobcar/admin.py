@@ -446,6 +446,7 @@ def job_document(
         "lease_expires_at": rfc3339_ms(lease_deadline_ms), "lease_token": job.token,
         "cancel_requested": job.cancel_requested,
         "timeout_seconds": None if job.timeout_ms is None else job.timeout_ms / 1000,
+        "backoff_seconds": None if job.backoff_ms is None else job.backoff_ms / 1000,
         "content_type": job.content_type, "unique_key": job.unique_key, "traceparent": job.traceparent,
         "unique_mode": None if job.unique_key is None else ("window" if job.unique_window else "until_done"),
         "batch": job.batch, "meta": job.meta, "priority": job.priority,

@@ -277,6 +277,15 @@ async def test_priority_deadline_window_and_debounce_are_taken_and_shown(api: Ap
         assert reply.status == 400, (bad, reply.body)
 
 
+async def test_a_jobs_own_backoff_is_taken_and_shown(api: Api) -> None:
+    job = (await api.get((await api.enqueue({"type": "t", "backoff": "1m30s"})).body["id"])).body
+    assert job["backoff_seconds"] == 90.0
+    assert (await api.get((await api.enqueue({"type": "t"})).body["id"])).body["backoff_seconds"] is None
+    for bad in ("0s", "soon", True, [1]):
+        reply = await api.enqueue({"type": "t", "backoff": bad})
+        assert (reply.status, "backoff" in reply.body["error"]) == (400, True), (bad, reply.body)
+
+
 async def test_a_job_waits_for_others_and_its_document_shows_them(api: Api) -> None:
     first = (await api.enqueue({"type": "t", "id": "first"})).body
     other = (await api.enqueue({"type": "t", "id": "other", "queue": "low"})).body

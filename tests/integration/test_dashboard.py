@@ -352,6 +352,15 @@ async def test_a_job_page_shows_everything_escaped(ui: Ui, q: QueueDriver) -> No
     assert b"<script>" in await raw.read()
 
 
+async def test_a_job_page_shows_the_jobs_own_timeout_and_backoff(ui: Ui) -> None:
+    info = await ui.client.enqueue("t.x", timeout="2m", backoff="1m30s")
+    page = await ui.get(f"/ui/job?queue=default&id={info.id}")
+    assert "<dt>Timeout</dt><dd>2m00s</dd>" in page.text
+    assert "<dt>Backoff</dt><dd>1m30s</dd>" in page.text
+    plain = await ui.get(f"/ui/job?queue=default&id={(await ui.client.enqueue('t.x')).id}")
+    assert "<dt>Backoff</dt>" not in plain.text
+
+
 async def test_a_job_page_links_what_it_waits_for_and_what_waits_for_it(ui: Ui) -> None:
     first = await ui.client.enqueue("t.a", {})
     second = await ui.client.enqueue("t.a", {}, after=[first.id])
