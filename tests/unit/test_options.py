@@ -169,3 +169,23 @@ def test_the_configuration_docs_have_a_row_for_every_schedule_field() -> None:
     text = (ROOT / "docs" / "configuration.md").read_text()
     rows = set(re.findall(r"^\| `schedules\.<name>\.(\w+)` \|", text, re.M))
     assert rows == set(SPEC_FIELDS)
+
+
+def test_mypy_refuses_an_unknown_option_and_a_value_of_the_wrong_type(tmp_path: Path) -> None:
+    """Client.enqueue's keywords are typed: a producer's checker catches a typo before it runs."""
+    from mypy import api as mypy
+
+    snippet = tmp_path / "producer.py"
+    snippet.write_text(
+        "from jobcar import AsyncClient, Client\n\n\n"
+        "async def produce(client: Client, aclient: AsyncClient) -> None:\n"
+        '    client.enqueue("t", None, priority=3, delay="10s", after=["x"], backoff=2.5, meta={"a": "b"})\n'
+        '    client.enqueue("t", None, priorty=3)\n'
+        '    await aclient.enqueue("t", None, max_attempts="3")\n'
+    )
+    out, _, status = mypy.run(["--strict", "--cache-dir", str(tmp_path / "cache"), str(snippet)])
+    assert status == 1, out
+    errors = [line.split(": error: ")[1] for line in out.splitlines() if ": error: " in line]
+    assert len(errors) == 2, out
+    assert 'Unexpected keyword argument "priorty"' in errors[0]
+    assert 'Argument "max_attempts" to "enqueue" of "AsyncClient" has incompatible type "str"' in errors[1]
