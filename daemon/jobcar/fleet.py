@@ -59,6 +59,9 @@ class Announcer:
         self.host = socket.gethostname()
         self.id = f"{self.host}:{os.getpid()}:{secrets.token_hex(3)}"
 
+    def apply(self, config: Config) -> None:
+        self.config = config
+
     async def step(self) -> None:
         await self.announce()
         await asyncio.sleep(ANNOUNCE_INTERVAL)

@@ -12,6 +12,7 @@ import asyncio
 from collections import Counter
 from typing import Final
 
+from jobcar.config_types import Config
 from jobcar.keys import QueueKeys
 from jobcar.recording import Recorded
 from jobcar.redis_link import RedisLink
@@ -36,6 +37,9 @@ class History:
         self._counts: dict[str, Counter[tuple[str, str]]] = {}
         #: The config's `history`: off, nothing is counted (and so nothing flushed).
         self.enabled = True
+
+    def apply(self, config: Config) -> None:
+        self.enabled = config.history
 
     def add(self, queue: str, job_type: str, recorded: Recorded) -> None:
         outcomes = _COUNTED.get(recorded)

@@ -240,9 +240,9 @@ class Metrics:
         build = Gauge("jobcar_build_info", "jobcar's version.", ["version", "python"], registry=r)
         build.labels(__version__, platform.python_version()).set(1)
         self._stats_at = 0.0
-        self.configure(config)
+        self.apply(config)
 
-    def configure(self, config: Config) -> None:
+    def apply(self, config: Config) -> None:
         """Bound the labels to the config's queues and types and create their label sets at 0."""
         self.queues = frozenset(config.queues)
         self.types = frozenset(config.handlers)

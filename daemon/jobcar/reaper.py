@@ -32,6 +32,9 @@ class Reaper:
         self.config = config
         self._next_pass_in = 0.0  # the first pass at start-up: leases may have expired while no daemon ran
 
+    def apply(self, config: Config) -> None:
+        self.config = config
+
     async def step(self) -> None:
         """The next pass when the earliest lease expires, at once when Redis answers again after an outage
         (leases that expired during it are due now), and at most MAX_INTERVAL after the last one."""

@@ -76,14 +76,18 @@ class Runner:
     def apply(self, config: Config, executors: Mapping[str, Executor]) -> None:
         """Take a (re)loaded config's handlers. Running jobs finish with the executor they started with."""
         self.config = config
-        self.metrics.configure(config)
-        self.history.enabled = config.history
+        # Every part takes a config the same way; the attempts also take the executors built for it.
         self.attempts.apply(config, executors)
-        self.leaser.apply(config)
-        self.reaper.config = config
-        self.scheduler.apply(config)
-        self.settler.config = config
-        self.announcer.config = config
+        for part in (
+            self.metrics,
+            self.history,
+            self.leaser,
+            self.reaper,
+            self.scheduler,
+            self.settler,
+            self.announcer,
+        ):
+            part.apply(config)
         self._changed.set()
 
     @property

@@ -44,6 +44,9 @@ class Settler:
         self._woken = asyncio.Event()
         self._full_pass_at = 0.0  # monotonic time of the last look at every queue
 
+    def apply(self, config: Config) -> None:
+        self.config = config
+
     def wake(self, queue: str) -> None:
         """An outcome this daemon recorded left an entry in the queue's settled list: settle it now."""
         if queue in self.queues:
