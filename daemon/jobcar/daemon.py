@@ -1,7 +1,8 @@
 """`jobcar run`: the daemon's lifecycle as explicit phases (uvicorn's startup → main loop → shutdown).
 
 startup   start the embedded server if configured, connect to Redis (waiting while it is away),
-          check its settings, start the guardian and the executors, install signal handlers
+          check its settings and the namespace's key layout, start the guardian and the executors,
+          install signal handlers
 main      the runner leases and runs jobs until SIGTERM/SIGINT
 shutdown  drain (stop leasing, let in-flight jobs finish within shutdown_timeout, give the rest back
           without spending an attempt), then close everything startup opened, in reverse order
@@ -39,6 +40,7 @@ from jobcar.keys import QueueKeys
 from jobcar.leasing import IDLE_WAIT_MAX
 from jobcar.logs import setup_logging
 from jobcar.metrics import Metrics
+from jobcar.migrate import layout_refusal
 from jobcar.redis_link import RedisLink, RedisUnavailable, connect
 from jobcar.runner import Runner
 from jobcar.systemd import Notifier
@@ -201,6 +203,9 @@ class Daemon:
         await check_scripts_allowed(
             self.link.client, QueueKeys.of(self.config.namespace, next(iter(self.config.queues))).pending
         )
+        refusal = await layout_refusal(self.link.client, self.config.namespace)
+        if refusal:
+            raise StartRefused(f"refusing to start: {refusal}", EX_CONFIG)
         await self.guardian.start()
         self.app_health.watch([self.config.health_url])
         executors = build_executors(self.config, self.http, self.guardian)

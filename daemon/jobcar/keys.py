@@ -38,6 +38,29 @@ def daemons_key(namespace: str) -> str:
     return f"{namespace}:daemons"
 
 
+#: The version of this key layout. A namespace records the version of its keys in `layout_key`; a change that
+#: daemons of the previous layout would misread raises it, with a step in migrate.py to bring keys to it.
+LAYOUT_VERSION: Final = 2
+
+
+def layout_key(namespace: str) -> str:
+    """The STRING holding the version of the namespace's key layout (ADR 0019). Not under a hash tag: it is
+    read and written on its own, at a daemon's start and by `jobcar migrate`."""
+    return f"{namespace}:layout"
+
+
+def all_earlier_slot_sets(namespace: str) -> str:
+    """A SCAN pattern matching the slot SETs of layout 1, `<prefix>running:<group>`, of every queue, and maybe
+    keys of other names, which `earlier_slot_set` tells apart."""
+    return _glob_escape(f"{namespace}:{{") + "*}:running:*"
+
+
+def earlier_slot_set(namespace: str, key: str) -> tuple[str, str] | None:
+    """(queue, group) of a slot SET of layout 1, or None for a key of another name."""
+    match = re.fullmatch(re.escape(f"{namespace}:{{") + r"([^{}]+)\}:running:(.+)", key, re.DOTALL)
+    return (match[1], match[2]) if match else None
+
+
 @dataclass(frozen=True, slots=True)
 class QueueKeys:
     """Every key of one queue. All carry the hash tag `{<queue>}`, so they live in one Cluster slot."""
