@@ -36,7 +36,7 @@ import redis.asyncio
 import redis.exceptions
 
 from jobcar.errors import JobcarError
-from jobcar.executors.guardian import pdeathsig_preexec
+from jobcar.parent_death import pdeathsig_preexec
 from jobcar.redis_url import EMBEDDED_URL
 
 __all__ = [

@@ -34,7 +34,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Final, NamedTuple
 
-from jobcar.executors.guardian import PRCTL, pdeathsig_preexec
+from jobcar.parent_death import PRCTL, pdeathsig_preexec
 
 __all__ = ["ProcessTree"]
 

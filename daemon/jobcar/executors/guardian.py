@@ -22,22 +22,18 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import ctypes
-import ctypes.util
 import logging
 import os
 import signal
 import sys
 import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import BinaryIO, Final
 
-__all__ = ["PRCTL", "Guardian", "pdeathsig_preexec"]
+__all__ = ["Guardian"]
 
 log = logging.getLogger(__name__)
 
-_PR_SET_PDEATHSIG: Final = 1
 _MAX_PID: Final = 2**31 - 1
 #: Time the watchdog gets to exit after its pipe is closed before the daemon stops waiting for it.
 _CLOSE_TIMEOUT: Final = 5.0
@@ -49,43 +45,6 @@ _READY: Final = b"ready\n"
 #: The watchdog imports this module by name: it gets the directory holding `jobcar/` on its path, so it
 #: starts however the daemon found the package (installed, a source checkout, a zip on sys.path).
 _PACKAGE_ROOT: Final = str(Path(__file__).resolve().parents[2])
-
-
-def _load_prctl() -> Callable[[int, int, int, int, int], int] | None:
-    if not sys.platform.startswith("linux"):
-        return None
-    try:
-        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
-        prctl: Callable[[int, int, int, int, int], int] = libc.prctl
-    except (OSError, AttributeError):
-        return None
-    return prctl
-
-
-#: libc's prctl, or None off Linux. Resolved once in the parent: the child between fork and exec should
-#: do as little as possible (no dlopen, no allocation-heavy work).
-PRCTL: Final = _load_prctl()
-
-
-def pdeathsig_preexec() -> Callable[[], None] | None:
-    """A `preexec_fn` that makes the child get SIGKILL when this daemon (its forking thread) dies.
-
-    None where `prctl` is unavailable (not Linux): pass it as is to `create_subprocess_exec`. Works with
-    both the default asyncio loop and uvloop (which runs `preexec_fn` in the child after `fork`).
-    """
-    prctl = PRCTL
-    if prctl is None:
-        return None
-    parent = os.getpid()
-
-    def arm() -> None:
-        prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
-        # If the daemon died between fork and prctl, the signal was never armed: the child's parent
-        # is already someone else, so it must not go on.
-        if os.getppid() != parent:
-            os.kill(os.getpid(), signal.SIGKILL)
-
-    return arm
 
 
 class Guardian:
