@@ -14,6 +14,7 @@ from jobcar import transitions
 from jobcar.job import State
 from jobcar.transitions import CancelResult, HoldBack, cancel_call, parse_cancel, parse_stats, retry_call, stats_call
 from tests.integration.driver import QueueDriver
+from tests.integration.layouts import migrate_layout
 from tests.servers import wait_for
 
 
@@ -424,7 +425,9 @@ def lease_as_earlier_jobcar(q: QueueDriver, job_id: str, groups: list[str]) -> l
 
 
 @pytest.mark.parametrize("slots", [None, '["a","a#k1"]'], ids=["slots by line", "slots as json"])
-def test_slots_an_earlier_lease_took_in_a_set_per_group_are_given_back(q: QueueDriver, slots: str | None) -> None:
+def test_slots_an_earlier_lease_took_in_a_set_per_group_are_given_back_once_migrated(
+    q: QueueDriver, slots: str | None
+) -> None:
     limits = rules(a={"total": 2, "per_key": 1})
     a, b = (q.enqueue("a", n, key="k1").id for n in range(2))
     assert lease(q, limits) == [a]
@@ -432,8 +435,12 @@ def test_slots_an_earlier_lease_took_in_a_set_per_group_are_given_back(q: QueueD
     earlier = lease_as_earlier_jobcar(q, a, ["a", "a#k1"])  # a job leased before the upgrade, ended after it
     if slots is not None:  # an earlier lease still wrote its groups as a JSON array
         q.redis.hset(q.keys.job(a), "slots", slots)
-    assert q.ack(a, q.token(a)) == 1
+    migrate_layout(q)  # with the daemons stopped, before the new ones start
     assert not q.redis.exists(*earlier)
+    assert running(q, "a") == running(q, "a#k1") == {a}
+    assert q.redis.hget(q.keys.job(a), "slots") == b"a\na#k1"
+    assert q.ack(a, q.token(a)) == 1
+    assert running(q, "a") == set()
     assert q.where(b) is State.PENDING, "the slot given back lets the held job go"
     assert lease(q, limits) == [b]
 

@@ -12,16 +12,10 @@
 local function slot_returns(prefix)
   local types, ids_of = {}, {}  -- types in the order of their first job; type -> the ids to give back
   local ended = {}  -- the jobs' `slots`, read for their groups only when something may wait for them
-  local earlier = {}  -- ids whose slots an earlier lease named as a JSON array
   local returns = {}
   function returns.add(id, slots)
     if not slots then return end
     ended[#ended + 1] = slots
-    -- A JSON array is an earlier lease's (below): its slots are in that lease's sets.
-    if string.byte(slots) == 91 then  -- '['
-      earlier[#earlier + 1] = id
-      return
-    end
     -- A job's groups are all of its type, which starts its first line: the slot hash its id leaves.
     local job_type = string.match(slots, '^[^#\n]+')
     if not job_type then return end
@@ -33,55 +27,26 @@ local function slot_returns(prefix)
       types[#types + 1] = job_type
     end
   end
-  -- The groups of the jobs ended, in the order of their first slot, each with its slots given back.
-  local function groups_given()
-    local groups, given = {}, {}
-    local function add(group)
-      if given[group] then
-        given[group] = given[group] + 1
-      else
-        given[group] = 1
-        groups[#groups + 1] = group
-      end
-    end
-    for _, slots in ipairs(ended) do
-      if string.byte(slots) == 91 then  -- '['
-        -- A JSON array, as the lease of an earlier jobcar wrote it (a group name starts with a letter or
-        -- digit).
-        local ok, names = pcall(cjson.decode, slots)
-        if ok and type(names) == 'table' then
-          for _, group in ipairs(names) do
-            if type(group) == 'string' then add(group) end
-          end
-        end
-      else
-        for group in string.gmatch(slots, '[^\n]+') do add(group) end
-      end
-    end
-    return groups, given
-  end
   function returns.give_back()
     if #ended == 0 then return end
-    local groups, given
-    local removed = 0
     for _, job_type in ipairs(types) do
-      removed = removed + call_in_chunks('HDEL', prefix .. 'slots:' .. job_type, ids_of[job_type], true)
-    end
-    -- A job leased by an earlier jobcar holds its slots in a SET per group, <prefix>running:<group>: where
-    -- the slot hashes had fewer of the ids, every id leaves those sets (an id not in one changes nothing).
-    if removed + #earlier < #ended then
-      for _, ids in pairs(ids_of) do
-        for _, id in ipairs(ids) do earlier[#earlier + 1] = id end
-      end
-    end
-    if #earlier > 0 then
-      groups, given = groups_given()
-      for _, group in ipairs(groups) do call_in_chunks('SREM', prefix .. 'running:' .. group, earlier, true) end
+      call_in_chunks('HDEL', prefix .. 'slots:' .. job_type, ids_of[job_type], true)
     end
     -- A group with held jobs or turns is in <prefix>limit_groups (ADR 0014): without that SET, nothing waits
     -- for these slots.
     if redis.call('EXISTS', prefix .. 'limit_groups') == 0 then return end
-    if not groups then groups, given = groups_given() end
+    -- The groups of the jobs ended, in the order of their first slot, each with its slots given back.
+    local groups, given = {}, {}
+    for _, slots in ipairs(ended) do
+      for group in string.gmatch(slots, '[^\n]+') do
+        if given[group] then
+          given[group] = given[group] + 1
+        else
+          given[group] = 1
+          groups[#groups + 1] = group
+        end
+      end
+    end
     local lists = {}
     for _, group in ipairs(groups) do
       lists[#lists + 1] = prefix .. 'held:' .. group
