@@ -4,7 +4,9 @@ operators' commands (`stats`, `jobs list|show`, `dead requeue|purge`, `queue pau
 
 Each command is one function taking the parsed arguments and returning the exit code, registered
 with its arguments in COMMANDS (a command with actions, like `jobs`, is a group of such entries);
-`main` builds the parser from that table. Every command takes `-c/--config` (default
+`main` builds the parser from that table. A command's module, and what it imports (redis-py, the config
+loader, aiohttp for `ui`), is loaded only when that command is parsed: `jobcar --version` and scripts
+calling one command in a loop pay for no other. Every command takes `-c/--config` (default
 `$JOBCAR_CONFIG`, else `./jobcar.yaml`); the read commands take `--json`.
 
 Exit codes (exit_codes.py): 0 ok, 1 failure, 2 usage (including bad input such as invalid JSON),
@@ -15,7 +17,7 @@ one line on stderr, never as a traceback; only a bug in jobcar shows one.
 from __future__ import annotations
 
 import argparse
-import asyncio
+import importlib
 import os
 import re
 import sys
@@ -23,31 +25,9 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final
 
-from jobcar import __version__, cli_schedules, cli_ui
-from jobcar.cli_health import cmd_health, health_arguments
-from jobcar.cli_ops import (
-    cancel_arguments,
-    cmd_cancel,
-    cmd_dead_purge,
-    cmd_dead_requeue,
-    cmd_fsck,
-    cmd_jobs_list,
-    cmd_jobs_show,
-    cmd_limits,
-    cmd_queue_pause,
-    cmd_queue_resume,
-    cmd_stats,
-    dead_purge_arguments,
-    dead_requeue_arguments,
-    fsck_arguments,
-    jobs_list_arguments,
-    jobs_show_arguments,
-    limits_arguments,
-    queue_arguments,
-    stats_arguments,
-)
+from jobcar import __version__
 from jobcar.cli_support import (
     CONFIG_HELP,
     CommandFailed,
@@ -59,14 +39,14 @@ from jobcar.cli_support import (
     positive_int,
     print_json,
 )
-from jobcar.client import AsyncClient
-from jobcar.embedded import EmbeddedServerError
 from jobcar.errors import InvalidJob, PayloadTooLarge
 from jobcar.exit_codes import EX_CONFIG, EX_FAILURE, EX_OK, EX_UNAVAILABLE, EX_USAGE
 from jobcar.formats import loads_strict
-from jobcar.job import DEFAULT_CONTENT_TYPE, EnqueueStatus, JobInfo
+from jobcar.job import DEFAULT_CONTENT_TYPE, EnqueueStatus
 from jobcar.keys import DEFAULT_QUEUE, MAX_PRIORITY
-from jobcar.records import encode_payload
+
+if TYPE_CHECKING:
+    from jobcar.job import JobInfo
 
 __all__ = ["COMMANDS", "Command", "CommandFailed", "build_parser", "main"]
 
@@ -78,10 +58,19 @@ class _CommandParser(argparse.ArgumentParser):
     for an optional positional that follows an option (bpo-15112)."""
 
     _intermixing = False
+    #: The command's own arguments, added when the command is parsed rather than when the parser is built:
+    #: adding them imports the command's module, which the other commands do without.
+    _add_arguments: Callable[[argparse.ArgumentParser], None] | None = None
+
+    def deferred(self, add_arguments: Callable[[argparse.ArgumentParser], None] | None) -> None:
+        self._add_arguments = add_arguments
 
     def parse_known_args(  # type: ignore[override]
         self, args: Sequence[str] | None = None, namespace: argparse.Namespace | None = None
     ) -> tuple[argparse.Namespace, list[str]]:
+        add_arguments, self._add_arguments = self._add_arguments, None
+        if add_arguments is not None:
+            add_arguments(self)
         # parse_known_intermixed_args calls back here for its two passes, refuses a parser with actions, and
         # (Python 3.11) loses the positionals after `--`, which plain parsing takes: `cancel -- -id`.
         if self._intermixing or self._subparsers is not None or (args is not None and "--" in args):
@@ -98,8 +87,20 @@ class Command:
     name: str
     help: str
     run: Callable[[argparse.Namespace], int]
-    #: Adds the command's own arguments (every command takes -c/--config); None: it has none.
+    #: Adds the command's own arguments (every command takes -c/--config); None: it has none. Called only
+    #: when the command is parsed.
     add_arguments: Callable[[argparse.ArgumentParser], None] | None = None
+
+
+def _later(function: str) -> Callable[[Any], Any]:
+    """The function named "module:name", imported at its first call: the module of a command (a `run` or an
+    `add_arguments`), and what it imports, loads only when that command is parsed."""
+    module, _, name = function.partition(":")
+
+    def call(arg: Any) -> Any:
+        return getattr(importlib.import_module(module), name)(arg)
+
+    return call
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -163,8 +164,7 @@ def build_parser() -> argparse.ArgumentParser:
     for command in COMMANDS:
         sub = commands.add_parser(command.name, help=command.help, description=command.help)
         sub.add_argument("-c", "--config", metavar="FILE", help=CONFIG_HELP)
-        if command.add_arguments is not None:
-            command.add_arguments(sub)
+        sub.deferred(command.add_arguments)
         sub.set_defaults(command=command)
     return parser
 
@@ -177,6 +177,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     # Imported here: the daemon pulls in aiohttp, uvloop and prometheus_client, which the other
     # commands (and producers on a Spark executor) do without.
     from jobcar import daemon
+    from jobcar.embedded import EmbeddedServerError
 
     try:
         return daemon.run(config)
@@ -294,6 +295,8 @@ def _after_ref(text: str) -> str | tuple[str, str]:
 
 def _read_payload(source: str | None, content_type: str | None, max_bytes: int) -> tuple[bytes | None, str | None]:
     """(payload, content type) for the client: None means JSON null; bytes are sent as they are."""
+    from jobcar.records import encode_payload
+
     if source is None:
         return (b"", content_type) if content_type else (None, None)
     if source == "-":
@@ -340,6 +343,10 @@ def _report(info: JobInfo, as_json: bool) -> None:
 
 
 def cmd_enqueue(args: argparse.Namespace) -> int:
+    import asyncio
+
+    from jobcar.client import AsyncClient
+
     config = load(args)
     # The client's own rule, said here in the flags' names and before `-` reads stdin.
     if args.unique_key is not None and args.unique_for is None:
@@ -392,8 +399,7 @@ def _group(name: str, help: str, actions: Sequence[Command]) -> Command:
             sub = subparsers.add_parser(action.name, help=action.help, description=action.help)
             # Its own dest: a subparser's defaults overwrite the parent's values (`jobs -c F list`).
             sub.add_argument("-c", "--config", dest="action_config", metavar="FILE", help=CONFIG_HELP)
-            if action.add_arguments is not None:
-                action.add_arguments(sub)
+            sub.deferred(action.add_arguments)
             sub.set_defaults(action=action)
 
     def run(args: argparse.Namespace) -> int:
@@ -403,36 +409,77 @@ def _group(name: str, help: str, actions: Sequence[Command]) -> Command:
     return Command(name, help, run, add_arguments)
 
 
+_OPS: Final = "jobcar.cli_ops"
+_SCHEDULES: Final = "jobcar.cli_schedules"
+
 COMMANDS: Final[tuple[Command, ...]] = (
     Command("run", "run the daemon", cmd_run),
     Command("check", "validate the config; print every error with its line", cmd_check, _check_arguments),
     Command("enqueue", "enqueue a job and print its id", cmd_enqueue, _enqueue_arguments),
-    Command("stats", "per queue: pending, scheduled, active, dead, paused, latency", cmd_stats, stats_arguments),
-    Command("limits", "per limit group: running, held, the limit, a rate's next start", cmd_limits, limits_arguments),
+    Command(
+        "stats",
+        "per queue: pending, scheduled, active, dead, paused, latency",
+        _later(f"{_OPS}:cmd_stats"),
+        _later(f"{_OPS}:stats_arguments"),
+    ),
+    Command(
+        "limits",
+        "per limit group: running, held, the limit, a rate's next start",
+        _later(f"{_OPS}:cmd_limits"),
+        _later(f"{_OPS}:limits_arguments"),
+    ),
     _group(
         "jobs",
         "list and inspect jobs",
         (
             Command(
-                "list", "list jobs with their state, attempts, age and last error", cmd_jobs_list, jobs_list_arguments
+                "list",
+                "list jobs with their state, attempts, age and last error",
+                _later(f"{_OPS}:cmd_jobs_list"),
+                _later(f"{_OPS}:jobs_list_arguments"),
             ),
-            Command("show", "show every field of a job and its error history", cmd_jobs_show, jobs_show_arguments),
+            Command(
+                "show",
+                "show every field of a job and its error history",
+                _later(f"{_OPS}:cmd_jobs_show"),
+                _later(f"{_OPS}:jobs_show_arguments"),
+            ),
         ),
     ),
     _group(
         "dead",
         "the dead-letter queue",
         (
-            Command("requeue", "run dead jobs again, attempts reset", cmd_dead_requeue, dead_requeue_arguments),
-            Command("purge", "delete dead jobs for good", cmd_dead_purge, dead_purge_arguments),
+            Command(
+                "requeue",
+                "run dead jobs again, attempts reset",
+                _later(f"{_OPS}:cmd_dead_requeue"),
+                _later(f"{_OPS}:dead_requeue_arguments"),
+            ),
+            Command(
+                "purge",
+                "delete dead jobs for good",
+                _later(f"{_OPS}:cmd_dead_purge"),
+                _later(f"{_OPS}:dead_purge_arguments"),
+            ),
         ),
     ),
     _group(
         "queue",
         "pause or resume leasing from a queue",
         (
-            Command("pause", "stop leasing jobs from a queue (enqueues go on)", cmd_queue_pause, queue_arguments),
-            Command("resume", "lease jobs from a paused queue again", cmd_queue_resume, queue_arguments),
+            Command(
+                "pause",
+                "stop leasing jobs from a queue (enqueues go on)",
+                _later(f"{_OPS}:cmd_queue_pause"),
+                _later(f"{_OPS}:queue_arguments"),
+            ),
+            Command(
+                "resume",
+                "lease jobs from a paused queue again",
+                _later(f"{_OPS}:cmd_queue_resume"),
+                _later(f"{_OPS}:queue_arguments"),
+            ),
         ),
     ),
     _group(
@@ -442,28 +489,72 @@ COMMANDS: Final[tuple[Command, ...]] = (
             Command(
                 "list",
                 "every schedule with its next and last tick",
-                cli_schedules.cmd_list,
-                cli_schedules.list_arguments,
+                _later(f"{_SCHEDULES}:cmd_list"),
+                _later(f"{_SCHEDULES}:list_arguments"),
             ),
-            Command("show", "one schedule in full", cli_schedules.cmd_show, cli_schedules.name_arguments),
-            Command("set", "create or change a schedule", cli_schedules.cmd_set, cli_schedules.set_arguments),
-            Command("pause", "fire no tick until resumed", cli_schedules.cmd_pause, cli_schedules.name_arguments),
-            Command("resume", "fire again from the next tick", cli_schedules.cmd_resume, cli_schedules.name_arguments),
+            Command(
+                "show",
+                "one schedule in full",
+                _later(f"{_SCHEDULES}:cmd_show"),
+                _later(f"{_SCHEDULES}:name_arguments"),
+            ),
+            Command(
+                "set",
+                "create or change a schedule",
+                _later(f"{_SCHEDULES}:cmd_set"),
+                _later(f"{_SCHEDULES}:set_arguments"),
+            ),
+            Command(
+                "pause",
+                "fire no tick until resumed",
+                _later(f"{_SCHEDULES}:cmd_pause"),
+                _later(f"{_SCHEDULES}:name_arguments"),
+            ),
+            Command(
+                "resume",
+                "fire again from the next tick",
+                _later(f"{_SCHEDULES}:cmd_resume"),
+                _later(f"{_SCHEDULES}:name_arguments"),
+            ),
             Command(
                 "trigger",
                 "enqueue one job of the schedule now",
-                cli_schedules.cmd_trigger,
-                cli_schedules.name_arguments,
+                _later(f"{_SCHEDULES}:cmd_trigger"),
+                _later(f"{_SCHEDULES}:name_arguments"),
             ),
-            Command("remove", "delete a schedule", cli_schedules.cmd_remove, cli_schedules.name_arguments),
+            Command(
+                "remove",
+                "delete a schedule",
+                _later(f"{_SCHEDULES}:cmd_remove"),
+                _later(f"{_SCHEDULES}:name_arguments"),
+            ),
         ),
     ),
-    Command("cancel", "cancel a waiting job, or stop a running one", cmd_cancel, cancel_arguments),
-    Command("fsck", "check queues against the protocol's invariants (--repair fixes)", cmd_fsck, fsck_arguments),
-    Command("health", "exit 0 when the daemon's /healthz answers 200 (for HEALTHCHECK)", cmd_health, health_arguments),
-    Command("ui", "serve the web dashboard (runs no jobs)", cli_ui.cmd_ui, cli_ui.ui_arguments),
+    Command(
+        "cancel",
+        "cancel a waiting job, or stop a running one",
+        _later(f"{_OPS}:cmd_cancel"),
+        _later(f"{_OPS}:cancel_arguments"),
+    ),
+    Command(
+        "fsck",
+        "check queues against the protocol's invariants (--repair fixes)",
+        _later(f"{_OPS}:cmd_fsck"),
+        _later(f"{_OPS}:fsck_arguments"),
+    ),
+    Command(
+        "health",
+        "exit 0 when the daemon's /healthz answers 200 (for HEALTHCHECK)",
+        _later("jobcar.cli_health:cmd_health"),
+        _later("jobcar.cli_health:health_arguments"),
+    ),
+    Command(
+        "ui",
+        "serve the web dashboard (runs no jobs)",
+        _later("jobcar.cli_ui:cmd_ui"),
+        _later("jobcar.cli_ui:ui_arguments"),
+    ),
 )
-
 
 if __name__ == "__main__":
     raise SystemExit(main())

@@ -1,32 +1,28 @@
 """What every `jobcar` command shares: exit codes, the config file, the Redis connection, output.
 
 Split from cli.py (which holds the parser and the producer-side commands) and cli_ops.py (the
-operators' commands) so that both can use it without importing each other.
+operators' commands) so that both can use it without importing each other. The parser uses this module
+before any command runs, so what only a command needs (the config loader, redis-py, Admin) is imported
+inside the function that needs it: `jobcar --version` or `--help` loads none of it.
 """
 
 from __future__ import annotations
 
 import argparse
-import asyncio
 import json
 import os
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import asynccontextmanager
 from pathlib import Path
-from typing import Any, Final, TypeVar
+from typing import TYPE_CHECKING, Any, Final, TypeVar
 
-import redis.asyncio
-import redis.exceptions
-
-from jobcar.admin import Admin, AmbiguousJob, JobNotFound
-from jobcar.config import ConfigError, load_config
-from jobcar.config_types import Config
-from jobcar.embedded import EMBEDDED_URL, EmbeddedServerError, running_server_url
 from jobcar.exit_codes import EX_CONFIG, EX_FAILURE, EX_UNAVAILABLE, EX_USAGE
-from jobcar.redis_url import is_sentinel_url, shown_url
-from jobcar.sentinel import async_sentinel_client
-from jobcar.transport import COMMAND_TIMEOUT, AsyncRedis
 from jobcar.units import parse_duration
+
+if TYPE_CHECKING:
+    from jobcar.admin import Admin
+    from jobcar.config_types import Config
+    from jobcar.transport import AsyncRedis
 
 CONFIG_ENV: Final = "JOBCAR_CONFIG"
 DEFAULT_CONFIG: Final = "jobcar.yaml"
@@ -60,6 +56,8 @@ def config_path(args: argparse.Namespace) -> str:
 def load(args: argparse.Namespace, *, secrets_needed: bool = False) -> Config:
     """The config named by the arguments, or CommandFailed(78) listing every problem. Handlers' secrets
     (headers, signing secrets, environment) may be unset unless the command runs or checks handlers."""
+    from jobcar.config import ConfigError, load_config
+
     try:
         return load_config(config_path(args), secrets_needed=secrets_needed)
     except ConfigError as exc:
@@ -84,6 +82,14 @@ async def connected(config: Config) -> AsyncIterator[AsyncRedis]:
     With `url: embedded`, this reaches the embedded server of a `jobcar run` on the same data directory
     through its unix socket, if one is running.
     """
+    import redis.asyncio
+    import redis.exceptions
+
+    from jobcar.embedded import EMBEDDED_URL, EmbeddedServerError, running_server_url
+    from jobcar.redis_url import is_sentinel_url, shown_url
+    from jobcar.sentinel import async_sentinel_client
+    from jobcar.transport import COMMAND_TIMEOUT
+
     url = config.redis.url
     embedded = url == EMBEDDED_URL
     if embedded:
@@ -124,6 +130,9 @@ async def connected(config: Config) -> AsyncIterator[AsyncRedis]:
 def with_admin(config: Config, work: Callable[[Admin], Awaitable[T]]) -> T:
     """Run `work` on an Admin over the config's server (see `connected`) in an event loop of its own. A job
     that is not there, or in several queues, ends the command with a message naming what to do."""
+    import asyncio
+
+    from jobcar.admin import Admin, AmbiguousJob, JobNotFound
 
     async def main() -> T:
         async with connected(config) as client:
