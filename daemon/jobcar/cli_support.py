@@ -85,14 +85,15 @@ async def connected(config: Config) -> AsyncIterator[AsyncRedis]:
     import redis.asyncio
     import redis.exceptions
 
-    from jobcar.embedded import EMBEDDED_URL, EmbeddedServerError, running_server_url
-    from jobcar.redis_url import is_sentinel_url, shown_url
+    from jobcar.redis_url import EMBEDDED_URL, is_sentinel_url, shown_url
     from jobcar.sentinel import async_sentinel_client
     from jobcar.transport import COMMAND_TIMEOUT
 
     url = config.redis.url
     embedded = url == EMBEDDED_URL
     if embedded:
+        from jobcar.embedded import EmbeddedServerError, running_server_url
+
         try:
             url = running_server_url(config.redis.data_dir)
         except EmbeddedServerError:
