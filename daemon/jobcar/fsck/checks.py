@@ -1,0 +1,282 @@
+"""The checks fsck runs, in order: each a name, the kind of finding it makes, what finds it in the
+queue as read (`Picture`), and the repair that fixes it (None when no repair is safe: reported only).
+
+Each finder reads only the picture: all the I/O of a check is in the reading before and the repairs after.
+Checks run, and repair, in the table's order, which is the report's. The job keys of another type come
+before the ids in the sets: their repair takes the id out of every set, so the set checks pass over it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import Final
+
+from jobcar.fsck.findings import Kind, Suspect
+from jobcar.fsck.reading import JobHash, Lock, Mistyped, Picture
+from jobcar.fsck.repairs import REPAIR_TTL_MS, Repair, script, trim_dead
+from jobcar.fsck.waiting import settle_lost
+from jobcar.job import STORED_IN_SETS, State
+
+Finder = Callable[[Picture], Iterator[Suspect]]
+
+
+@dataclass(frozen=True, slots=True)
+class Check:
+    """One row of the table: the name of the check, the kind of finding it makes, its finder, its repair."""
+
+    name: str
+    kind: str
+    find: Finder
+    #: None: no safe repair, so the finding is reported even with --repair.
+    repair: Repair | None
+
+
+# -- keys of another type -------------------------------------------------------------------------
+
+
+def _of_another_type(mistyped: Callable[[Picture], list[Mistyped]], what: str = "holds") -> Finder:
+    """Each key `mistyped` picks: the scripts read it as empty, and its repair deletes it."""
+
+    def find(seen: Picture) -> Iterator[Suspect]:
+        for key in mistyped(seen):
+            yield Suspect(key.key, f"{what} a {key.holds}, not a {key.expected}", ("", key.holds, key.expected))
+
+    return find
+
+
+def _job_keys_of_another_type(seen: Picture) -> Iterator[Suspect]:
+    """Its repair also takes the id out of every set, so that no script meets it again."""
+    for job_id, key in sorted(seen.mistyped_jobs.items()):
+        yield Suspect(key.key, f"job {job_id}'s key holds a {key.holds}, not a hash", (job_id, key.holds, "hash"))
+
+
+# -- the ids in the state sets --------------------------------------------------------------------
+
+_ACTIVE = State.ACTIVE.value
+
+
+def _listed(seen: Picture) -> Iterator[tuple[str, list[str], JobHash | None]]:
+    """Each id in a set, with the sets it is in and its hash (None: it has none). A mistyped job key's id
+    is left out: its own check reports it, and its repair takes the id out of every set."""
+    for job_id in sorted(seen.places):
+        if job_id not in seen.mistyped_jobs:
+            yield job_id, seen.places[job_id], seen.hashes.get(job_id)
+
+
+def _in_one_set(seen: Picture) -> Iterator[tuple[str, str, JobHash]]:
+    """Each id with a hash that is in exactly one set, with that set."""
+    for job_id, where, job in _listed(seen):
+        if job is not None and len(where) == 1:
+            yield job_id, where[0], job
+
+
+def _missing_hash(seen: Picture) -> Iterator[Suspect]:
+    for job_id, where, job in _listed(seen):
+        if job is None:
+            for name in where:
+                yield Suspect(job_id, f"in {name} without a job hash", (name,))
+
+
+def _duplicate_pending(seen: Picture) -> Iterator[Suspect]:
+    for job_id, _, job in _listed(seen):
+        count = seen.pending_count.get(job_id, 0)
+        if job is not None and count > 1:
+            yield Suspect(job_id, f"listed {count} times in the pending lists")
+
+
+def _several_sets(seen: Picture) -> Iterator[Suspect]:
+    """No safe repair: which set is right is a guess (a lease may be running)."""
+    for job_id, where, job in _listed(seen):
+        if job is not None and len(where) > 1:
+            yield Suspect(job_id, f"in {' and '.join(where)} (hash state {job.state or 'missing'})")
+
+
+def _state_mismatch(seen: Picture) -> Iterator[Suspect]:
+    for job_id, name, job in _in_one_set(seen):
+        if job.state != name:
+            yield Suspect(job_id, f"in {name} but its hash says {job.state or 'nothing'}", (name, job.state or ""))
+
+
+def _active_without_token(seen: Picture) -> Iterator[Suspect]:
+    for job_id, name, job in _in_one_set(seen):
+        if name == job.state == _ACTIVE and not job.token:
+            yield Suspect(job_id, "active without a lease token")
+
+
+# -- the job hashes in no set ---------------------------------------------------------------------
+
+#: The states of a job that some set lists while it has that state (active aside: its set holds its deadline).
+_LISTED_STATES = frozenset(s.value for s in (*STORED_IN_SETS, State.HELD) if s is not State.ACTIVE)
+#: The states of a finished job whose hash is kept a while (its result), in no set.
+_FINISHED = frozenset({State.DONE.value, State.CANCELED.value})
+_KNOWN_STATES = _LISTED_STATES | _FINISHED | {_ACTIVE}
+
+
+def _unlisted(seen: Picture) -> Iterator[tuple[str, JobHash]]:
+    for job_id, job in sorted(seen.hashes.items()):
+        if job_id not in seen.places:
+            yield job_id, job
+
+
+def _active_without_deadline(seen: Picture) -> Iterator[Suspect]:
+    for job_id, job in _unlisted(seen):
+        if job.state == _ACTIVE:
+            yield Suspect(job_id, "active without a deadline in the active set")
+
+
+def _orphan_hash(seen: Picture) -> Iterator[Suspect]:
+    for job_id, job in _unlisted(seen):
+        if job.state is not None and job.state in _LISTED_STATES:
+            yield Suspect(job_id, f"hash in state {job.state} is in no set", (job.state,))
+
+
+def _no_ttl(seen: Picture) -> Iterator[Suspect]:
+    for job_id, job in _unlisted(seen):
+        if job.state in _FINISHED and job.pttl == -1:
+            yield Suspect(job_id, f"{job.state} job without a TTL", (REPAIR_TTL_MS,))
+
+
+def _bad_state(seen: Picture) -> Iterator[Suspect]:
+    """No safe repair: which set it belongs in is a guess."""
+    for job_id, job in _unlisted(seen):
+        if job.state not in _KNOWN_STATES:
+            yield Suspect(job_id, f"hash in no set with state {job.state or 'missing'}")
+
+
+# -- unique locks, windows and debounce keys ------------------------------------------------------
+
+#: The states of a job that may hold a unique lock: one that has not run to its end.
+_LOCKING_STATES = frozenset({State.PENDING.value, State.SCHEDULED.value, _ACTIVE})
+
+
+def _holder_state(seen: Picture, lock: Lock) -> str | None:
+    job = seen.hashes.get(lock.holder)
+    return None if job is None else job.state
+
+
+def _stale_unique(seen: Picture) -> Iterator[Suspect]:
+    for lock in seen.locks:
+        state = _holder_state(seen, lock)
+        if state not in _LOCKING_STATES:
+            what = "a missing job" if state is None else f"a {state} job"
+            yield Suspect(lock.key, f"held by {what} {lock.holder}", (lock.holder,))
+
+
+def _unique_no_ttl(seen: Picture) -> Iterator[Suspect]:
+    for lock in seen.locks:
+        if _holder_state(seen, lock) in _LOCKING_STATES and lock.pttl == -1:
+            yield Suspect(lock.key, f"held by {lock.holder} without a TTL", (REPAIR_TTL_MS,))
+
+
+def _window_no_ttl(seen: Picture) -> Iterator[Suspect]:
+    """Windows and debounce keys outlive their jobs on purpose, so each must expire."""
+    for key, pttl in seen.windows.items():
+        if pttl == -1:
+            yield Suspect(key, "held without a TTL", (REPAIR_TTL_MS,))
+
+
+# -- schedules, slots, waiting jobs, the dead set -------------------------------------------------
+
+
+def _schedule_missing(seen: Picture) -> Iterator[Suspect]:
+    for name, score in sorted(seen.indexed.items()):
+        if name not in seen.next_ticks:
+            yield Suspect(name, "in the schedules ZSET without a schedule hash", (score,))
+
+
+def _schedule_unindexed(seen: Picture) -> Iterator[Suspect]:
+    """A schedule neither paused nor finished must be in the ZSET at its next tick, else no daemon fires it."""
+    for name, next_tick in sorted(seen.next_ticks.items()):
+        if next_tick is not None and seen.indexed.get(name) != next_tick:
+            detail = f"waits at tick {next_tick} but the ZSET says {seen.indexed.get(name, 'nothing')}"
+            yield Suspect(name, f"{detail}: no daemon would fire it then", (next_tick,))
+
+
+def _leaked_slot(seen: Picture) -> Iterator[Suspect]:
+    """Each slot is held for an active job (the reaper gives back the others too, ADR 0014)."""
+    for job_type, holders in seen.slots.items():
+        for job_id in holders:
+            job = seen.hashes.get(job_id)
+            if job is None or job.state != _ACTIVE:
+                what = "has no job hash" if job is None else f"is {job.state or 'in no state'}"
+                yield Suspect(job_id, f"holds a slot of type {job_type} but {what}", (job_type,))
+
+
+def _waiting_for_nothing(seen: Picture) -> Iterator[Suspect]:
+    """Its repair makes it pending: nothing is left to tell it to run."""
+    for job_id, dependencies in seen.dependencies.items():
+        if not dependencies:
+            yield Suspect(job_id, "waiting, with no dependency left to wait for")
+
+
+def _lost_dependency(seen: Picture) -> Iterator[Suspect]:
+    for job_id, dependencies in seen.dependencies.items():
+        for ref, why in dependencies.items():
+            if why is not None:
+                yield Suspect(job_id, f"waits for {ref}, {why}", (ref,))
+
+
+def _dead_over_limit(seen: Picture) -> Iterator[Suspect]:
+    limits, dead = seen.dead_limits, seen.dead
+    over = len(dead) - limits.max_jobs if limits.max_jobs > 0 else 0
+    old = sum(1 for _, died in dead if died < seen.now - limits.max_age_ms) if limits.max_age_ms > 0 else 0
+    if over > 0 or old > 0:
+        yield Suspect(
+            "dead",
+            f"{len(dead)} dead jobs ({max(over, 0)} over max_jobs {limits.max_jobs}, "
+            f"{old} older than {limits.max_age_ms} ms)",
+        )
+
+
+_WRONG_TYPE = script(Kind.WRONG_TYPE)
+
+#: Every check, in the order they run.
+CHECKS: Final = (
+    Check("mistyped_own_keys", Kind.WRONG_TYPE, _of_another_type(lambda seen: seen.mistyped_own), _WRONG_TYPE),
+    Check("mistyped_job_keys", Kind.WRONG_TYPE, _job_keys_of_another_type, _WRONG_TYPE),
+    Check("mistyped_held_lists", Kind.WRONG_TYPE, _of_another_type(lambda seen: seen.mistyped_held), _WRONG_TYPE),
+    Check("missing_hash", Kind.MISSING_HASH, _missing_hash, script(Kind.MISSING_HASH)),
+    Check("duplicate_pending", Kind.DUPLICATE_PENDING, _duplicate_pending, script(Kind.DUPLICATE_PENDING)),
+    Check("several_sets", Kind.SEVERAL_SETS, _several_sets, None),
+    Check("state_mismatch", Kind.STATE_MISMATCH, _state_mismatch, script(Kind.STATE_MISMATCH)),
+    Check("active_without_token", Kind.ACTIVE_WITHOUT_LEASE, _active_without_token, script(Kind.ACTIVE_WITHOUT_LEASE)),
+    Check(
+        "active_without_deadline",
+        Kind.ACTIVE_WITHOUT_LEASE,
+        _active_without_deadline,
+        script(Kind.ACTIVE_WITHOUT_LEASE),
+    ),
+    Check("orphan_hash", Kind.ORPHAN_HASH, _orphan_hash, script(Kind.ORPHAN_HASH)),
+    Check("no_ttl", Kind.NO_TTL, _no_ttl, script(Kind.NO_TTL)),
+    Check("bad_state", Kind.BAD_STATE, _bad_state, None),
+    Check(
+        "mistyped_unique_locks",
+        Kind.WRONG_TYPE,
+        _of_another_type(lambda seen: seen.mistyped_locks, "unique lock holds"),
+        _WRONG_TYPE,
+    ),
+    Check("stale_unique", Kind.STALE_UNIQUE, _stale_unique, script(Kind.STALE_UNIQUE)),
+    Check("unique_no_ttl", Kind.UNIQUE_NO_TTL, _unique_no_ttl, script(Kind.UNIQUE_NO_TTL)),
+    Check("mistyped_windows", Kind.WRONG_TYPE, _of_another_type(lambda seen: seen.mistyped_windows), _WRONG_TYPE),
+    Check("window_no_ttl", Kind.UNIQUE_NO_TTL, _window_no_ttl, script(Kind.UNIQUE_NO_TTL)),
+    Check(
+        "mistyped_schedules",
+        Kind.WRONG_TYPE,
+        _of_another_type(lambda seen: seen.mistyped_schedules, "schedule holds"),
+        _WRONG_TYPE,
+    ),
+    Check("schedule_missing", Kind.SCHEDULE_MISSING, _schedule_missing, script(Kind.SCHEDULE_MISSING)),
+    Check("schedule_unindexed", Kind.SCHEDULE_UNINDEXED, _schedule_unindexed, script(Kind.SCHEDULE_UNINDEXED)),
+    Check("mistyped_slot_hashes", Kind.WRONG_TYPE, _of_another_type(lambda seen: seen.mistyped_slots), _WRONG_TYPE),
+    Check("leaked_slot", Kind.LEAKED_SLOT, _leaked_slot, script(Kind.LEAKED_SLOT)),
+    Check(
+        "mistyped_batch_counters",
+        Kind.WRONG_TYPE,
+        _of_another_type(lambda seen: seen.mistyped_batches, "batch counters hold"),
+        _WRONG_TYPE,
+    ),
+    Check("waiting_for_nothing", Kind.WAITING_FOR_NOTHING, _waiting_for_nothing, script(Kind.WAITING_FOR_NOTHING)),
+    Check("lost_dependency", Kind.LOST_DEPENDENCY, _lost_dependency, settle_lost),
+    Check("dead_over_limit", Kind.DEAD_OVER_LIMIT, _dead_over_limit, trim_dead),
+)

@@ -1,0 +1,372 @@
+"""What fsck reads of one queue before it checks anything: a `Picture`, read with plain commands.
+
+SCAN finds the job hashes and the keys that live apart from the state sets (unique locks, windows and
+debounce keys, schedules, batch counters); plain reads take the rest. Under a running daemon the picture is
+not one instant: a job acked or leased between two reads may look inconsistent for a moment, which is why
+every repair re-checks its condition first. A key that holds another type than jobcar writes there is noted
+(`Mistyped`) and read as empty, as the scripts pass over it, so that one such key never stops the check.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Final
+
+from redis.exceptions import ResponseError
+
+from jobcar.fsck.waiting import why_silent
+from jobcar.job import State
+from jobcar.keys import QueueKeys
+from jobcar.replies import as_text, time_ms
+from jobcar.transitions import DeadLetterLimits
+from jobcar.transport import AsyncRedis
+
+#: A waiting job younger than this is left alone: its producer may still be storing the jobs it waits for.
+SETTLING_MS: Final = 60_000
+SCAN_COUNT: Final = 1000
+_CHUNK: Final = 500
+
+
+@dataclass(frozen=True, slots=True)
+class JobHash:
+    state: str | None
+    token: bool
+    pttl: int
+
+
+@dataclass(frozen=True, slots=True)
+class Mistyped:
+    """A key that holds another Redis type than jobcar writes there."""
+
+    key: str
+    holds: str
+    expected: str
+
+
+@dataclass(frozen=True, slots=True)
+class Lock:
+    """A unique lock: the job holding it, and its PTTL (-1: it never expires)."""
+
+    key: str
+    holder: str
+    pttl: int
+
+
+@dataclass(frozen=True, slots=True)
+class Picture:
+    """One queue as fsck read it, and the bounds its dead set is held to."""
+
+    #: The queue's own keys (state sets and lists, settled, wake, schedules, limit groups, throttled) that
+    #: hold another type.
+    mistyped_own: list[Mistyped]
+    hashes: dict[str, JobHash]
+    #: The job keys that hold another type than a hash, by id.
+    mistyped_jobs: dict[str, Mistyped]
+    #: The sets each id is in: pending once however often the lists hold it, held for a held hash in its
+    #: group's list (a held list may keep ids whose hash moved on: the lease drops them when it reaches them).
+    places: dict[str, list[str]]
+    #: How many times the pending lists hold each id.
+    pending_count: dict[str, int]
+    mistyped_held: list[Mistyped]
+    #: The unique locks (one that expired since the scan left out).
+    locks: list[Lock]
+    mistyped_locks: list[Mistyped]
+    #: The unique windows and debounce keys, each with its PTTL.
+    windows: dict[str, int]
+    mistyped_windows: list[Mistyped]
+    #: The schedules ZSET: each name with the tick it is indexed at.
+    indexed: dict[str, int]
+    #: Each schedule hash's next tick, None when it is paused or has none.
+    next_ticks: dict[str, int | None]
+    mistyped_schedules: list[Mistyped]
+    #: The job ids holding a concurrency slot, by job type.
+    slots: dict[str, list[str]]
+    mistyped_slots: list[Mistyped]
+    mistyped_batches: list[Mistyped]
+    #: Each waiting job old enough to check, with each dependency it waits for and why that one will never
+    #: tell it it ended (None when it will).
+    dependencies: dict[str, dict[str, str | None]]
+    #: The dead set: each id with when it died.
+    dead: list[tuple[str, float]]
+    #: Redis's time (ms), which the ages of the waiting and the dead jobs are measured against.
+    now: int
+    #: Not read: the bounds the dead set is held to, from the config.
+    dead_limits: DeadLetterLimits
+
+
+async def read_queue(client: AsyncRedis, keys: QueueKeys, dead_limits: DeadLetterLimits) -> Picture:
+    """Everything the checks look at, read before any of them runs (so before any repair)."""
+    own = _own_keys(keys)
+    mistyped_own = await _mistyped(client, dict(own.values()))
+    usable = {name for name, (key, _) in own.items() if key not in {m.key for m in mistyped_own}}
+    hashes, mistyped_jobs = await _read_hashes(client, keys)
+    pending, zsets = await _read_sets(client, keys, own, usable)
+    groups = sorted(as_text(m) for m in await _members(client, keys.limit_groups))
+    mistyped_held = await _mistyped(client, {keys.held(group): "list" for group in groups})
+    places, pending_count = _places(pending, zsets, await _held_ids(client, keys, groups), hashes)
+    locks, mistyped_locks = await _read_locks(client, keys)
+    windows, mistyped_windows = await _read_windows(client, keys)
+    indexed, next_ticks, mistyped_schedules = await _read_schedules(client, keys, "schedules" in usable)
+    slots, mistyped_slots = await _read_slots(client, keys, groups)
+    mistyped_batches = await _mistyped(client, dict.fromkeys(await _scan(client, keys.all_batches()), "hash"))
+    now = await _redis_now_ms(client)
+    return Picture(
+        mistyped_own=mistyped_own,
+        hashes=hashes,
+        mistyped_jobs=mistyped_jobs,
+        places=places,
+        pending_count=pending_count,
+        mistyped_held=mistyped_held,
+        locks=locks,
+        mistyped_locks=mistyped_locks,
+        windows=windows,
+        mistyped_windows=mistyped_windows,
+        indexed=indexed,
+        next_ticks=next_ticks,
+        mistyped_schedules=mistyped_schedules,
+        slots=slots,
+        mistyped_slots=mistyped_slots,
+        mistyped_batches=mistyped_batches,
+        dependencies=await _read_dependencies(client, keys, zsets[State.WAITING.value], now),
+        dead=zsets[State.DEAD.value],
+        now=now,
+        dead_limits=dead_limits,
+    )
+
+
+# -- the state sets and the job hashes ------------------------------------------------------------
+
+
+def _own_keys(keys: QueueKeys) -> dict[str, tuple[str, str]]:
+    """The queue's own keys that fsck reads, by name, each with the type jobcar writes there."""
+    pending = {_pending_name(key, keys): (key, "list") for key in keys.pending_lists}
+    return {
+        **pending,
+        State.SCHEDULED.value: (keys.scheduled, "zset"),
+        State.ACTIVE.value: (keys.active, "zset"),
+        State.DEAD.value: (keys.dead, "zset"),
+        State.WAITING.value: (keys.waiting, "zset"),
+        "settled": (keys.settled, "list"),
+        "wake": (keys.wake, "list"),
+        "schedules": (keys.schedules, "zset"),
+        "limit_groups": (keys.limit_groups, "set"),
+        "throttled": (keys.throttled, "zset"),
+    }
+
+
+def _pending_name(key: str, keys: QueueKeys) -> str:
+    """`pending` for the default priority's list, `pending:<p>` for the others'."""
+    return State.PENDING.value + key[len(keys.pending) :]
+
+
+async def _read_hashes(client: AsyncRedis, keys: QueueKeys) -> tuple[dict[str, JobHash], dict[str, Mistyped]]:
+    """The job hashes, and the job keys that hold another type, by id."""
+    prefix = keys.job("")
+    ids = [key[len(prefix) :] for key in await _scan(client, keys.all_jobs())]
+    hashes: dict[str, JobHash] = {}
+    refused: list[str] = []
+    for chunk in _chunks(ids):
+        pipe = client.pipeline(transaction=False)
+        for job_id in chunk:
+            pipe.hmget(keys.job(job_id), ["state", "token"])
+            pipe.pttl(keys.job(job_id))
+        replies = await pipe.execute(raise_on_error=False)
+        for i, job_id in enumerate(chunk):
+            fields, pttl = replies[2 * i], replies[2 * i + 1]
+            if isinstance(fields, ResponseError):
+                refused.append(job_id)
+                continue
+            if int(pttl) == -2:
+                continue  # gone since the scan
+            state, token = fields
+            hashes[job_id] = JobHash(None if state is None else as_text(state), token is not None, int(pttl))
+    mistyped = await _mistyped(client, {keys.job(job_id): "hash" for job_id in refused})
+    return hashes, {m.key[len(prefix) :]: m for m in mistyped}
+
+
+async def _read_sets(
+    client: AsyncRedis, keys: QueueKeys, own: dict[str, tuple[str, str]], usable: set[str]
+) -> tuple[list[str], dict[str, list[tuple[str, float]]]]:
+    """The ids in the pending lists (every priority's, in lease order) and the sorted sets; a key not in
+    `usable` (it holds another type) reads as empty."""
+    pipe = client.pipeline(transaction=False)
+    names = (State.SCHEDULED.value, State.ACTIVE.value, State.DEAD.value, State.WAITING.value)
+    lists = [_pending_name(key, keys) for key in keys.pending_lists if _pending_name(key, keys) in usable]
+    for name in lists:
+        pipe.lrange(own[name][0], 0, -1)
+    for name in names:
+        if name in usable:
+            pipe.zrange(own[name][0], 0, -1, withscores=True)
+    replies = list(await pipe.execute())
+    pending = [member for _ in lists for member in replies.pop(0)]
+    zsets = {name: (replies.pop(0) if name in usable else []) for name in names}
+    return [as_text(m) for m in pending], {
+        name: [(as_text(m), float(s)) for m, s in members] for name, members in zsets.items()
+    }
+
+
+async def _held_ids(client: AsyncRedis, keys: QueueKeys, groups: list[str]) -> list[str]:
+    """The ids in the held lists of `groups`; a list of another type reads as empty."""
+    pipe = client.pipeline(transaction=False)
+    for group in groups:
+        pipe.lrange(keys.held(group), 0, -1)
+    replies = await pipe.execute(raise_on_error=False)
+    return [as_text(m) for reply in replies if not isinstance(reply, ResponseError) for m in reply]
+
+
+def _places(
+    pending: list[str], zsets: dict[str, list[tuple[str, float]]], held: list[str], hashes: dict[str, JobHash]
+) -> tuple[dict[str, list[str]], dict[str, int]]:
+    """The sets each id is in, and how many times the pending lists hold it (see `Picture`)."""
+    places: dict[str, list[str]] = {}
+    pending_count: dict[str, int] = {}
+    for job_id in pending:
+        pending_count[job_id] = pending_count.get(job_id, 0) + 1
+        if pending_count[job_id] == 1:
+            places.setdefault(job_id, []).append(State.PENDING.value)
+    for name, members in zsets.items():
+        for job_id, _ in members:
+            places.setdefault(job_id, []).append(name)
+    for job_id in held:
+        job = hashes.get(job_id)
+        if job is not None and job.state == State.HELD.value and State.HELD.value not in places.get(job_id, []):
+            places.setdefault(job_id, []).append(State.HELD.value)
+    return places, pending_count
+
+
+# -- the keys apart from the state sets -----------------------------------------------------------
+
+
+async def _read_locks(client: AsyncRedis, keys: QueueKeys) -> tuple[list[Lock], list[Mistyped]]:
+    """The unique locks, each with the job holding it, and those that are not a string."""
+    locks: list[Lock] = []
+    refused: list[str] = []
+    for chunk in _chunks(await _scan(client, keys.all_unique_locks())):
+        pipe = client.pipeline(transaction=False)
+        for lock in chunk:
+            pipe.get(lock)
+            pipe.pttl(lock)
+        replies = await pipe.execute(raise_on_error=False)
+        for i, lock in enumerate(chunk):
+            holder, pttl = replies[2 * i], replies[2 * i + 1]
+            if isinstance(holder, ResponseError):
+                refused.append(lock)
+            elif holder is not None:  # else expired since the scan
+                locks.append(Lock(lock, as_text(holder), int(pttl)))
+    return locks, await _mistyped(client, dict.fromkeys(refused, "string"))
+
+
+async def _read_windows(client: AsyncRedis, keys: QueueKeys) -> tuple[dict[str, int], list[Mistyped]]:
+    """Unique windows and debounce keys outlive their jobs on purpose: each is a string that must expire."""
+    timed = await _scan(client, keys.all_windows()) + await _scan(client, keys.all_debounce_keys())
+    mistyped = await _mistyped(client, dict.fromkeys(timed, "string"))
+    strings = [key for key in timed if key not in {m.key for m in mistyped}]
+    windows: dict[str, int] = {}
+    for chunk in _chunks(strings):
+        pipe = client.pipeline(transaction=False)
+        for key in chunk:
+            pipe.pttl(key)
+        windows.update(zip(chunk, (int(pttl) for pttl in await pipe.execute()), strict=True))
+    return windows, mistyped
+
+
+async def _read_schedules(
+    client: AsyncRedis, keys: QueueKeys, zset_usable: bool
+) -> tuple[dict[str, int], dict[str, int | None], list[Mistyped]]:
+    """The schedules ZSET, and each schedule hash's next tick (None when paused or without one)."""
+    indexed: dict[str, int] = {}
+    if zset_usable:
+        read = client.pipeline(transaction=False)
+        read.zrange(keys.schedules, 0, -1, withscores=True)
+        (members,) = await read.execute()
+        indexed = {as_text(member): int(score) for member, score in members}
+    prefix = keys.schedule("")
+    names = [key[len(prefix) :] for key in await _scan(client, keys.all_schedules())]
+    pipe = client.pipeline(transaction=False)
+    for name in names:
+        pipe.hmget(keys.schedule(name), "next", "paused")
+    next_ticks: dict[str, int | None] = {}
+    refused: list[str] = []
+    for name, reply in zip(names, await pipe.execute(raise_on_error=False), strict=True):
+        if isinstance(reply, ResponseError):
+            refused.append(keys.schedule(name))
+            continue
+        waits_at, paused = (None if v is None else as_text(v) for v in reply)
+        next_ticks[name] = int(waits_at) if waits_at and paused != "1" else None
+    return indexed, next_ticks, await _mistyped(client, dict.fromkeys(refused, "hash"))
+
+
+async def _read_slots(
+    client: AsyncRedis, keys: QueueKeys, groups: list[str]
+) -> tuple[dict[str, list[str]], list[Mistyped]]:
+    """The ids holding each type's slots. The types whose groups are indexed: a rate group takes no slot, a
+    key's turn group's type is indexed itself."""
+    slot_types = sorted({group.partition("#")[0] for group in groups if group[:1] not in ("@", "~")})
+    mistyped = await _mistyped(client, {keys.slots(job_type): "hash" for job_type in slot_types})
+    slots: dict[str, list[str]] = {}
+    for job_type in slot_types:
+        if keys.slots(job_type) not in {m.key for m in mistyped}:
+            slots[job_type] = sorted(as_text(m) for m in await _hash_fields(client, keys.slots(job_type)))
+    return slots, mistyped
+
+
+async def _read_dependencies(
+    client: AsyncRedis, keys: QueueKeys, waiting: list[tuple[str, float]], now: int
+) -> dict[str, dict[str, str | None]]:
+    """Each waiting job old enough to check, with why each of its dependencies will never tell it it ended."""
+    dependencies: dict[str, dict[str, str | None]] = {}
+    for job_id, created in waiting:
+        if created <= now - SETTLING_MS:
+            refs = sorted(as_text(m) for m in await _members(client, keys.deps(job_id)))
+            dependencies[job_id] = {ref: await why_silent(client, keys, job_id, ref) for ref in refs}
+    return dependencies
+
+
+# -- plain reads ----------------------------------------------------------------------------------
+
+
+async def _scan(client: AsyncRedis, pattern: str) -> list[str]:
+    return sorted({as_text(k) async for k in client.scan_iter(match=pattern, count=SCAN_COUNT)})
+
+
+def _chunks(items: Sequence[str]) -> Iterable[Sequence[str]]:
+    for start in range(0, len(items), _CHUNK):
+        yield items[start : start + _CHUNK]
+
+
+async def _mistyped(client: AsyncRedis, expected: Mapping[str, str]) -> list[Mistyped]:
+    """The keys of `expected` that hold neither nothing nor the type it names for them."""
+    mistyped: list[Mistyped] = []
+    for chunk in _chunks(list(expected)):
+        pipe = client.pipeline(transaction=False)
+        for key in chunk:
+            pipe.type(key)
+        for key, holds in zip(chunk, (as_text(t) for t in await pipe.execute()), strict=True):
+            if holds not in ("none", expected[key]):
+                mistyped.append(Mistyped(key, holds, expected[key]))
+    return mistyped
+
+
+async def _members(client: AsyncRedis, key: str) -> set[bytes | str]:
+    """A SET's members; a key of another type reads as empty (the scripts pass over it the same way)."""
+    try:
+        members: set[bytes | str] = await client.smembers(key)
+    except ResponseError:
+        return set()
+    return members
+
+
+async def _hash_fields(client: AsyncRedis, key: str) -> list[bytes | str]:
+    """A HASH's fields; a key of another type reads as empty (the scripts pass over it the same way)."""
+    try:
+        fields: list[bytes | str] = await client.hkeys(key)
+    except ResponseError:
+        return []
+    return fields
+
+
+async def _redis_now_ms(client: AsyncRedis) -> int:
+    pipe = client.pipeline(transaction=False)
+    pipe.execute_command("TIME")
+    return time_ms((await pipe.execute())[0])
