@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from jobcar.cli import main
+from jobcar.fsck.checks import CHECKS, Check
 from jobcar.job import State
 from jobcar.keys import QueueKeys
 from tests.integration.driver import QueueDriver
@@ -458,6 +459,65 @@ CASES = {
 }
 
 
+#: The tests that make each check of fsck's table find something: cases of CASES, or tests of their own.
+TESTED_BY = {
+    "mistyped_own_keys": [
+        "limit groups of another type",
+        "throttled groups of another type",
+        "settled list of another type",
+    ],
+    "mistyped_job_keys": ["job key of another type"],
+    "mistyped_held_lists": ["held list of another type"],
+    "missing_hash": ["missing hash (pending)", "missing hash (scheduled)"],
+    "duplicate_pending": ["duplicate pending", "duplicate across priorities"],
+    "several_sets": ["test_an_id_in_two_sets_is_reported_not_guessed"],
+    "state_mismatch": ["state mismatch"],
+    "active_without_token": ["active without token", "active without token, holding a slot"],
+    "active_without_deadline": ["active without deadline"],
+    "orphan_hash": [
+        "orphan pending hash",
+        "orphan scheduled hash",
+        "orphan dead hash",
+        "orphan pending hash of a priority",
+        "held hash out of its list",
+    ],
+    "no_ttl": ["done without ttl"],
+    "bad_state": ["test_a_hash_in_no_set_and_no_known_state_is_reported_not_guessed"],
+    "mistyped_unique_locks": ["unique lock of another type"],
+    "stale_unique": ["unique lock of a missing job", "unique lock of a dead job"],
+    "unique_no_ttl": ["unique lock without ttl"],
+    "mistyped_windows": ["debounce key of another type"],
+    "window_no_ttl": ["unique window without ttl"],
+    "mistyped_schedules": ["schedule of another type"],
+    "schedule_missing": ["schedule in the ZSET without a hash"],
+    "schedule_unindexed": ["schedule missing from the ZSET"],
+    "mistyped_slot_hashes": ["slot hash of another type"],
+    "leaked_slot": ["slot of a job that is gone"],
+    "mistyped_batch_counters": ["batch counters of another type"],
+    "waiting_for_nothing": ["waiting for nothing"],
+    "lost_dependency": [
+        "waiting for a job that never registered it",
+        "waiting for a job deleted by hand",
+        "a batch callback whose batch expired",
+        "a batch callback its batch never told",
+    ],
+    "dead_over_limit": ["dead set too old"],
+}
+
+
+def test_every_check_of_the_table_has_a_test() -> None:
+    """A check added to the table needs a test here that makes it find something."""
+    assert list(TESTED_BY) == [check.name for check in CHECKS]
+    tests = set(CASES) | {name for name in globals() if name.startswith("test_")}
+    assert all(names and set(names) <= tests for names in TESTED_BY.values())
+    assert sorted(case for names in TESTED_BY.values() for case in names if case in CASES) == sorted(CASES)
+
+
+def _check_of(case: Case) -> Check:
+    (check,) = (c for c in CHECKS if any(CASES.get(name) is case for name in TESTED_BY[c.name]))
+    return check
+
+
 #: What `jobcar fsck` says when it finds nothing.
 CLEAN = "clean: every queue checked holds to the protocol's invariants\n"
 
@@ -465,6 +525,8 @@ CLEAN = "clean: every queue checked holds to the protocol's invariants\n"
 @pytest.mark.parametrize("case", CASES.values(), ids=list(CASES))
 def test_corruption_is_reported_then_repaired(q: QueueDriver, run: Run, case: Case) -> None:
     kind, job_id = case.corrupt(q)
+    check = _check_of(case)
+    assert kind == check.kind, f"{check.name} makes {check.kind} findings"
     before = q.snapshot()
 
     code, found = findings(run)
