@@ -23,7 +23,6 @@ import re
 import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final
 
@@ -34,23 +33,19 @@ from jobcar.cli_support import (
     config_path,
     connected,
     count,
-    duration,
     load,
-    positive_int,
     print_json,
 )
 from jobcar.errors import InvalidJob, PayloadTooLarge
 from jobcar.exit_codes import EX_CONFIG, EX_FAILURE, EX_OK, EX_UNAVAILABLE, EX_USAGE
 from jobcar.formats import loads_strict
 from jobcar.job import DEFAULT_CONTENT_TYPE, EnqueueStatus
-from jobcar.keys import DEFAULT_QUEUE, MAX_PRIORITY
+from jobcar.keys import DEFAULT_QUEUE
 
 if TYPE_CHECKING:
     from jobcar.job import JobInfo
 
 __all__ = ["COMMANDS", "Command", "CommandFailed", "build_parser", "main"]
-
-_EPOCH: Final = re.compile(r"[0-9]+(?:\.[0-9]+)?")
 
 
 class _CommandParser(argparse.ArgumentParser):
@@ -212,28 +207,6 @@ def cmd_check(args: argparse.Namespace) -> int:
 # -- enqueue --------------------------------------------------------------------------------------
 
 
-def _moment(text: str) -> datetime | float:
-    """RFC 3339 / ISO 8601 with a timezone, or epoch seconds."""
-    if _EPOCH.fullmatch(text):
-        return float(text)
-    try:
-        moment = datetime.fromisoformat(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(
-            f"invalid time {text!r}: use RFC 3339 like 2030-01-31T09:00:00Z or 2030-01-31T10:00:00+01:00, "
-            "or epoch seconds"
-        ) from None
-    if moment.tzinfo is None:
-        raise argparse.ArgumentTypeError(f"time {text!r} needs a timezone, like {text}Z or {text}+01:00")
-    return moment
-
-
-def _priority(text: str) -> int:
-    if not (text.isdigit() and int(text) <= MAX_PRIORITY):
-        raise argparse.ArgumentTypeError(f"must be a whole number from 0 (first) to {MAX_PRIORITY}, not {text!r}")
-    return int(text)
-
-
 def _enqueue_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("type", metavar="TYPE", help="the job type, which selects the handler")
     parser.add_argument(
@@ -243,54 +216,11 @@ def _enqueue_arguments(parser: argparse.ArgumentParser) -> None:
         help="JSON text, @file to read a file, - to read stdin (default: null). "
         "Checked as JSON unless --content-type is given",
     )
-    parser.add_argument("--queue", "-q", metavar="Q", help=f"queue (default: {DEFAULT_QUEUE})")
-    when = parser.add_mutually_exclusive_group()
-    when.add_argument("--delay", type=duration, metavar="DURATION", help="run after this long, like 10s or 1h30m")
-    when.add_argument("--at", type=_moment, metavar="TIME", help="run at this time (RFC 3339 with zone, or epoch s)")
-    parser.add_argument("--max-attempts", type=positive_int, metavar="N", help="attempts before the DLQ")
-    parser.add_argument(
-        "--unique-for", type=duration, metavar="DURATION", help="enqueue nothing while an equal job is held this long"
-    )
-    parser.add_argument("--unique-key", metavar="K", help="the uniqueness key (default: type + payload hash)")
-    parser.add_argument(
-        "--unique-mode", choices=("until_done", "window"),
-        help="until_done (default): the key is free when the job ends; window: held for all of --unique-for",
-    )  # fmt: skip
-    parser.add_argument("--id", dest="job_id", metavar="ID", help="the job id; an existing id enqueues nothing")
-    parser.add_argument(
-        "--priority", type=_priority, metavar="0-9", help="0 (default) runs first, 9 last, within the queue"
-    )
-    expiry = parser.add_mutually_exclusive_group()
-    expiry.add_argument("--expires-in", type=duration, metavar="DURATION", help="never run unless started by then")
-    expiry.add_argument("--expires-at", type=_moment, metavar="TIME", help="never run unless started by this time")
-    parser.add_argument(
-        "--debounce", type=duration, metavar="DURATION",
-        help="wait this quiet period; an enqueue meanwhile replaces the payload and waits again",
-    )  # fmt: skip
-    parser.add_argument("--debounce-key", metavar="K", help="the debounced stream (default: the job type)")
-    parser.add_argument(
-        "--debounce-max-wait", type=duration, metavar="DURATION", help="run by then however many enqueues come"
-    )
-    parser.add_argument("--key", metavar="K", help="the job's key for its type's per-key limits (a tenant, ...)")
-    parser.add_argument(
-        "--after", action="append", metavar="[QUEUE/]ID",
-        help="wait until this job is done (repeatable); an id in another queue, or holding '/', with its queue",
-    )  # fmt: skip
-    parser.add_argument(
-        "--on-dependency-failure", choices=("fail", "run", "cancel"),
-        help="when a job of --after dies or is canceled: fail (default, to the dead-letter queue), run, cancel",
-    )  # fmt: skip
-    parser.add_argument("--timeout", type=duration, metavar="DURATION", help="the handler's timeout for this job")
-    parser.add_argument(
-        "--content-type", metavar="T", help="send the payload bytes as they are, with this Content-Type"
-    )
+    from jobcar.cli_options import add_option_flags
+    from jobcar.options import OPTIONS
+
+    add_option_flags(parser, OPTIONS)
     parser.add_argument("--json", action="store_true", help='print {"id", "queue", "state", "status"}')
-
-
-def _after_ref(text: str) -> str | tuple[str, str]:
-    """An --after value: an id, or "QUEUE/ID" (the first "/" ends the queue's name)."""
-    queue, slash, job_id = text.partition("/")
-    return (queue, job_id) if slash else text
 
 
 def _read_payload(source: str | None, content_type: str | None, max_bytes: int) -> tuple[bytes | None, str | None]:
@@ -345,7 +275,9 @@ def _report(info: JobInfo, as_json: bool) -> None:
 def cmd_enqueue(args: argparse.Namespace) -> int:
     import asyncio
 
+    from jobcar.cli_options import given_options
     from jobcar.client import AsyncClient
+    from jobcar.options import OPTIONS
 
     config = load(args)
     # The client's own rule, said here in the flags' names and before `-` reads stdin.
@@ -361,16 +293,7 @@ def cmd_enqueue(args: argparse.Namespace) -> int:
 
     try:
         payload, content_type = _read_payload(args.payload, args.content_type, config.max_payload_bytes)
-        options = {
-            "queue": args.queue or DEFAULT_QUEUE, "delay": args.delay, "run_at": args.at,
-            "max_attempts": args.max_attempts, "unique_for": args.unique_for, "unique_key": args.unique_key,
-            "job_id": args.job_id, "timeout": args.timeout, "content_type": content_type,
-            "priority": args.priority, "expires_in": args.expires_in, "expires_at": args.expires_at,
-            "unique_mode": args.unique_mode, "debounce": args.debounce, "debounce_key": args.debounce_key,
-            "debounce_max_wait": args.debounce_max_wait, "key": args.key,
-            "after": None if args.after is None else [_after_ref(ref) for ref in args.after],
-            "on_dependency_failure": args.on_dependency_failure,
-        }  # fmt: skip
+        options = {**given_options(args, OPTIONS), "queue": args.queue or DEFAULT_QUEUE, "content_type": content_type}
         info = asyncio.run(enqueue(payload, options))
     except PayloadTooLarge as exc:
         raise CommandFailed(str(exc), EX_FAILURE) from None
@@ -541,6 +464,12 @@ COMMANDS: Final[tuple[Command, ...]] = (
         "check queues against the protocol's invariants (--repair fixes)",
         _later(f"{_OPS}:cmd_fsck"),
         _later(f"{_OPS}:fsck_arguments"),
+    ),
+    Command(
+        "migrate",
+        "bring the namespace's keys to this version's key layout (with its daemons stopped)",
+        _later("jobcar.cli_migrate:cmd_migrate"),
+        _later("jobcar.cli_migrate:migrate_arguments"),
     ),
     Command(
         "health",

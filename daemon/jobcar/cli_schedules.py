@@ -11,10 +11,12 @@ from typing import Any, Final, TypeVar
 
 from jobcar import schedule_store
 from jobcar.cli_format import printable, table
+from jobcar.cli_options import add_option_flags, given_options
 from jobcar.cli_support import CommandFailed, connected, load, print_json
 from jobcar.config_types import Config
 from jobcar.errors import InvalidJob
 from jobcar.exit_codes import EX_FAILURE, EX_OK, EX_USAGE
+from jobcar.options import SCHEDULE_OPTIONS
 from jobcar.schedule_store import Operation, run_async
 from jobcar.schedules import CATCHUP, OVERLAP, ScheduleState, make_spec
 
@@ -104,10 +106,7 @@ def set_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--catchup", choices=CATCHUP, help="what to fire of the ticks missed (default: latest)")
     parser.add_argument("--catchup-window", metavar="DURATION", help="ticks later than this are missed (5m)")
     parser.add_argument("--overlap", choices=OVERLAP, help="skip: no tick while the last job waits or runs")
-    parser.add_argument("--max-attempts", type=int, metavar="N", help="attempts of each job")
-    parser.add_argument("--timeout", metavar="DURATION", help="the handler's timeout for each job")
-    parser.add_argument("--priority", type=int, metavar="0-9", help="each job's priority")
-    parser.add_argument("--expires-in", metavar="DURATION", help="a job not started this long after its tick dies")
+    add_option_flags(parser, SCHEDULE_OPTIONS)  # the options of each job
     parser.add_argument("--json", action="store_true", help='print {"name", "result"}')
 
 
@@ -120,8 +119,7 @@ def cmd_set(args: argparse.Namespace) -> int:
     given: dict[str, Any] = {
         "queue": args.queue, "cron": args.cron, "every": args.every, "timezone": args.timezone, "start": args.start,
         "end": args.end, "limit": args.limit, "catchup": args.catchup, "catchup_window": args.catchup_window,
-        "overlap": args.overlap, "max_attempts": args.max_attempts, "timeout": args.timeout,
-        "priority": args.priority, "expires_in": args.expires_in,
+        "overlap": args.overlap, **given_options(args, SCHEDULE_OPTIONS),
     }  # fmt: skip
     options = {key: value for key, value in given.items() if value is not None}
     try:

@@ -67,6 +67,7 @@ class Option:
     help: str
     #: The CLI flag; "" for an option the CLI does not offer (set where a flag makes no sense).
     flag: str = "-"  # "-": the option's name with dashes (`--max-attempts`)
+    short: str | None = None
     metavar: str | None = None
     #: The field of POST /v1/jobs, when not the option's name.
     api_name: str | None = None
@@ -88,7 +89,7 @@ class Option:
 class EnqueueOptions(TypedDict, total=False):
     """The keyword options of `Client.enqueue` (and of each item of `enqueue_many`), all optional."""
 
-    queue: Annotated[str, Option(Kind.TEXT, "the queue (default: default)", flag="--queue", metavar="Q")]
+    queue: Annotated[str, Option(Kind.TEXT, "the queue (default: default)", short="-q", metavar="Q")]
     delay: Annotated[
         Duration, Option(Kind.DURATION, "run after this long, like 10s or 1h30m", metavar="DURATION", exclusive="when")
     ]

@@ -302,6 +302,18 @@ def test_enqueue_unique_for(config: Path, client: Client, capsys: pytest.Capture
     assert "--unique-key needs --unique-for" in capsys.readouterr().err
 
 
+def test_enqueue_stores_the_options_its_flags_give(
+    config: Path, client: Client, capsys: pytest.CaptureFixture[str]
+) -> None:
+    argv = ["enqueue", "-c", str(config), "t.echo", "--backoff", "1m30s", "--timeout", "2m", "--priority", "3",
+            "--after", "other/dep", "--on-dependency-failure", "run", "--id", "flagged"]  # fmt: skip
+    assert main(argv) == 0
+    job = get(client, "flagged")
+    assert (job.backoff_ms, job.timeout_ms, job.priority) == (90_000, 120_000, 3)
+    assert (job.after, job.on_dependency_failure) == (("other/dep",), "run")
+    assert capsys.readouterr().out == "flagged\n"
+
+
 def test_enqueue_invalid_json_exits_2(config: Path, client: Client) -> None:
     for payload in ("{user: 42}", "NaN", "not json"):
         done = cli("enqueue", "-c", str(config), "t.echo", payload)

@@ -68,7 +68,7 @@ def test_stats_imports_redis_and_the_config_but_nothing_that_serves(redis_server
 COMMAND_LINES: tuple[str, ...] = (
     "run", "check", "enqueue", "stats", "limits", "jobs list", "jobs show", "dead requeue", "dead purge",
     "queue pause", "queue resume", "schedules list", "schedules show", "schedules set", "schedules pause",
-    "schedules resume", "schedules trigger", "schedules remove", "cancel", "fsck", "health", "ui",
+    "schedules resume", "schedules trigger", "schedules remove", "cancel", "fsck", "migrate", "health", "ui",
 )  # fmt: skip
 
 

@@ -189,3 +189,30 @@ def test_mypy_refuses_an_unknown_option_and_a_value_of_the_wrong_type(tmp_path: 
     assert len(errors) == 2, out
     assert 'Unexpected keyword argument "priorty"' in errors[0]
     assert 'Argument "max_attempts" to "enqueue" of "AsyncClient" has incompatible type "str"' in errors[1]
+
+
+@pytest.mark.parametrize(
+    ("command", "names"),
+    [(["enqueue"], list(OPTIONS)), (["schedules", "set"], list(SCHEDULE_OPTIONS))],
+    ids=["enqueue", "schedules set"],
+)
+def test_the_cli_offers_a_flag_for_every_option_that_has_one(
+    command: list[str], names: list[str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    from jobcar.cli import main
+    from jobcar.options import flag
+
+    assert main([*command, "--help"]) == 0
+    shown = capsys.readouterr().out
+    for name in names:
+        if flag(name) is not None:
+            assert re.search(rf"\s{re.escape(flag(name) or '')}[\s,]", shown), f"{name}: {shown}"
+
+
+def test_the_cli_reads_each_flag_by_its_options_kind(capsys: pytest.CaptureFixture[str]) -> None:
+    from jobcar.cli import main
+
+    for bad, says in (("--backoff=soon", "--backoff"), ("--priority=12", "from 0 (first) to 9"),
+                      ("--max-attempts=0", "positive integer"), ("--at=tomorrow", "invalid time")):  # fmt: skip
+        assert main(["enqueue", "-c", "/nonexistent.yaml", "t", bad]) == 2
+        assert says in capsys.readouterr().err, bad
