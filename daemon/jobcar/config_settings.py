@@ -1,0 +1,141 @@
+"""The config's plain top-level settings (redis, namespace, queues, listen, the API's hosts, health_url,
+dead_letter, ui), and the name, URL and list converters the sections share with them."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Mapping
+from typing import Any, Final, TypeVar
+from urllib.parse import urlsplit
+
+import yaml
+
+from jobcar.browser_guard import HOST_NAME, is_ip_address
+from jobcar.config_types import RedisSettings
+from jobcar.config_values import boolean, duration, integer, parse_int, string
+from jobcar.listen import parse_listen
+from jobcar.names import NAME_PATTERN, NAME_RULE
+from jobcar.redis_url import is_sentinel_url, redis_url_problem
+from jobcar.yaml_reader import Converter, Invalid, KeyPath, Reader
+
+LOG_LEVELS: Final = ("debug", "info", "warning", "error")
+LOG_FORMATS: Final = ("auto", "json", "console")
+
+_T = TypeVar("_T")
+
+
+def valid_name(r: Reader, node: yaml.Node, path: KeyPath) -> str:
+    text = r.text(node, "a name")
+    if not NAME_PATTERN.fullmatch(text):
+        raise Invalid(f"invalid name {text!r}: {NAME_RULE}")
+    return text
+
+
+def check_url(text: str) -> str:
+    try:
+        parts = urlsplit(text)
+        parts.port  # noqa: B018 -- raises ValueError for a port that is not a number in range
+    except ValueError as exc:
+        raise Invalid(f"invalid URL {text!r}: {exc}") from None
+    if parts.scheme not in ("http", "https") or not parts.hostname or re.search(r"\s", text):
+        raise Invalid(f"must be an http:// or https:// URL, not {text!r}")
+    return text
+
+
+def optional_url(r: Reader, node: yaml.Node, path: KeyPath) -> str | None:
+    text = r.scalar(node, "a URL")
+    return check_url(text) if text else None
+
+
+def items(r: Reader, node: yaml.Node, path: KeyPath, what: str, convert: Callable[[str], _T]) -> list[_T] | None:
+    """Each scalar of a list, converted; None when any of them was reported."""
+    converted: list[_T] = []
+    ok = True
+    for index, item in enumerate(r.sequence(node, what)):
+        try:
+            converted.append(convert(r.text(item, "a string")))
+        except Invalid as exc:
+            r.error(item, (*path, f"[{index}]"), exc.message)
+            ok = False
+    return converted if ok else None
+
+
+def listen(r: Reader, node: yaml.Node, path: KeyPath) -> str:
+    text = r.text(node, "host:port")
+    try:
+        parse_listen(text)
+    except ValueError as exc:
+        raise Invalid(str(exc)) from None
+    return text
+
+
+def queues(r: Reader, node: yaml.Node, path: KeyPath) -> dict[str, int]:
+    entries = r.entries(node, path, what="a mapping of queue names to weights, like {critical: 6, default: 3}")
+    if not entries:
+        raise Invalid("must name at least one queue, like {default: 1}")
+    weights: dict[str, int] = {}
+    for queue, entry in entries.items():
+        if not NAME_PATTERN.fullmatch(queue):
+            r.error(entry.key, (*path, queue), f"invalid queue name: {NAME_RULE}")
+        try:
+            weights[queue] = parse_int(r.text(entry.value, "a weight (a positive integer)"), 1)
+        except Invalid as exc:
+            r.error(entry.value, (*path, queue), exc.message)
+    return weights
+
+
+def _host_name(text: str) -> str:
+    host = text.lower()
+    if is_ip_address(host.strip("[]")):
+        raise Invalid(f"{text!r} is an IP address, which the API always answers to: list host names only")
+    if not HOST_NAME.fullmatch(host):
+        raise Invalid(f"must be a host name like jobcar.internal, without a scheme or a port, not {text!r}")
+    return host
+
+
+def host_names(r: Reader, node: yaml.Node, path: KeyPath) -> tuple[str, ...]:
+    return tuple(items(r, node, path, "a list of host names, like [jobcar.internal]", _host_name) or ())
+
+
+def section(cls: Callable[..., Any], table: Mapping[str, Converter]) -> Converter:
+    """A mapping of the keys in `table`, into `cls`."""
+
+    def convert(r: Reader, node: yaml.Node, path: KeyPath) -> Any:
+        return cls(**r.fields(r.entries(node, path, table), path, table))
+
+    return convert
+
+
+def _redis_url(r: Reader, node: yaml.Node, path: KeyPath) -> str:
+    text = string(r, node, path)
+    problem = redis_url_problem(text)
+    if problem is not None:
+        raise Invalid(problem)
+    return text
+
+
+REDIS_FIELDS: Final[Mapping[str, Converter]] = {
+    "url": _redis_url,
+    "cluster": boolean,
+    "strict": boolean,
+    "data_dir": string,
+}
+
+
+def redis_section(r: Reader, node: yaml.Node, path: KeyPath) -> RedisSettings:
+    settings: RedisSettings = section(RedisSettings, REDIS_FIELDS)(r, node, path)
+    if settings.cluster and is_sentinel_url(settings.url):
+        # `jobcar run` could not connect so either: redis-py finds a Cluster's nodes itself, never through Sentinel.
+        raise Invalid("cluster is true but url is a Sentinel URL: a Redis Cluster is reached through a node's URL")
+    return settings
+
+
+DEAD_LETTER_FIELDS: Final[Mapping[str, Converter]] = {
+    "max_jobs": integer(1),
+    "max_age": duration(0.0, exclusive=True),
+}
+
+UI_FIELDS: Final[Mapping[str, Converter]] = {
+    "enabled": boolean,
+    "write": boolean,
+}
