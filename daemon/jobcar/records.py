@@ -133,7 +133,7 @@ def _count(name: str, option: Option, value: object) -> int:
 
 
 def _duration_ms(name: str, option: Option, value: object) -> int:
-    ms = int(_seconds(name, value) * 1000)
+    ms = round(_seconds(name, value) * 1000)  # round: 1.001 s is 1000.9999... ms as a float
     if ms < option.minimum:
         raise InvalidJob(f"{name} must be positive")
     return ms

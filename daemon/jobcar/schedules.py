@@ -20,9 +20,10 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
 from functools import lru_cache
-from typing import TYPE_CHECKING, Any, Final
+from typing import Any, Final
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
+from jobcar.cron import next_tick as cron_next_tick
 from jobcar.errors import InvalidJob
 from jobcar.keys import DEFAULT_QUEUE, QueueKeys
 from jobcar.names import check_name
@@ -32,9 +33,6 @@ from jobcar.replies import as_int, as_list, as_text
 from jobcar.scripts import Arg, Reply, ScriptCall, call
 from jobcar.transitions import EnqueueRecord
 from jobcar.units import parse_duration
-
-if TYPE_CHECKING:
-    from cronsim import CronSim
 
 CATCHUP: Final = ("none", "latest", "all")
 OVERLAP: Final = ("allow", "skip")
@@ -88,7 +86,7 @@ class ScheduleSpec:
             tick = anchor + ((after_ms - anchor) // self.every_ms + 1) * self.every_ms
         else:
             assert self.cron is not None
-            tick = _next_cron(self.cron, self.timezone, after_ms)
+            tick = cron_next_tick(self.cron, _zone(self.timezone), after_ms)
         if self.end_ms is not None and tick > self.end_ms:
             return None
         return tick
@@ -103,19 +101,6 @@ def tick_job_id(name: str, tick_ms: int) -> str:
     return f"{name}@{tick_ms}"
 
 
-def _next_cron(expression: str, timezone: str, after_ms: int) -> int:
-    # A moment is given to cronsim in the schedule's zone, so that it knows the UTC offset (and, in the hour
-    # a clock goes back, which of the two) it stands at; cronsim gives the next match strictly after it.
-    start = datetime.fromtimestamp(after_ms / 1000, _zone(timezone))
-    return int(next(_cron(expression, start)).timestamp() * 1000)
-
-
-def _cron(expression: str, start: datetime) -> CronSim:
-    from cronsim import CronSim
-
-    return CronSim(expression, start)
-
-
 @lru_cache(maxsize=256)
 def _zone(name: str) -> ZoneInfo:
     return ZoneInfo(name)
@@ -128,7 +113,7 @@ def _ms(what: str, value: object) -> int:
     if isinstance(value, bool) or not isinstance(value, str | int | float):
         raise InvalidJob(f"{what} must be a duration: seconds, or text like 30s, 5m, 1h")
     try:
-        return int(parse_duration(value) * 1000)
+        return round(parse_duration(value) * 1000)  # round: 1.001 s is 1000.9999... ms as a float
     except ValueError as exc:
         raise InvalidJob(f"{what}: {exc}") from None
 
@@ -193,8 +178,8 @@ def make_spec(
         if not isinstance(cron, str):
             raise InvalidJob("cron must be a cron expression, like */5 * * * *")
         try:
-            _cron(cron, datetime.now(UTC))
-        except Exception as exc:  # cronsim raises its own CronSimError for a bad expression
+            cron_next_tick(cron, _zone(zone), int(datetime.now(UTC).timestamp() * 1000))
+        except Exception as exc:  # cronsim raises its own CronSimError for a bad expression; NoTick
             raise InvalidJob(f"cron {cron!r}: {exc}") from None
     if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or limit < 1):
         raise InvalidJob(f"limit must be a positive integer, got {limit!r}")
