@@ -72,6 +72,7 @@ from tests.servers import RedisServer, find_server_binary, free_port, stop_proce
 
 import jobcar
 from jobcar import AsyncClient, replies, transitions, transport
+from jobcar.enqueueing import ENQUEUE_CHUNK
 from jobcar.job import Job, State
 from jobcar.keys import QueueKeys
 from jobcar.units import parse_duration
@@ -262,7 +263,7 @@ class Soak:
             now = time.monotonic()
             if now - start >= self.duration:
                 break
-            due = min(math.floor((now - start) * self.rate) + 1, len(self.sent) + transitions.ENQUEUE_CHUNK)
+            due = min(math.floor((now - start) * self.rate) + 1, len(self.sent) + ENQUEUE_CHUNK)
             first = len(self.sent)
             if due <= first:
                 await asyncio.sleep(start + first / self.rate - now)

@@ -33,6 +33,8 @@ from jobcar.dependencies import (
     settle_calls,
     silent_dependency_calls,
 )
+from jobcar.dependency_calls import DependOutcome, SealResult, seal_batch_call
+from jobcar.enqueueing import EnqueueRecord, enqueue_calls, parse_enqueue
 from jobcar.job import FINISHED, Job, JobInfo
 from jobcar.keys import DEFAULT_NAMESPACE, DEFAULT_QUEUE, QueueKeys, queues_key
 from jobcar.names import ID_PATTERN, check_name
@@ -44,15 +46,7 @@ from jobcar.schedule_store import run_async, run_sync
 from jobcar.schedules import ScheduleState, make_spec
 from jobcar.scripts import Reply, ScriptCall
 from jobcar.sentinel import async_sentinel_client, replica_wait_of, sentinel_client
-from jobcar.transitions import (
-    DependOutcome,
-    EnqueueRecord,
-    SealResult,
-    cancel_call,
-    enqueue_calls,
-    parse_enqueue,
-    seal_batch_call,
-)
+from jobcar.transitions import cancel_call
 from jobcar.transport import AsyncRedis, ReplicaWait, SyncRedis, execute, execute_async
 
 

@@ -17,12 +17,13 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any, Final
 
+from jobcar.dependency_calls import DependOutcome, depend_call, settle_call
+from jobcar.enqueueing import EnqueueRecord
 from jobcar.errors import InvalidJob
 from jobcar.job import EnqueueStatus, JobInfo, State
 from jobcar.keys import QueueKeys, job_ref, split_job_ref
 from jobcar.names import ID_PATTERN, check_name
 from jobcar.scripts import ScriptCall
-from jobcar.transitions import DependOutcome, EnqueueRecord, depend_call, settle_call
 
 #: What a job may wait for: at most this many dependencies (each costs a call when it was enqueued earlier).
 MAX_AFTER: Final = 100_000

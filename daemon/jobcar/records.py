@@ -18,12 +18,12 @@ from datetime import datetime, timedelta
 from typing import Any, Final, Literal, TypeAlias, Unpack
 
 from jobcar.dependencies import BATCH_REF_PREFIX, after_refs, on_dependency_failure
+from jobcar.enqueueing import EnqueueRecord
 from jobcar.errors import InvalidJob, PayloadTooLarge
 from jobcar.job import DEFAULT_CONTENT_TYPE
 from jobcar.keys import DEFAULT_QUEUE
 from jobcar.names import ID_PATTERN, TYPE_PATTERN, check_name
 from jobcar.options import OPTIONS, UNIQUE_MODES, EnqueueOptions, Kind, Option
-from jobcar.transitions import EnqueueRecord
 from jobcar.units import parse_duration
 
 #: A payload is either a JSON-serialisable value (sent as application/json) or raw bytes.

@@ -24,6 +24,7 @@ from typing import Any, Final
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from jobcar.cron import next_tick as cron_next_tick
+from jobcar.enqueueing import EnqueueRecord
 from jobcar.errors import InvalidJob
 from jobcar.keys import DEFAULT_QUEUE, QueueKeys
 from jobcar.names import check_name
@@ -31,7 +32,6 @@ from jobcar.options import SCHEDULE_OPTIONS
 from jobcar.records import DEFAULT_MAX_PAYLOAD_BYTES, build_record, new_job_id
 from jobcar.replies import as_int, as_list, as_text
 from jobcar.scripts import Arg, Reply, ScriptCall, call
-from jobcar.transitions import EnqueueRecord
 from jobcar.units import parse_duration
 
 CATCHUP: Final = ("none", "latest", "all")

@@ -20,11 +20,12 @@ import time
 from typing import Final
 
 from jobcar.config_types import Config
+from jobcar.dependency_calls import settle_call
 from jobcar.keys import QueueKeys, job_ref, split_job_ref
 from jobcar.recording import dead_letter_limits
 from jobcar.redis_link import RedisLink
 from jobcar.scripts import ScriptCall
-from jobcar.transitions import DeadLetterLimits, settle_call
+from jobcar.transitions import DeadLetterLimits
 
 log = logging.getLogger("jobcar.settler")
 

@@ -19,11 +19,11 @@ from decimal import Decimal
 from typing import TYPE_CHECKING, Any
 
 from jobcar.client import Client
+from jobcar.enqueueing import ENQUEUE_CHUNK
 from jobcar.errors import InvalidJob
 from jobcar.keys import DEFAULT_NAMESPACE, DEFAULT_QUEUE
 from jobcar.names import ID_PATTERN, TYPE_PATTERN, check_name
 from jobcar.records import DEFAULT_MAX_PAYLOAD_BYTES, JobSpec, build_callbacks, build_record
-from jobcar.transitions import ENQUEUE_CHUNK
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, Row

@@ -1,153 +1,31 @@
-"""Every transition as a script call to build and a reply to parse: pure functions, no I/O.
+"""The transitions of a stored job (lease, extend, ack, retry, kill, reap, requeue, purge, cancel, pause)
+and the queue's reads (stats, history, job fields), each a script call to build and a reply to parse: pure
+functions, no I/O.
 
 Each transition that changes a job's state is one Lua script in `lua/` (docs/protocol.md has each
 script's KEYS/ARGV/return contract). Building a call and parsing its reply are plain functions, so
 the producer client, the CLI, the HTTP API and the daemon share one implementation and differ only in
-how they send the calls (`transport`).
+how they send the calls (`transport`). Storing jobs is `enqueueing`'s; the calls of jobs that wait for
+others are `dependency_calls`'.
 
-Only the standard library and redis-py are imported: producers use the enqueue transition.
+Only the standard library and redis-py are imported: producers cancel a batch's callbacks with `cancel`.
 """
 
 from __future__ import annotations
 
-import json
 import secrets
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import IntEnum, StrEnum
 from typing import Final, cast
 
-from jobcar.job import EnqueueStatus, Job, JobInfo, State
+from jobcar.job import Job, State
 from jobcar.keys import QueueKeys
 from jobcar.replies import as_bytes, as_int, as_list, as_text
 from jobcar.scripts import Arg, Reply, ScriptCall, call
 
-#: Jobs per enqueue script call in enqueue_many: big enough to amortise the round trip, small enough
-#: that one call never blocks the server for long.
-ENQUEUE_CHUNK: Final = 500
 #: Jobs moved per requeue/purge call; "all" repeats the call until nothing is left.
 BULK_LIMIT: Final = 1000
-
-# ---------------------------------------------------------------------------------------------
-# enqueue
-
-
-@dataclass(slots=True)  # not frozen: its __init__ then costs a fifth of build_record, per job of enqueue_many
-class EnqueueRecord:
-    """One job to store, already validated and encoded by the client. Treat it as read-only."""
-
-    id: str
-    queue: str
-    type: str
-    payload: bytes
-    content_type: str | None = None  # None: the default, application/json (not stored)
-    run_at_ms: int = 0  # absolute run-at, producer's clock; 0: none
-    delay_ms: int = 0  # relative to Redis time; 0: none
-    unique_key: str | None = None
-    unique_ttl_ms: int = 0
-    max_attempts: int | None = None
-    timeout_ms: int | None = None
-    backoff_ms: int | None = None  # the first retry's delay, in place of the handler's backoff base
-    traceparent: str | None = None
-    meta: Mapping[str, str] = field(default_factory=dict)
-    batch: str | None = None
-    priority: int = 0  # 0 (the default, not stored) to 9
-    expires_at_ms: int | None = None  # absolute, producer's clock
-    expires_in_ms: int | None = None  # relative to Redis time at enqueue
-    unique_window: bool = False  # the unique key is held for its whole TTL
-    debounce_key: str | None = None
-    debounce_ms: int | None = None
-    debounce_max_ms: int | None = None
-    key: str | None = None  # for per-key limits
-    after: Sequence[str] = ()  # references "<queue>/<id>" of the jobs this one waits for (ADR 0016)
-    on_dependency_failure: str | None = None  # "fail" (the default, not stored), "run" or "cancel"
-    dependents: Sequence[str] = ()  # references of jobs stored before this one that wait for it
-
-    def args(self) -> list[Arg]:
-        """The record as the scripts that store jobs read it (`lua/includes/store_jobs.lua`)."""
-        extra = self.optional_fields()
-        return [self.id, self.type, self.payload, self.run_at_ms, self.delay_ms, self.unique_key or "",
-                self.unique_ttl_ms, len(extra) // 2, *extra]  # fmt: skip
-
-    def optional_fields(self) -> list[Arg]:
-        """Hash fields beyond type and payload, only those given (every field costs memory per job)."""
-        out: list[Arg] = []
-        optional: tuple[tuple[str, Arg | None], ...] = (
-            ("content_type", self.content_type),
-            ("max_attempts", self.max_attempts),
-            ("timeout", self.timeout_ms),
-            ("traceparent", self.traceparent),
-            ("meta", json.dumps(dict(self.meta), separators=(",", ":")) if self.meta else None),
-            ("batch", self.batch),
-            ("key", self.key),
-        )
-        # Checked first, so that a job without them (enqueue_many's usual job) pays little (ADR 0006).
-        if (self.priority or self.expires_at_ms or self.expires_in_ms or self.unique_window or self.debounce_key
-                or self.backoff_ms):  # fmt: skip
-            optional += (
-                ("priority", self.priority or None),
-                ("backoff", self.backoff_ms),
-                ("expires_at", self.expires_at_ms),
-                ("expires_in", self.expires_in_ms),
-                ("unique_mode", "window" if self.unique_window else None),
-                ("debounce_key", self.debounce_key),
-                ("debounce_ms", self.debounce_ms),
-                ("debounce_max_ms", self.debounce_max_ms),
-            )
-        if self.after or self.dependents:
-            optional += (
-                ("after", json.dumps(list(self.after)) if self.after else None),
-                ("on_dependency_failure", self.on_dependency_failure),
-                ("dependents", json.dumps(list(self.dependents)) if self.dependents else None),
-            )
-        for name, value in optional:
-            if value is not None:
-                out += [name, value]
-        return out
-
-
-def _by_queue(records: Sequence[EnqueueRecord]) -> dict[str, list[int]]:
-    """Record indexes grouped per queue, queues in first-seen order, records in order within each."""
-    groups: dict[str, list[int]] = {}
-    for index, r in enumerate(records):
-        groups.setdefault(r.queue, []).append(index)
-    return groups
-
-
-def enqueue_calls(namespace: str, records: Sequence[EnqueueRecord]) -> list[ScriptCall]:
-    """One enqueue call per queue and chunk of ENQUEUE_CHUNK records (a call touches one queue/slot)."""
-    calls: list[ScriptCall] = []
-    for queue, indexes in _by_queue(records).items():
-        keys = QueueKeys.of(namespace, queue)
-        for start in range(0, len(indexes), ENQUEUE_CHUNK):
-            args: list[Arg] = [keys.prefix]
-            for index in indexes[start : start + ENQUEUE_CHUNK]:
-                args += records[index].args()
-            calls.append(call("enqueue", (keys.pending, keys.scheduled, keys.wake), args))
-    return calls
-
-
-_CREATED_STATES: Final = {b"pending": State.PENDING, b"scheduled": State.SCHEDULED, b"waiting": State.WAITING}
-
-
-def parse_enqueue(records: Sequence[EnqueueRecord], replies: Sequence[Reply]) -> list[JobInfo]:
-    """Pair the replies of `enqueue_calls(records)` with the records, in the records' order."""
-    entries = [entry for reply in replies for entry in as_list(reply)]
-    order = [index for indexes in _by_queue(records).values() for index in indexes]
-    infos: list[JobInfo | None] = [None] * len(records)
-    for index, entry in zip(order, entries, strict=True):
-        record = records[index]
-        if isinstance(entry, bytes):  # the common case, kept cheap: created, in this state
-            created = _CREATED_STATES.get(entry) or State(entry.decode())
-            infos[index] = JobInfo(record.id, record.queue, created, EnqueueStatus.CREATED)
-        else:
-            status, job_id, state = (as_text(x) for x in as_list(entry))
-            infos[index] = JobInfo(job_id, record.queue, State(state), EnqueueStatus(status))
-    return [info for info in infos if info is not None]
-
-
-# ---------------------------------------------------------------------------------------------
-# Daemon transitions
 
 
 @dataclass(frozen=True, slots=True)
@@ -294,55 +172,6 @@ def parse_ack(reply: Reply) -> list[int]:
     """One value per job of the call, in order: 1 finished, 2 (ENDED_AND_TELLS) finished and jobs in other
     queues waited for it, 0 lease lost (nothing changed)."""
     return [as_int(r) for r in as_list(reply)]
-
-
-# -- dependencies (ADR 0016) ------------------------------------------------------------------
-
-
-class DependOutcome(StrEnum):
-    """What `depend` found: the dependency will tell the waiting job, or what to tell it now."""
-
-    REGISTERED = "registered"
-    DONE = "done"
-    DEAD = "dead"
-    CANCELED = "canceled"
-    GONE = "gone"
-
-
-def depend_call(keys: QueueKeys, job_id: str, waiting_ref: str) -> ScriptCall:
-    """Register the job `waiting_ref` with its dependency `job_id` of `keys`' queue (on that queue's slot)."""
-    return call("depend", (keys.job(job_id),), (keys.prefix, job_id, waiting_ref))
-
-
-def settle_call(
-    keys: QueueKeys,
-    job_id: str,
-    dependency_refs: Sequence[str],
-    outcome: str,
-    dead: DeadLetterLimits = DeadLetterLimits(),
-    batch_counts: str = "",
-) -> ScriptCall:
-    """Tell the waiting job `job_id` of `keys`' queue that its dependencies `dependency_refs` ended, all as
-    `outcome`; for a batch's callback, with the batch's counts (JSON), which its payload then carries."""
-    return call(
-        "settle",
-        (keys.pending, keys.waiting, keys.dead, keys.wake, keys.job(job_id)),
-        (keys.prefix, job_id, outcome, dead.max_jobs, dead.max_age_ms, batch_counts, *dependency_refs),
-    )
-
-
-class SealResult(StrEnum):
-    """What sealing a batch did (`seal_batch_call`)."""
-
-    SEALED = "sealed"  # its callbacks are told when its last job ends
-    COMPLETE = "complete"  # every job had ended: its callbacks were told now
-    FIRED = "fired"  # sealed and told before: nothing changed
-
-
-def seal_batch_call(keys: QueueKeys, batch_id: str, callbacks: Sequence[str]) -> ScriptCall:
-    """Every job of the batch is enqueued; `callbacks` (references of jobs waiting for "<queue>/batch:<id>")
-    are told once all of its jobs have ended."""
-    return call("seal_batch", (keys.batch(batch_id),), (keys.prefix, batch_id, *callbacks))
 
 
 def coalesce(calls: Sequence[ScriptCall]) -> list[tuple[ScriptCall, list[int]]]:

@@ -12,8 +12,8 @@ import redis
 
 import jobcar
 from jobcar import AsyncClient, Client, EnqueueStatus, State
+from jobcar.enqueueing import ENQUEUE_CHUNK
 from jobcar.keys import QueueKeys, queues_key
-from jobcar.transitions import ENQUEUE_CHUNK
 from tests.integration.driver import QueueDriver
 from tests.servers import RedisServer, find_server_binary
 

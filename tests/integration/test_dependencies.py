@@ -9,11 +9,12 @@ import pytest
 import redis
 
 from jobcar import transitions
+from jobcar.dependency_calls import SealResult, settle_call
 from jobcar.errors import InvalidJob
 from jobcar.job import EnqueueStatus, State
 from jobcar.keys import job_ref
 from jobcar.settler import settle_calls_of
-from jobcar.transitions import DeadLetterLimits, SealResult
+from jobcar.transitions import DeadLetterLimits
 from tests.integration.driver import QueueDriver
 
 AnyRedis = redis.Redis | redis.RedisCluster
@@ -231,7 +232,7 @@ def test_an_ack_is_not_stopped_half_way_by_a_settled_list_of_another_type(
 def test_telling_a_waiting_job_twice_changes_nothing(q: QueueDriver) -> None:
     first = q.enqueue("a")
     waiting = q.enqueue("b", after=[first.id, q.enqueue("c").id])
-    call = transitions.settle_call(q.keys, waiting.id, [job_ref(q.keys.queue, first.id)], "done")
+    call = settle_call(q.keys, waiting.id, [job_ref(q.keys.queue, first.id)], "done")
     assert [q.run(call), q.run(call)] == [b"waiting", b"ignored"]
     assert q.where(waiting.id) is State.WAITING
     assert q.redis.scard(q.keys.deps(waiting.id)) == 1

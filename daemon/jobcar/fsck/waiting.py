@@ -16,11 +16,11 @@ from typing import Final
 from redis.exceptions import ResponseError
 
 from jobcar.dependencies import BATCH_REF_PREFIX
+from jobcar.dependency_calls import DependOutcome, depend_call, settle_call
 from jobcar.fsck.findings import Suspect
 from jobcar.fsck.repairs import Target
 from jobcar.keys import QueueKeys, job_ref, split_job_ref
 from jobcar.replies import as_text
-from jobcar.transitions import DependOutcome, depend_call, settle_call
 from jobcar.transport import AsyncRedis, execute_async
 
 #: The states of a job that has not ended: it tells the jobs its dependents SET names when it does.
