@@ -41,7 +41,8 @@ from typing import Any, Final, TypeAlias
 from aiohttp import hdrs, web
 from redis import exceptions as redis_errors
 
-from jobcar.admin import Admin, AmbiguousJob, JobNotFound
+from jobcar.admin import Admin
+from jobcar.admin_reads import AmbiguousJob, JobNotFound
 from jobcar.api_schedules import add_schedule_routes
 from jobcar.browser_guard import bearer_matches, cross_site_problem, host_problem
 from jobcar.client import AsyncClient

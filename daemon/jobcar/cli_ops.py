@@ -11,7 +11,8 @@ import sys
 from collections.abc import Mapping, Sequence
 from typing import Final
 
-from jobcar.admin import Admin, CancelReply, JobListing, JobView
+from jobcar.admin import Admin, CancelReply
+from jobcar.admin_reads import JobListing, JobView
 from jobcar.cli_format import printable, span, table
 from jobcar.cli_support import (
     ID_DASH,

@@ -133,7 +133,8 @@ def with_admin(config: Config, work: Callable[[Admin], Awaitable[T]]) -> T:
     that is not there, or in several queues, ends the command with a message naming what to do."""
     import asyncio
 
-    from jobcar.admin import Admin, AmbiguousJob, JobNotFound
+    from jobcar.admin import Admin
+    from jobcar.admin_reads import AmbiguousJob, JobNotFound
 
     async def main() -> T:
         async with connected(config) as client:

@@ -27,7 +27,8 @@ import jinja2
 from aiohttp import web
 from redis import exceptions as redis_errors
 
-from jobcar.admin import Admin, AmbiguousJob, JobNotFound
+from jobcar.admin import Admin
+from jobcar.admin_reads import AmbiguousJob, JobNotFound
 from jobcar.cli_format import span
 from jobcar.config_types import Config, limit_rule_table
 from jobcar.errors import InvalidJob

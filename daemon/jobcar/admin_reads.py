@@ -1,0 +1,347 @@
+"""What operators read of the store, for every surface (the CLI, the HTTP API, the dashboard): queues,
+stats, listings, limits, one job, a wait for its outcome. Plain commands only: reading never changes state.
+
+A job id is unique within a queue only: `locate` finds it by one rule (the queue given, else every queue
+the config names or producers used) and says so when several queues hold it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Final, cast
+
+from redis import exceptions as redis_errors
+from redis.asyncio.cluster import RedisCluster as AsyncRedisCluster
+
+from jobcar.errors import JobcarError
+from jobcar.job import FINISHED, Job, State
+from jobcar.job_document import job_document
+from jobcar.keys import QueueKeys, queues_key
+from jobcar.limits_view import LimitGroup, read_limits
+from jobcar.replies import as_bytes, as_text, decode_names, parse_job, time_ms
+from jobcar.transitions import (
+    QueueHistory,
+    QueueStats,
+    history_call,
+    job_fields_call,
+    parse_history,
+    parse_job_fields,
+    parse_stats,
+    stats_call,
+)
+from jobcar.transport import AsyncRedis, execute_async
+
+#: A wait for a job's outcome reads it this often: from every 10 ms at first to every 250 ms.
+WAIT_POLL_MIN, WAIT_POLL_MAX = 0.01, 0.25
+#: Ids read per round trip while a listing looks for jobs of one type, or for done jobs.
+LIST_PAGE: Final = 500
+#: What a listing of done jobs reads of each job before it reads the newest whole.
+_DONE_FIELDS: Final = ("state", "type", "finished")
+
+
+class JobNotFound(JobcarError):
+    """No job with this id (in the queue given, or in any queue)."""
+
+
+class AmbiguousJob(JobcarError):
+    """Several queues hold a job with this id: the caller must name the queue."""
+
+    def __init__(self, job_id: str, found: dict[str, State]) -> None:
+        where = ", ".join(f"{queue} ({state.value})" for queue, state in found.items())
+        super().__init__(f"there are jobs with id {job_id} in several queues: {where}")
+        self.found = found
+
+
+@dataclass(frozen=True, slots=True)
+class JobView:
+    job: Job
+    #: The lease deadline (Redis ms) of an active job; None otherwise.
+    lease_deadline_ms: int | None
+    #: Redis time when it was read, the clock every stored time was taken with.
+    now_ms: int
+    #: Of the jobs it waits for (`after`), those that have not ended yet, as references "<queue>/<id>".
+    waiting_for: tuple[str, ...] = ()
+    #: The jobs waiting for it to end (ADR 0016).
+    dependents: tuple[str, ...] = ()
+
+    def document(self) -> dict[str, Any]:
+        """The job as JSON (`job_document`), with what this view read beside its hash."""
+        return job_document(self.job, self.lease_deadline_ms, self.waiting_for, self.dependents)
+
+
+@dataclass(slots=True)
+class JobListing:
+    jobs: list[Job] = field(default_factory=list)
+    #: Why a listed job cannot be read (its hash was written around the enqueue script), one line each.
+    unreadable: list[str] = field(default_factory=list)
+    #: (queue, state, jobs shown, jobs in that state, or -1 when more may match a type filter) where the
+    #: limit left some out.
+    partial: list[tuple[str, State, int, int]] = field(default_factory=list)
+    #: Redis time, the clock every stored time was taken with.
+    now_ms: int = 0
+
+
+class AdminReads:
+    """Reads of one namespace. `configured` are the config's queues, in its order: they come first when
+    every queue is meant."""
+
+    def __init__(self, client: AsyncRedis, namespace: str, configured: Iterable[str] = ()) -> None:
+        self.redis = client
+        self.namespace = namespace
+        self.configured = list(configured)
+
+    def keys(self, queue: str) -> QueueKeys:
+        return QueueKeys.of(self.namespace, queue)
+
+    async def known_queues(self) -> list[str]:
+        """The queue names producers have registered in `<ns>:queues`, sorted."""
+        return decode_names(await self.redis.smembers(queues_key(self.namespace)))
+
+    async def queues(self, only: str | None = None) -> list[str]:
+        """`only`, else the config's queues in its order, then every other queue producers have used."""
+        if only is not None:
+            return [only]
+        return list(dict.fromkeys([*self.configured, *await self.known_queues()]))
+
+    async def limits(self, rules: Mapping[str, Mapping[str, Any]], only: str | None = None) -> list[LimitGroup]:
+        """Every limit group with a job running, held or rated, in `only` or every queue (`queues`), under the
+        config's rules (`config_types.limit_rule_table`)."""
+        return await read_limits(self.redis, self.namespace, await self.queues(only), rules)
+
+    async def locate(self, job_id: str, queue: str | None = None) -> tuple[str, State]:
+        """(queue, state) of the job with this id, in `queue` or in any queue; JobNotFound or AmbiguousJob."""
+        found = (await self._states([job_id], await self.queues(queue)))[job_id]
+        if not found:
+            raise JobNotFound(f"no such job {job_id}" + (f" in queue {queue}" if queue else ""))
+        if len(found) > 1:
+            raise AmbiguousJob(job_id, found)
+        return next(iter(found.items()))
+
+    async def stats(self, queues: Sequence[str]) -> list[QueueStats]:
+        keys = [self.keys(queue) for queue in queues]
+        replies = await execute_async(self.redis, [stats_call(k) for k in keys])
+        return [parse_stats(k, reply) for k, reply in zip(keys, replies, strict=True)]
+
+    async def history(self, queues: Sequence[str]) -> list[QueueHistory]:
+        """Each queue's fleet-wide counts of finished attempts over the last hour or two (history.py)."""
+        keys = [self.keys(queue) for queue in queues]
+        replies = await execute_async(self.redis, [history_call(k) for k in keys])
+        return [parse_history(k, reply) for k, reply in zip(keys, replies, strict=True)]
+
+    async def list_jobs(
+        self, queues: Sequence[str], states: Sequence[State], limit: int, job_type: str | None = None
+    ) -> JobListing:
+        """Up to `limit` jobs per queue and state (of `job_type` only, when given), in the order they will
+        leave it: pending in run order, the sorted sets by score (run-at, lease deadline, died-at); done
+        jobs (kept while `result_ttl` holds their result) newest first."""
+        listing = JobListing()
+        stats = await self.stats(queues)
+        listing.now_ms = max((s.now_ms for s in stats), default=0)
+        for queue_stats in stats:
+            keys = self.keys(queue_stats.queue)
+            for state in states:
+                if state is State.DONE:
+                    await self._list_done(keys, limit, job_type, listing)
+                    continue
+                total = queue_stats.in_state(state)
+                seen, found = 0, 0
+                while seen < total and found < limit:
+                    # Without a type filter one page is the answer; with one, pages go on until enough match.
+                    page = await self.ids(keys.queue, state, seen, limit if job_type is None else LIST_PAGE)
+                    if not page:
+                        break
+                    seen += len(page)
+                    jobs, problems = await self.jobs(keys.queue, page)
+                    listing.unreadable += problems
+                    for job in jobs:
+                        if found < limit and (job_type is None or job.type == job_type):
+                            listing.jobs.append(job)
+                            found += 1
+                if seen < total and job_type is None:
+                    listing.partial.append((keys.queue, state, seen, total))
+                elif seen < total:
+                    listing.partial.append((keys.queue, state, found, -1))  # more may match
+        return listing
+
+    async def _list_done(self, keys: QueueKeys, limit: int, job_type: str | None, listing: JobListing) -> None:
+        """Done jobs are in no set (their hash lives for result_ttl): found by SCAN, newest first. Only the
+        newest `limit` are read whole."""
+        prefix = len(keys.job(""))
+        ids = sorted({as_text(k)[prefix:] async for k in self.redis.scan_iter(match=keys.all_jobs(), count=1000)})
+        finished: list[tuple[int, str]] = []
+        for start in range(0, len(ids), LIST_PAGE):
+            page = ids[start : start + LIST_PAGE]
+            for job_id, fields in zip(page, await self.fields(keys.queue, page, _DONE_FIELDS), strict=True):
+                if fields.get(b"state") == b"done" and (job_type is None or fields.get(b"type") == job_type.encode()):
+                    at = fields.get(b"finished", b"")
+                    finished.append((int(at) if at.isdigit() else 0, job_id))  # unreadable ones are named below
+        finished.sort(reverse=True)
+        jobs, problems = await self.jobs(keys.queue, [job_id for _, job_id in finished[:limit]])
+        listing.jobs += jobs
+        listing.unreadable += problems
+        if len(finished) > limit:
+            listing.partial.append((keys.queue, State.DONE, limit, len(finished)))
+
+    async def job(self, job_id: str, queue: str | None = None) -> JobView:
+        """The job with this id (found by `locate` when no queue is given); JobNotFound also when its hash
+        cannot be read."""
+        gone = f"no such job {job_id} in queue {queue}"
+        if queue is None:
+            queue, _ = await self.locate(job_id)
+            gone = f"no such job {job_id} (it finished just now)"
+        keys = self.keys(queue)
+        pipe = self.redis.pipeline(transaction=False)
+        pipe.hgetall(keys.job(job_id))
+        pipe.zscore(keys.active, job_id)
+        pipe.time()
+        pipe.smembers(keys.deps(job_id))
+        pipe.smembers(keys.dependents(job_id))
+        # The sets' replies may be refusals (a key of another type reads as none); the job's own may not.
+        fields, deadline, now, deps, dependents = await pipe.execute(raise_on_error=False)
+        for reply in (fields, deadline):
+            if isinstance(reply, Exception):
+                raise reply
+        if not fields:
+            raise JobNotFound(gone)
+        job = readable(job_id, queue, fields)
+        if isinstance(job, str):
+            raise JobNotFound(job)
+        lease_deadline_ms = None if deadline is None or job.state is not State.ACTIVE else int(deadline)
+        return JobView(job, lease_deadline_ms, time_ms(now), _refs(deps), _refs(dependents))
+
+    async def wait(self, job_id: str, queue: str | None, seconds: float) -> JobView:
+        """The job once it has finished (done or dead), or as it is after `seconds`; JobNotFound when
+        it is gone meanwhile (it succeeded without a kept result, or it was canceled)."""
+        queue, _ = await self.locate(job_id, queue)  # once: each look after it reads the job's own keys
+        deadline = time.monotonic() + seconds
+        pause = WAIT_POLL_MIN
+        while True:
+            view = await self.job(job_id, queue)
+            left = deadline - time.monotonic()
+            if view.job.state in FINISHED or left <= 0:
+                return view
+            await asyncio.sleep(min(pause, left))
+            pause = min(pause * 2, WAIT_POLL_MAX)
+
+    async def _states(self, job_ids: Sequence[str], queues: Sequence[str]) -> dict[str, dict[str, State]]:
+        """job id -> {queue: its state} for each of `queues` holding a job with that id, in one round trip."""
+        names = list(dict.fromkeys(queues))
+        pipe = self.redis.pipeline(transaction=False)
+        for job_id in job_ids:
+            for queue in names:
+                pipe.hget(self.keys(queue).job(job_id), "state")
+        replies = iter(await pipe.execute())
+        return {
+            job_id: {queue: State(as_text(s)) for queue in names if (s := next(replies)) is not None}
+            for job_id in job_ids
+        }
+
+    async def ids(self, queue: str, state: State, start: int, count: int, newest_first: bool = False) -> list[str]:
+        """Ids `start` to `start + count` of a state's set (not `done`: no set holds those), in the order they
+        leave it, or the other way round."""
+        keys = self.keys(queue)
+        if count <= 0:
+            return []
+        if state is State.PENDING:
+            return await self._pending_ids(keys, start, count, newest_first)
+        sets = {
+            State.SCHEDULED: keys.scheduled,
+            State.ACTIVE: keys.active,
+            State.DEAD: keys.dead,
+            State.WAITING: keys.waiting,
+        }
+        members = await self.redis.zrange(sets[state], start, start + count - 1, desc=newest_first)
+        return [as_text(m) for m in members]
+
+    async def _pending_ids(self, keys: QueueKeys, start: int, count: int, newest_first: bool = False) -> list[str]:
+        """Pending ids `start` to `start + count` in lease order: the jobs a limit let go, then by priority,
+        each list from its right end; `newest_first`, the other way round."""
+        lists = keys.lease_order[::-1] if newest_first else keys.lease_order
+        pipe = self.redis.pipeline(transaction=False)
+        for key in lists:
+            pipe.llen(key)
+        # A list of another type (fsck reports it) counts as empty.
+        lengths = [n if isinstance(n, int) else 0 for n in await pipe.execute(raise_on_error=False)]
+        ids: list[str] = []
+        for key, length in zip(lists, lengths, strict=True):
+            if start >= length:
+                start -= length
+                continue
+            take = min(count - len(ids), length - start)
+            if newest_first:  # the left end holds the last enqueued
+                ids += [as_text(m) for m in await self.redis.lrange(key, start, start + take - 1)]
+            else:
+                ids += [as_text(m) for m in reversed(await self.redis.lrange(key, -start - take, -start - 1))]
+            start = 0
+            if len(ids) >= count:
+                break
+        return ids
+
+    async def job_keys_page(self, queue: str, cursor: int, count: int, id_prefix: str = "") -> tuple[int, list[str]]:
+        """One SCAN step (COUNT `count`) over the queue's job hashes, or those whose id starts with `id_prefix`:
+        (the next cursor, 0 when done; the ids found). Done jobs, which no set holds, are found this way."""
+        keys = self.keys(queue)
+        match = keys.all_jobs(id_prefix)
+        if isinstance(self.redis, AsyncRedisCluster):  # the node of the queue's slot holds all its keys
+            node = self.redis.get_node_from_key(keys.pending)
+            if node is None:
+                raise redis_errors.ClusterDownError(f"no node serves the slot of queue {queue}")
+            # The cluster client answers a SCAN with each node's cursor (its stubs say an int).
+            cursors, found = await self.redis.scan(cursor, match=match, count=count, target_nodes=node)
+            cursor = cast(dict[str, int], cursors)[node.name]
+        else:
+            cursor, found = await self.redis.scan(cursor, match=match, count=count)
+        prefix = len(keys.job(""))
+        return int(cursor), [as_text(k)[prefix:] for k in found]
+
+    async def now_ms(self) -> int:
+        """Redis time, the clock every stored time was taken with."""
+        return time_ms(await self.redis.time())
+
+    async def jobs(self, queue: str, job_ids: Sequence[str]) -> tuple[list[Job], list[str]]:
+        """These jobs as they are now, in one round trip: (the jobs, in order, without those gone meanwhile; why
+        some could not be read: a hash jobcar cannot parse, a key of another type)."""
+        keys = self.keys(queue)
+        pipe = self.redis.pipeline(transaction=False)
+        for job_id in job_ids:
+            pipe.hgetall(keys.job(job_id))
+        jobs, problems = [], []
+        for job_id, reply in zip(job_ids, await pipe.execute(raise_on_error=False), strict=True):
+            if isinstance(reply, redis_errors.ResponseError):
+                problems.append(f"job {job_id} in {queue}: its key holds another type ({reply})")
+                continue
+            if isinstance(reply, Exception):
+                raise reply
+            if not reply:
+                continue
+            job = readable(job_id, queue, {as_bytes(k): as_bytes(v) for k, v in reply.items()})
+            if isinstance(job, str):
+                problems.append(job)
+            else:
+                jobs.append(job)
+        return jobs, problems
+
+    async def fields(self, queue: str, job_ids: Sequence[str], fields: Sequence[str]) -> list[dict[bytes, bytes]]:
+        """These fields of these jobs, in one call ({} for a job gone, or whose key holds another type)."""
+        if not job_ids:
+            return []
+        (reply,) = await execute_async(self.redis, [job_fields_call(self.keys(queue), fields, job_ids)])
+        return parse_job_fields(fields, job_ids, reply)
+
+
+def readable(job_id: str, queue: str, fields: Any) -> Job | str:
+    """The job, or why its hash cannot be read (written around the enqueue script)."""
+    try:
+        return parse_job(job_id, queue, fields)
+    except (ValueError, KeyError, TypeError) as exc:
+        return f"job {job_id} in queue {queue} cannot be read: {exc}"
+
+
+def _refs(members: object) -> tuple[str, ...]:
+    """A SET of job references, sorted; a key of another type (fsck reports it) reads as none."""
+    if not isinstance(members, set):
+        return ()
+    return tuple(sorted(as_text(m) for m in members))
