@@ -4,6 +4,7 @@ Every daemon of the fleet does this, with no leader: each step is a compare-and-
 a tick another daemon fired already is found moved and skipped here (ADR 0012). A round reads each queue's
 due schedules in Redis time, plans their steps by their catch-up policy (`schedules.plan`), fires them, and
 sleeps until the earliest next tick, at most MAX_SLEEP (so a schedule created or changed elsewhere is seen).
+All the steps of a round are sent in one round trip.
 """
 
 from __future__ import annotations
@@ -16,7 +17,8 @@ from jobcar.config_types import Config
 from jobcar.keys import QueueKeys
 from jobcar.metrics import Metrics
 from jobcar.redis_link import RedisLink, RedisUnavailable
-from jobcar.schedules import DueSchedule, ScheduleSpec, due_call, fire_call, parse_due, parse_fire, plan
+from jobcar.schedules import ScheduleSpec, Step, due_call, fire_call, parse_due, parse_fire, plan
+from jobcar.scripts import Reply
 
 log = logging.getLogger("jobcar.scheduler")
 
@@ -60,54 +62,64 @@ class Scheduler:
                 log.info("schedule %s from the config", what, extra={"schedule": name})
 
     async def round(self) -> float:
-        """Fire every due tick of every served queue; the seconds until the next round."""
+        """Fire every due tick of every served queue; the seconds until the next round.
+
+        Every step of the round goes in one round trip, after one read of the due schedules: a backlog of
+        `all` ticks after a restart then takes no longer than one due tick, and the schedules after it are
+        not late by its length (a `none` or `latest` schedule would count the ticks that came due
+        meanwhile as passed over)."""
         try:
             replies = await self.link.scripts([due_call(keys) for keys in self.queues], each_its_own=True)
         except RedisUnavailable:
             self._sleep = 0.0  # at once when Redis answers again: ticks came due meanwhile
             raise
-        sleep = MAX_SLEEP
+        waits: list[int] = []
+        planned: list[tuple[QueueKeys, ScheduleSpec, list[Step], int]] = []
         for keys, reply in zip(self.queues, replies, strict=True):
             if isinstance(reply, Exception):
                 continue  # a refusal, logged by the link: the other queues' schedules fire
             due = parse_due(reply)
-            waits = [] if due.next_in_ms is None else [due.next_in_ms]
+            if due.next_in_ms is not None:
+                waits.append(due.next_in_ms)
             for schedule in due.schedules:
-                # The schedules just fired wait at their next tick, which the read did not see.
-                next_ms = await self._fire(keys, schedule, due.now_ms)
-                if next_ms is not None:
-                    waits.append(next_ms - due.now_ms)
-            if waits:
-                sleep = min(sleep, max(0, min(waits)) / 1000 + TICK_MARGIN)
-        return sleep
+                planned.append((keys, schedule.spec, plan(schedule.spec, schedule.next_ms, due.now_ms), due.now_ms))
+        size = self.config.max_payload_bytes
+        calls = [fire_call(keys, spec, step, size) for keys, spec, steps, _ in planned for step in steps]
+        fired = iter(await self.link.scripts(calls, each_its_own=True) if calls else [])
+        for keys, spec, steps, now_ms in planned:
+            # The schedules just fired wait at their next tick, which the read did not see.
+            next_ms = self._record(keys, spec, [(step, next(fired)) for step in steps], now_ms)
+            if next_ms is not None:
+                waits.append(next_ms - now_ms)
+        return min(MAX_SLEEP, max(0, min(waits)) / 1000 + TICK_MARGIN) if waits else MAX_SLEEP
 
-    async def _fire(self, keys: QueueKeys, due: DueSchedule, now_ms: int) -> int | None:
-        """Take the schedule's steps; the tick it then waits at (None: none left, or someone else moved it
-        and the next round reads where to)."""
-        spec = due.spec
+    def _record(self, keys: QueueKeys, spec: ScheduleSpec, fired: list[tuple[Step, Reply]], now_ms: int) -> int | None:
+        """Count and log what the schedule's steps did; the tick it then waits at (None: none left, or someone
+        else moved it and the next round reads where to)."""
         series = self.metrics.schedule(spec.name)
-        steps = plan(spec, due.next_ms, now_ms)
-        for step in steps:
-            (reply,) = await self.link.scripts([fire_call(keys, spec, step, self.config.max_payload_bytes)])
-            fired = parse_fire(reply)
-            if fired.outcome in ("moved", "paused", "missing", "early"):
-                # Another daemon took the step, or the schedule changed: the next round reads it again, by
-                # the tick the step would have moved to (every daemon computes the same), or at once.
-                return steps[-1].next_ms if fired.outcome == "moved" else now_ms
+        for step, reply in fired:
+            if isinstance(reply, Exception):
+                return None  # a refusal, logged by the link: the next round reads the schedule again
+            done = parse_fire(reply)
+            if done.outcome in ("moved", "paused", "missing", "early"):
+                # Another daemon took the step, or the schedule changed (the later steps of the round then
+                # changed nothing either): the next round reads it again, by the tick the step would have
+                # moved to (every daemon computes the same), or at once.
+                return fired[-1][0].next_ms if done.outcome == "moved" else now_ms
             if step.skipped:
                 series.skipped.inc(step.skipped)
                 log.info("schedule passed over %d tick(s) (catchup %s)", step.skipped, spec.catchup,
                          extra={"queue": keys.queue, "schedule": spec.name})  # fmt: skip
-            if fired.outcome == "overlap":
+            if done.outcome == "overlap":
                 series.skipped.inc()
                 log.info("schedule tick skipped: its last job is still running (overlap skip)",
                          extra={"queue": keys.queue, "schedule": spec.name})  # fmt: skip
-            elif fired.outcome == "fired" and step.fire_ms is not None:
+            elif done.outcome == "fired" and step.fire_ms is not None:
                 series.fires.inc()
-                series.lateness.observe(max(0, fired.now_ms - step.fire_ms) / 1000)
+                series.lateness.observe(max(0, done.now_ms - step.fire_ms) / 1000)
                 series.last_fire.set(step.fire_ms / 1000)
                 log.debug("schedule fired", extra={"queue": keys.queue, "schedule": spec.name,
-                                                   "job_id": fired.job_id})  # fmt: skip
+                                                   "job_id": done.job_id})  # fmt: skip
             if step.next_ms is not None:
                 series.next_fire.set(step.next_ms / 1000)
-        return steps[-1].next_ms if steps else None
+        return fired[-1][0].next_ms if fired else None
