@@ -1,0 +1,174 @@
+"""`jobcar jobs list` and `jobcar jobs show`: the jobs of a queue as a table, one job whole."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Sequence
+from typing import Final
+
+from jobcar.admin import Admin
+from jobcar.admin_reads import JobListing, JobView
+from jobcar.cli_format import printable, span, table
+from jobcar.cli_ops import add_json_option, add_queue_option
+from jobcar.cli_support import ID_HELP, count, load, positive_int, print_json, with_admin
+from jobcar.exit_codes import EX_OK
+from jobcar.job import STORED_IN_SETS, Job, State
+from jobcar.timestamps import rfc3339_ms
+
+#: What `jobs list --state` takes: the state sets, and done jobs while their result is kept.
+LISTABLE: Final = (*STORED_IN_SETS, State.DONE)
+#: Longest last error shown in a `jobs list` table (--json gives it whole).
+ERROR_COLUMN: Final = 60
+
+
+def jobs_list_arguments(parser: argparse.ArgumentParser) -> None:
+    add_queue_option(parser, "only this queue (default: every queue)")
+    parser.add_argument(
+        "--state",
+        choices=[s.value for s in LISTABLE],
+        help="only jobs in this state (default: all but done; done jobs are kept while result_ttl holds them)",
+    )
+    parser.add_argument("--type", dest="job_type", metavar="TYPE", help="only jobs of this type")
+    parser.add_argument(
+        "--limit", type=positive_int, default=20, metavar="N", help="at most N jobs per queue and state (default: 20)"
+    )
+    add_json_option(parser, "a list with one object per job")
+
+
+def _last_error_cell(error: str | None) -> str:
+    if not error:
+        return ""
+    line = printable(error.strip().splitlines()[0] if error.strip() else "")
+    return line if len(line) <= ERROR_COLUMN else line[: ERROR_COLUMN - 1] + "…"
+
+
+def cmd_jobs_list(args: argparse.Namespace) -> int:
+    states = [State(args.state)] if args.state else list(STORED_IN_SETS)
+
+    async def read(admin: Admin) -> JobListing:
+        return await admin.list_jobs(await admin.queues(args.queue), states, args.limit, args.job_type)
+
+    listing = with_admin(load(args), read)
+    jobs, now_ms = listing.jobs, listing.now_ms  # Redis time, the clock every stored time was taken with
+    if args.json:
+        print_json(
+            [
+                {"id": job.id, "queue": job.queue, "state": job.state.value, "type": job.type,
+                 "attempt": job.attempt, "max_attempts": job.max_attempts,
+                 "created_at": rfc3339_ms(job.created_ms), "age_seconds": max(0, now_ms - job.created_ms) / 1000,
+                 "run_at": rfc3339_ms(job.run_at_ms), "last_error": job.last_error}
+                for job in jobs
+            ]
+        )  # fmt: skip
+    elif jobs:
+        header = ("QUEUE", "STATE", "ID", "TYPE", "ATTEMPT", "AGE", "LAST ERROR")
+        rows = [
+            (job.queue, job.state.value, printable(job.id), job.type,
+             f"{job.attempt}/{job.max_attempts}" if job.max_attempts else str(job.attempt),
+             span((now_ms - job.created_ms) / 1000), _last_error_cell(job.last_error))
+            for job in jobs
+        ]  # fmt: skip
+        print("\n".join(table(header, rows, numeric={4, 5})))
+    else:
+        print("no jobs")
+    for note in listing.unreadable:
+        print(f"jobcar: {note}", file=sys.stderr)
+    for queue, state, shown, total in listing.partial:
+        of = "more may match" if total < 0 else f"of {total} shown"
+        print(f"jobcar: {queue} {state.value}: {shown} {of} (--limit N for more)", file=sys.stderr)
+    return EX_OK
+
+
+def jobs_show_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("job_id", metavar="ID", help=ID_HELP)
+    add_queue_option(parser, "the job's queue (default: search every queue)")
+    add_json_option(parser, "every field")
+
+
+def _bytes_text(value: bytes) -> str:
+    try:
+        return printable(value.decode("utf-8"))
+    except UnicodeDecodeError:
+        return f"<{count(len(value), 'byte')}, not UTF-8 text; --json gives them in base64>"
+
+
+def _window(job: Job) -> str:
+    return " (held for its whole window)" if job.unique_window else ""
+
+
+def _job_lines(view: JobView) -> list[str]:
+    job, lease_deadline_ms, now_ms = view.job, view.lease_deadline_ms, view.now_ms
+
+    def when(ms: int | None) -> str | None:
+        if ms is None:
+            return None
+        delta = (now_ms - ms) / 1000
+        return f"{rfc3339_ms(ms)} ({span(delta)} ago)" if delta >= 0 else f"{rfc3339_ms(ms)} (in {span(-delta)})"
+
+    fields: list[tuple[str, str | None]] = [
+        ("id", printable(job.id)),
+        ("queue", job.queue),
+        ("type", job.type),
+        ("state", job.state.value + (", cancel requested" if job.cancel_requested else "")),
+        ("attempt", f"{job.attempt} of {job.max_attempts}" if job.max_attempts else str(job.attempt)),
+        ("created", when(job.created_ms)),
+        ("run at", when(job.run_at_ms)),
+        ("started", when(job.started_ms)),
+        ("finished", when(job.finished_ms)),
+        ("lease expires", when(lease_deadline_ms)),
+        ("lease token", job.token),
+        ("timeout", None if job.timeout_ms is None else span(job.timeout_ms / 1000)),
+        ("content type", job.content_type),
+        ("priority", str(job.priority) if job.priority else None),
+        ("expires", when(job.expires_at_ms)),
+        ("unique key", None if job.unique_key is None else printable(job.unique_key) + _window(job)),
+        ("debounce key", None if job.debounce_key is None else printable(job.debounce_key)),
+        ("key", None if job.limit_key is None else printable(job.limit_key)),
+        ("held for", None if job.held_for is None else "a slot of limit group " + printable(job.held_for)),
+        ("after", _refs_text(job.after, job.on_dependency_failure or "fail")),
+        ("waiting for", _refs_text(view.waiting_for)),
+        ("waited for by", _refs_text(view.dependents)),
+        ("schedule", None if job.schedule is None else printable(job.schedule)),
+        ("scheduled for", when(job.scheduled_at_ms)),
+        ("traceparent", job.traceparent),
+        ("batch", None if job.batch is None else printable(job.batch)),
+        ("meta", printable(json.dumps(job.meta, ensure_ascii=False)) if job.meta else None),
+        ("payload", _bytes_text(job.payload)),
+        ("result", None if job.result is None else _bytes_text(job.result)),
+    ]
+    width = max(len(label) for label, _ in fields)
+    lines = []
+    for label, value in fields:
+        if value is None:
+            continue
+        first, *rest = value.split("\n")
+        lines.append(f"{label.ljust(width)}  {first}".rstrip())
+        lines += [f"{'':{width}}  {line}".rstrip() for line in rest]
+    if job.errors:
+        lines.append(f"errors ({len(job.errors)}, oldest first):")
+        for e in job.errors:
+            message = printable(e.error).replace("\n", "\n    ")
+            lines.append(f"  attempt {e.attempt} at {rfc3339_ms(e.at_ms)}: {message}")
+    return lines
+
+
+def _refs_text(refs: Sequence[str], on_failure: str | None = None) -> str | None:
+    """Job references on one line; with `after`'s policy when a dependency fails."""
+    if not refs:
+        return None
+    text = printable(" ".join(refs))
+    return text if on_failure is None else f"{text} (if one fails: {on_failure})"
+
+
+def cmd_jobs_show(args: argparse.Namespace) -> int:
+    async def read(admin: Admin) -> JobView:
+        return await admin.job(args.job_id, args.queue)
+
+    view = with_admin(load(args), read)
+    if args.json:
+        print_json(view.document())
+    else:
+        print("\n".join(_job_lines(view)))
+    return EX_OK
