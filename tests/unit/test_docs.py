@@ -182,3 +182,39 @@ def test_every_test_a_doc_names_exists() -> None:
     missing = [f"{path}::{name}" for path, name in sorted(cited)
                if not re.search(rf"^(async )?def {name}\(", (ROOT / path).read_text(), re.MULTILINE)]  # fmt: skip
     assert missing == []
+
+
+def test_every_jobcar_command_the_docs_name_exists() -> None:
+    """`jobcar <command>` and `jobcar <group> <action>` in backticks anywhere in the docs name a command of the
+    CLI (test_cli_imports holds COMMAND_LINES to the CLI's table)."""
+    from tests.unit.test_cli_imports import COMMAND_LINES
+
+    groups = {line.split()[0] for line in COMMAND_LINES if " " in line}
+    unknown = []
+    for doc in [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]:
+        for first, second in re.findall(r"`jobcar ([a-z]+)(?:\s+([a-z]+))?(?=[\s`\\|])", doc.read_text()):
+            line = f"{first} {second}" if first in groups and second else first
+            if line not in COMMAND_LINES and line not in groups:
+                unknown.append(f"{doc.relative_to(ROOT)}: jobcar {line}")
+    assert unknown == []
+
+
+def test_the_docs_name_every_setting_a_reload_cannot_change() -> None:
+    from jobcar.daemon import RESTART_ONLY
+
+    operations = (ROOT / "docs" / "operations.md").read_text()
+    row = next(line for line in operations.splitlines() if "(the daemon logs that they were not applied)" in line)
+    assert set(re.findall(r"`(\w+)`", row.split("|")[2])) == set(RESTART_ONLY)
+    configuration = (ROOT / "docs" / "configuration.md").read_text()
+    section = configuration[configuration.index("## What a reload changes") :].split("\n## ")[0]
+    paragraph = section[: section.index("The handlers and the other keys")]
+    assert set(re.findall(r"`(\w+)`", paragraph)) == set(RESTART_ONLY)
+
+
+def test_the_fields_of_jobcar_limits_json_are_documented() -> None:
+    from jobcar.limits_view import LimitGroup
+
+    fields = LimitGroup("q", "t", 0, 0, None, None).document().keys()
+    limits = (ROOT / "docs" / "limits.md").read_text()
+    table = limits[limits.index("`jobcar limits --json` prints") :].split("\n\n")[1]
+    assert [re.match(r"\| `(\w+)` \|", line).group(1) for line in table.splitlines()[2:]] == list(fields)  # type: ignore[union-attr]
