@@ -17,8 +17,8 @@ from jobcar.config_types import Config
 from jobcar.errors import InvalidJob
 from jobcar.exit_codes import EX_FAILURE, EX_OK, EX_USAGE
 from jobcar.options import SCHEDULE_OPTIONS
-from jobcar.schedule_store import Operation, run_async
 from jobcar.schedules import CATCHUP, OVERLAP, ScheduleState, make_spec
+from jobcar.transport import Operation, run_async
 
 T = TypeVar("T")
 NAME_HELP: Final = "the schedule's name"

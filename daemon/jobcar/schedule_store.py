@@ -2,15 +2,14 @@
 HTTP API and the daemon (which keeps its config's schedules there).
 
 Each operation is written once, as a generator of Redis requests (script calls, or a command on the
-namespace's schedule index) that receives their replies; `run_sync` and `run_async` drive it over a
-redis-py client of either kind. No operation holds a lock: the scripts it calls are atomic, and the index
-(name -> queue) is only a way to find a schedule by its name.
+namespace's schedule index) that receives their replies; `transport.run_sync` and `transport.run_async`
+drive it over a redis-py client of either kind. No operation holds a lock: the scripts it calls are
+atomic, and the index (name -> queue) is only a way to find a schedule by its name.
 """
 
 from __future__ import annotations
 
-from collections.abc import Generator, Sequence
-from typing import Any, TypeAlias, TypeVar
+from collections.abc import Sequence
 
 from jobcar.errors import InvalidJob
 from jobcar.keys import QueueKeys, queues_key
@@ -29,44 +28,13 @@ from jobcar.schedules import (
     state_call,
     trigger_call,
 )
-from jobcar.scripts import Reply, ScriptCall
-from jobcar.transport import AsyncRedis, SyncRedis, execute, execute_async
-
-#: A request: a script call, or a plain command as a tuple (on the index key, outside the queues' slots).
-Request: TypeAlias = ScriptCall | tuple[Any, ...]
-T = TypeVar("T")
-Operation: TypeAlias = Generator[Request, Reply, T]
-
-
-def run_sync(client: SyncRedis, operation: Operation[T]) -> T:
-    reply: Reply = None
-    try:
-        while True:
-            request = operation.send(reply)
-            if isinstance(request, ScriptCall):
-                (reply,) = execute(client, [request])
-            else:
-                reply = client.execute_command(*request)  # type: ignore[no-untyped-call]
-    except StopIteration as done:
-        return done.value  # type: ignore[no-any-return]
-
-
-async def run_async(client: AsyncRedis, operation: Operation[T]) -> T:
-    reply: Reply = None
-    try:
-        while True:
-            request = operation.send(reply)
-            if isinstance(request, ScriptCall):
-                (reply,) = await execute_async(client, [request])
-            else:
-                reply = await client.execute_command(*request)
-    except StopIteration as done:
-        return done.value  # type: ignore[no-any-return]
+from jobcar.scripts import Reply
+from jobcar.transport import Operation, run_call
 
 
 def _redis_now(keys: QueueKeys) -> Operation[int]:
     """Redis time on the node that holds the queue, where the schedule's scripts will compare with it."""
-    return parse_due((yield due_call(keys, 0))).now_ms
+    return parse_due((yield from run_call(due_call(keys, 0)))).now_ms
 
 
 def _queue_of(namespace: str, name: str) -> Operation[str | None]:
@@ -81,9 +49,9 @@ def upsert(namespace: str, spec: ScheduleSpec, origin: str) -> Operation[str]:
     keys = QueueKeys.of(namespace, spec.queue)
     old = yield from _queue_of(namespace, spec.name)
     if old is not None and old != spec.queue:
-        yield state_call(QueueKeys.of(namespace, old), spec.name, "remove")
+        yield from run_call(state_call(QueueKeys.of(namespace, old), spec.name, "remove"))
     now = yield from _redis_now(keys)
-    result = as_text((yield set_call(keys, spec, origin, spec.next_tick(now))))
+    result = as_text((yield from run_call(set_call(keys, spec, origin, spec.next_tick(now)))))
     yield ("HSET", index_key(namespace), spec.name, spec.queue)
     yield ("SADD", queues_key(namespace), spec.queue)  # where operators' tools look for jobs, as enqueue does
     return result
@@ -120,7 +88,7 @@ def change(namespace: str, name: str, action: str) -> Operation[int]:
         if state is None:
             return -1
         next_ms = state.spec.next_tick((yield from _redis_now(keys)))
-    result = as_int((yield state_call(keys, name, action, next_ms)))
+    result = as_int((yield from run_call(state_call(keys, name, action, next_ms))))
     if action == "remove":
         yield ("HDEL", index_key(namespace), name)
     return result
@@ -132,7 +100,7 @@ def trigger(namespace: str, name: str, max_payload_bytes: int = DEFAULT_MAX_PAYL
     if state is None:
         return None
     keys = QueueKeys.of(namespace, state.spec.queue)
-    fired = parse_fire((yield trigger_call(keys, state.spec, max_payload_bytes)))
+    fired = parse_fire((yield from run_call(trigger_call(keys, state.spec, max_payload_bytes))))
     return fired.job_id if fired.outcome == "triggered" else None
 
 

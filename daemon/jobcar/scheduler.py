@@ -19,6 +19,7 @@ from jobcar.metrics import Metrics
 from jobcar.redis_link import RedisLink, RedisUnavailable
 from jobcar.schedules import ScheduleSpec, Step, due_call, fire_call, parse_due, parse_fire, plan
 from jobcar.scripts import Reply
+from jobcar.transport import run_async
 
 log = logging.getLogger("jobcar.scheduler")
 
@@ -52,9 +53,7 @@ class Scheduler:
         """Make Redis hold the config's schedules (schedule_store.sync_config); an unchanged one keeps its
         next tick, so a restart neither fires a tick twice nor skips one."""
         namespace, client = self.config.namespace, self.link.client
-        done = await self.link.call(
-            lambda: schedule_store.run_async(client, schedule_store.sync_config(namespace, specs))
-        )
+        done = await self.link.call(lambda: run_async(client, schedule_store.sync_config(namespace, specs)))
         if self._unsynced is specs:
             self._unsynced = None
         for name, what in sorted(done.items()):

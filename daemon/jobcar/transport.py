@@ -1,9 +1,12 @@
-"""Sending script calls to Redis: synchronously (producers, the CLI) and asynchronously (the daemon,
-the HTTP API), in one round trip per batch of calls.
+"""Sending to Redis, synchronously (producers, the CLI) and asynchronously (the daemon, the HTTP API),
+each operation written once.
 
-A NOSCRIPT reply (a restarted or new server) means that call did not run: the script is loaded and
-just that call is sent again. `_to_resend` decides which, for both shells.
+An operation is a generator that yields the Redis work it needs (`Request`) and receives each reply, or
+has the work's exception raised where it yielded; `run_sync` and `run_async` drive one over a redis-py
+client of either kind (the daemon's idle wait, `lease_on_wake`, is async only and sends by itself).
 
+`run_calls` is the operation of a batch of script calls, in one round trip: a NOSCRIPT reply (a restarted
+or new server) means that call did not run, so the script is loaded and just that call is sent again.
 With a `ReplicaWait` (producers on Sentinel), a WAIT follows the calls on the same connection, in the
 same round trip, and fewer replicas confirming than asked raises NotReplicated.
 
@@ -12,23 +15,98 @@ Only the standard library and redis-py are imported: the producer client sends t
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
-from collections.abc import Iterator, Sequence
+import time
+from collections.abc import Generator, Iterator, Sequence
 from dataclasses import dataclass
-from typing import Final, TypeAlias
+from typing import Any, Final, TypeAlias, TypeVar
 
 import redis
 import redis.asyncio
 from redis.asyncio.connection import AbstractConnection
 from redis.exceptions import NoScriptError
 
-from jobcar.scripts import Reply, Script, ScriptCall
+from jobcar.scripts import Arg, Reply, Script, ScriptCall
 
 SyncRedis: TypeAlias = "redis.Redis | redis.RedisCluster"
 AsyncRedis: TypeAlias = "redis.asyncio.Redis | redis.asyncio.RedisCluster"
 
 #: Socket timeout for ordinary commands: a silent server is declared unreachable after this long.
 COMMAND_TIMEOUT: Final = 10.0
+
+
+@dataclass(frozen=True, slots=True)
+class Sleep:
+    """A pause between two looks (the polling of the client's waits)."""
+
+    seconds: float
+
+
+#: What an operation yields, and what it gets back for it:
+#: a tuple, one command (its name and arguments, as execute_command takes them) -> its reply;
+#: a list of such tuples, one non-transactional pipeline -> their replies in order, an error as its reply;
+#: a Script -> loaded (SCRIPT LOAD) on the server; a Sleep -> None, once the time has passed.
+Request: TypeAlias = "tuple[Arg, ...] | list[tuple[Arg, ...]] | Script | Sleep"
+T = TypeVar("T")
+#: An operation returning T. What it receives is a reply of the kind its request asked for, hence Any.
+Operation: TypeAlias = Generator[Request, Any, T]
+
+
+def run_sync(client: SyncRedis, operation: Operation[T]) -> T:
+    """Run an operation over a synchronous client: its result, or the exception it let through."""
+    reply: Any = None
+    error: Exception | None = None
+    while True:
+        try:
+            request = operation.send(reply) if error is None else operation.throw(error)
+        except StopIteration as done:
+            return done.value  # type: ignore[no-any-return]
+        error = None
+        try:
+            if isinstance(request, tuple):
+                reply = client.execute_command(*request)  # type: ignore[no-untyped-call]
+            elif isinstance(request, list):
+                pipe = client.pipeline(transaction=False)
+                for command in request:
+                    pipe.execute_command(*command)
+                reply = pipe.execute(raise_on_error=False)
+            elif isinstance(request, Script):
+                reply = client.script_load(request.source)
+            else:
+                time.sleep(request.seconds)
+                reply = None
+        except Exception as exc:  # raised in the operation, where it asked for this work
+            error = exc
+
+
+async def run_async(client: AsyncRedis, operation: Operation[T]) -> T:
+    """`run_sync` over a redis.asyncio client."""
+    reply: Any = None
+    error: Exception | None = None
+    while True:
+        try:
+            request = operation.send(reply) if error is None else operation.throw(error)
+        except StopIteration as done:
+            return done.value  # type: ignore[no-any-return]
+        error = None
+        try:
+            if isinstance(request, tuple):
+                reply = await client.execute_command(*request)
+            elif isinstance(request, list):
+                pipe = client.pipeline(transaction=False)
+                for command in request:
+                    pipe.execute_command(*command)
+                reply = await pipe.execute(raise_on_error=False)
+            elif isinstance(request, Script):
+                reply = await client.script_load(request.source)
+            else:
+                await asyncio.sleep(request.seconds)
+                reply = None
+        except RuntimeError as exc:
+            error = _lost_connection(exc)
+        except Exception as exc:  # raised in the operation, where it asked for this work
+            error = exc
 
 
 @dataclass(frozen=True, slots=True)
@@ -50,6 +128,71 @@ class NotReplicated(redis.exceptions.RedisError):
     with the same job id (add-if-absent) where the first one may have been stored."""
 
 
+def execute(client: SyncRedis, calls: Sequence[ScriptCall], *, wait: ReplicaWait | None = None) -> list[Reply]:
+    """Run script calls in one round trip (a non-transactional pipeline); replies in call order. Any
+    error is raised after the batch completes; then, with `wait`, NotReplicated."""
+    return run_sync(client, run_calls(calls, wait=wait))
+
+
+async def execute_async(
+    client: AsyncRedis, calls: Sequence[ScriptCall], *, raise_on_error: bool = True, wait: ReplicaWait | None = None
+) -> list[Reply]:
+    """`execute` for redis.asyncio clients. With raise_on_error=False a failed call's reply is its
+    exception, and the other calls' replies stand."""
+    return await run_async(client, run_calls(calls, raise_on_error=raise_on_error, wait=wait))
+
+
+def run_calls(
+    calls: Sequence[ScriptCall], *, raise_on_error: bool = True, wait: ReplicaWait | None = None
+) -> Operation[list[Reply]]:
+    """The operation of `execute` and `execute_async`, for operations that send script calls among others."""
+    if len(calls) == 1 and wait is None:
+        # Without a pipeline: the same round trip, a third less client-side work (a single `enqueue` is
+        # the hot path of many producers; the daemon's lease calls and merged acks are mostly alone).
+        return [(yield from run_call(calls[0], raise_on_error=raise_on_error))]
+    waits: list[Reply] = []
+    replies = yield from _pipelined(calls, wait, waits)
+    resend = [i for i, reply in enumerate(replies) if isinstance(reply, NoScriptError)]
+    if resend:
+        for script in {calls[i].script for i in resend}:  # noqa: UP028 -- a set's iterator takes no reply
+            yield script
+        again = yield from _pipelined([calls[i] for i in resend], wait, waits)
+        for i, reply in zip(resend, again, strict=True):
+            replies[i] = reply
+    replies = _unconfirmed(wait, waits, replies)
+    if raise_on_error:
+        raise_first_error(replies)
+    return replies
+
+
+def run_call(call: ScriptCall, *, raise_on_error: bool = True) -> Operation[Reply]:
+    """The operation of one script call: its reply (an error reply raised, or with raise_on_error=False
+    returned)."""
+    command = call.command()
+    try:
+        try:
+            return (yield command)
+        except NoScriptError:  # the call did not run: a restarted or new server
+            yield call.script
+            return (yield command)
+    except redis.exceptions.ResponseError as exc:  # the script's error reply; a lost connection still raises
+        if raise_on_error:
+            raise
+        return exc
+
+
+def _pipelined(calls: Sequence[ScriptCall], wait: ReplicaWait | None, waits: list[Reply]) -> Operation[list[Reply]]:
+    """The calls' replies from one pipeline; with `wait`, a WAIT behind them, whose reply goes to `waits`.
+    WAIT counts the replicas holding every write its connection made: a pipeline keeps one connection."""
+    commands = [c.command() for c in calls]
+    if wait is not None:
+        commands.append(wait.command())
+    replies: list[Reply] = yield commands
+    if wait is not None:
+        waits.append(replies.pop())
+    return replies
+
+
 def _unconfirmed(wait: ReplicaWait | None, wait_replies: Sequence[Reply], replies: list[Reply]) -> list[Reply]:
     """`replies`, each call that succeeded replaced by NotReplicated (or by the WAIT's own error) unless every
     WAIT reply (one per pipeline sent) counts enough replicas."""
@@ -67,56 +210,11 @@ def _unconfirmed(wait: ReplicaWait | None, wait_replies: Sequence[Reply], replie
     return replies if problem is None else [r if isinstance(r, Exception) else problem for r in replies]
 
 
-def _to_resend(calls: Sequence[ScriptCall], replies: Sequence[Reply]) -> tuple[set[Script], list[int]]:
-    """(the scripts to load, the positions of the calls to send again) after a pipeline's replies."""
-    positions = [i for i, reply in enumerate(replies) if isinstance(reply, NoScriptError)]
-    return {calls[i].script for i in positions}, positions
-
-
-def _raise_first_error(replies: Sequence[Reply]) -> None:
+def raise_first_error(replies: Sequence[Reply]) -> None:
+    """The first error among a pipeline's replies, raised."""
     for reply in replies:
         if isinstance(reply, Exception):
             raise reply
-
-
-def execute(client: SyncRedis, calls: Sequence[ScriptCall], *, wait: ReplicaWait | None = None) -> list[Reply]:
-    """Run script calls in one round trip (a non-transactional pipeline); replies in call order. Any
-    error is raised after the batch completes; then, with `wait`, NotReplicated."""
-    if len(calls) == 1 and wait is None:
-        # Without a pipeline: the same round trip, a third less client-side work (a single `enqueue` is
-        # the hot path of many producers).
-        try:
-            return [client.execute_command(*calls[0].command())]  # type: ignore[no-untyped-call]
-        except NoScriptError:
-            client.script_load(calls[0].script.source)
-            return [client.execute_command(*calls[0].command())]  # type: ignore[no-untyped-call]
-    waits: list[Reply] = []
-    replies = _pipelined(client, calls, wait, waits)
-    scripts, resend = _to_resend(calls, replies)
-    if resend:
-        for s in scripts:
-            client.script_load(s.source)
-        for i, reply in zip(resend, _pipelined(client, [calls[i] for i in resend], wait, waits), strict=True):
-            replies[i] = reply
-    replies = _unconfirmed(wait, waits, replies)
-    _raise_first_error(replies)
-    return replies
-
-
-def _pipelined(
-    client: SyncRedis, calls: Sequence[ScriptCall], wait: ReplicaWait | None, waits: list[Reply]
-) -> list[Reply]:
-    """The calls' replies from one pipeline; with `wait`, a WAIT behind them, whose reply goes to `waits`.
-    WAIT counts the replicas holding every write its connection made: a pipeline keeps one connection."""
-    pipe = client.pipeline(transaction=False)
-    for c in calls:
-        pipe.execute_command(*c.command())
-    if wait is not None:
-        pipe.execute_command(*wait.command())
-    replies: list[Reply] = pipe.execute(raise_on_error=False)
-    if wait is not None:
-        waits.append(replies.pop())
-    return replies
 
 
 @contextlib.contextmanager
@@ -129,61 +227,19 @@ def closed_transport_is_connection_error() -> Iterator[None]:
     try:
         yield
     except RuntimeError as exc:
-        if "handler is closed" not in str(exc):
+        lost = _lost_connection(exc)
+        if lost is exc:
             raise
-        raise redis.exceptions.ConnectionError(f"connection lost while sending: {exc}") from exc
+        raise lost from exc
 
 
-async def execute_async(
-    client: AsyncRedis, calls: Sequence[ScriptCall], *, raise_on_error: bool = True, wait: ReplicaWait | None = None
-) -> list[Reply]:
-    """`execute` for redis.asyncio clients. With raise_on_error=False a failed call's reply is its
-    exception, and the other calls' replies stand."""
-    with closed_transport_is_connection_error():
-        if len(calls) == 1 and wait is None:  # the daemon's lease calls and merged acks are mostly alone
-            return [await _execute_one_async(client, calls[0], raise_on_error)]
-        waits: list[Reply] = []
-        replies = await _pipelined_async(client, calls, wait, waits)
-        scripts, resend = _to_resend(calls, replies)
-        if resend:
-            for s in scripts:
-                await client.script_load(s.source)
-            again = await _pipelined_async(client, [calls[i] for i in resend], wait, waits)
-            for i, reply in zip(resend, again, strict=True):
-                replies[i] = reply
-    replies = _unconfirmed(wait, waits, replies)
-    if raise_on_error:
-        _raise_first_error(replies)
-    return replies
-
-
-async def _pipelined_async(
-    client: AsyncRedis, calls: Sequence[ScriptCall], wait: ReplicaWait | None, waits: list[Reply]
-) -> list[Reply]:
-    """`_pipelined` for redis.asyncio clients."""
-    pipe = client.pipeline(transaction=False)
-    for c in calls:
-        pipe.execute_command(*c.command())
-    if wait is not None:
-        pipe.execute_command(*wait.command())
-    replies: list[Reply] = await pipe.execute(raise_on_error=False)
-    if wait is not None:
-        waits.append(replies.pop())
-    return replies
-
-
-async def _execute_one_async(client: AsyncRedis, call: ScriptCall, raise_on_error: bool) -> Reply:
-    try:
-        try:
-            reply: Reply = await client.execute_command(*call.command())
-        except NoScriptError:
-            await client.script_load(call.script.source)
-            reply = await client.execute_command(*call.command())
-    except redis.exceptions.ResponseError as exc:  # the script's error reply; a lost connection still raises
-        if raise_on_error:
-            raise
+def _lost_connection(exc: RuntimeError) -> Exception:
+    """See `closed_transport_is_connection_error`: the ConnectionError a closed transport's RuntimeError is."""
+    if "handler is closed" not in str(exc):
         return exc
-    return reply
+    lost = redis.exceptions.ConnectionError(f"connection lost while sending: {exc}")
+    lost.__cause__ = exc
+    return lost
 
 
 async def lease_on_wake(target: AsyncRedis | AbstractConnection, wake: str, timeout_s: int, lease: ScriptCall) -> Reply:
@@ -206,7 +262,7 @@ async def lease_on_wake(target: AsyncRedis | AbstractConnection, wake: str, time
             pipe.execute_command(*lease.command())
             reply = (await pipe.execute(raise_on_error=False))[1]
             if isinstance(reply, NoScriptError):  # the lease did not run: a restarted or new server
-                reply = await _execute_one_async(target, lease, raise_on_error=True)
+                (reply,) = await execute_async(target, [lease])
     # An error of the wait itself (a wake key of another type, written by hand) is not raised: the lease
     # ran regardless and the jobs it took are the caller's now. It also deletes such a key once idle.
     if isinstance(reply, Exception):

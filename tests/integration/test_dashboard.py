@@ -29,9 +29,9 @@ from jobcar.config_types import Config, UiSettings
 from jobcar.fleet import FORGET_AFTER_MS, LIVE_FOR_MS, Announcer, live_daemons
 from jobcar.job import State
 from jobcar.keys import daemons_key
-from jobcar.schedule_store import run_async, upsert
+from jobcar.schedule_store import upsert
 from jobcar.schedules import make_spec
-from jobcar.transport import execute_async
+from jobcar.transport import execute_async, run_async
 from jobcar.ui import reads
 from tests.integration.driver import QueueDriver
 from tests.integration.test_api import TOKEN, running_api

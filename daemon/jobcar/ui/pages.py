@@ -35,9 +35,10 @@ from jobcar.errors import InvalidJob
 from jobcar.formats import redact
 from jobcar.job import FINISHED, State
 from jobcar.names import ID_PATTERN, check_name
-from jobcar.schedule_store import change, every_schedule, run_async, trigger
+from jobcar.schedule_store import change, every_schedule, trigger
 from jobcar.timestamps import rfc3339_ms
 from jobcar.transitions import CancelResult
+from jobcar.transport import run_async
 from jobcar.ui import reads
 from jobcar.ui.access import ACCESS, CSRF_FIELD, SESSION_COOKIE, SESSION_SECONDS, Access, guard, login_cookie
 

@@ -1,0 +1,225 @@
+"""The producer's operations, each written once without I/O: enqueue (with the protocol of jobs that wait
+for others), read a job, wait for it, a batch's counters, sealing and waiting for a batch, schedules.
+
+Each is a `transport.Operation`: a generator that yields the Redis work it needs and receives the
+replies, run by `Client` (`transport.run_sync`) and `AsyncClient` (`transport.run_async`), which are
+thin shells over `Producer`. Only the standard library and redis-py are imported, as for the client.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any
+
+from jobcar import schedule_store
+from jobcar.dependencies import chained, depend_calls, enqueue_order, ref_of, settle_calls, silent_dependency_calls
+from jobcar.dependency_calls import DependOutcome, SealResult, seal_batch_call
+from jobcar.enqueueing import EnqueueRecord, enqueue_calls, parse_enqueue
+from jobcar.job import FINISHED, Job, JobInfo
+from jobcar.keys import QueueKeys, queues_key
+from jobcar.names import ID_PATTERN, check_name
+from jobcar.options import EnqueueOptions
+from jobcar.records import JobSpec, Payload, build_callbacks, build_record, build_records
+from jobcar.replies import BATCH_FIELDS, as_text, decode_names, parse_batch, parse_job
+from jobcar.schedules import ScheduleState, make_spec
+from jobcar.sentinel import replica_wait_of
+from jobcar.transitions import cancel_call
+from jobcar.transport import AsyncRedis, Operation, ReplicaWait, Sleep, SyncRedis, raise_first_error, run_calls
+
+
+@dataclass(frozen=True, slots=True)
+class BatchStatus:
+    """The counters of a batch (jobs enqueued with `batch=<id>`), read from `<ns>:{<queue>}:batch:<id>`.
+
+    `total` counts each job once, when it is stored: an enqueue that finds its id (status EXISTS) or its
+    unique key (DUPLICATE) writes nothing and counts nothing. A requeued dead job leaves `dead` again.
+    A batch nobody enqueued into, or whose hash expired (7 days after its last change), reads as zeros.
+    """
+
+    batch_id: str
+    queue: str
+    total: int = 0
+    done: int = 0
+    dead: int = 0
+    canceled: int = 0
+
+    @property
+    def pending(self) -> int:
+        """Jobs of the batch that have not ended yet (pending, scheduled or active)."""
+        return self.total - self.done - self.dead - self.canceled
+
+    @property
+    def finished(self) -> bool:
+        """Every job stored so far has ended: done, dead or canceled."""
+        return self.pending <= 0
+
+    def __str__(self) -> str:
+        return (
+            f"batch {self.batch_id!r} in queue {self.queue!r}: total={self.total} done={self.done} "
+            f"dead={self.dead} canceled={self.canceled} pending={self.pending}"
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class BatchSeal:
+    """What `seal_batch` did: the batch's callbacks as enqueued, and whether they wait (SEALED), were told
+    at once (COMPLETE: every job had ended), or were canceled because the batch had fired before (FIRED)."""
+
+    batch_id: str
+    queue: str
+    result: SealResult
+    callbacks: list[JobInfo]
+
+
+class _Deadline:
+    """The polling of `wait` and `wait_batch`: how long to sleep before the next look, or TimeoutError."""
+
+    def __init__(self, timeout: float, poll: float) -> None:
+        if not (math.isfinite(timeout) and timeout >= 0):
+            raise ValueError(f"timeout must be a finite number of seconds >= 0, got {timeout!r}")
+        if not (math.isfinite(poll) and poll > 0):
+            raise ValueError(f"poll must be a positive number of seconds, got {poll!r}")
+        self.timeout, self.poll = timeout, poll
+        self.end = time.monotonic() + timeout
+
+    def next_sleep(self, what: object) -> Sleep:
+        left = self.end - time.monotonic()
+        if left <= 0:
+            raise TimeoutError(f"{what} still unfinished after {self.timeout:g} s")
+        return Sleep(min(self.poll, left))
+
+
+class Producer:
+    """What Client and AsyncClient do, without I/O: each method an operation for them to run."""
+
+    def __init__(self, client: SyncRedis | AsyncRedis, namespace: str, max_payload_bytes: int) -> None:
+        pool = getattr(client, "connection_pool", None)
+        encoder = pool.get_encoder() if pool is not None else client.get_encoder()
+        if encoder.decode_responses:
+            raise ValueError("jobcar needs a redis client created with decode_responses=False (payloads are bytes)")
+        self.namespace = check_name("namespace", namespace)
+        self.max_payload_bytes = max_payload_bytes
+        #: On Sentinel, an enqueue is acknowledged once replicas hold it (docs/delivery-semantics.md).
+        self.replica_wait: ReplicaWait | None = replica_wait_of(client)
+        #: The queues this producer added to `<ns>:queues` already.
+        self._registered: set[str] = set()
+
+    # -- enqueue ----------------------------------------------------------------------------------
+
+    def enqueue_one(self, type: str, payload: Payload, options: EnqueueOptions) -> Operation[JobInfo]:
+        # Checked and encoded here, before the operation runs: a bad job raises before anything is sent.
+        return self._first(self.enqueue([build_record(type, payload, self.max_payload_bytes, **options)]))
+
+    def enqueue_many(self, jobs: Iterable[JobSpec]) -> Operation[list[JobInfo]]:
+        return self.enqueue(build_records(jobs, self.max_payload_bytes))
+
+    def chain(self, steps: Iterable[JobSpec]) -> Operation[list[JobInfo]]:
+        return self.enqueue(chained(build_records(steps, self.max_payload_bytes)))
+
+    @staticmethod
+    def _first(operation: Operation[list[JobInfo]]) -> Operation[JobInfo]:
+        return (yield from operation)[0]
+
+    def enqueue(self, records: list[EnqueueRecord]) -> Operation[list[JobInfo]]:
+        """Store the records; results in their order. Jobs that wait for others (ADR 0016) are stored stage
+        by stage (`dependencies.enqueue_order`), then registered with their dependencies enqueued earlier,
+        and told at once where a dependency will never tell them (it had ended, or was not stored)."""
+        order = enqueue_order(records)
+        if not order.later and len(order.stages) == 1:
+            return (yield from self.store(records))
+        infos = {}
+        for stage in order.stages:
+            stored = yield from self.store(stage)
+            infos.update({ref_of(r): info for r, info in zip(stage, stored, strict=True)})
+        registering = depend_calls(self.namespace, order.later, infos)
+        replies = (yield from run_calls([c for _, c in registering])) if registering else []
+        outcomes = [DependOutcome(as_text(reply)) for reply in replies]
+        tellings = settle_calls(self.namespace, [pair for pair, _ in registering], outcomes)
+        tellings += silent_dependency_calls(self.namespace, (r for stage in order.stages for r in stage), infos)
+        if tellings:
+            yield from run_calls(tellings, wait=self.replica_wait)
+        return [infos[ref_of(r)] for r in records]
+
+    def store(self, records: list[EnqueueRecord]) -> Operation[list[JobInfo]]:
+        """Store records (checked and encoded by `records`), their queues added to `<ns>:queues` first
+        (outside the scripts: that key is in another slot)."""
+        if not records:
+            return []
+        for queue in sorted({r.queue for r in records} - self._registered):
+            yield ("SADD", queues_key(self.namespace), queue)
+            self._registered.add(queue)
+        replies = yield from run_calls(enqueue_calls(self.namespace, records), wait=self.replica_wait)
+        return parse_enqueue(records, replies)
+
+    # -- jobs and batches -------------------------------------------------------------------------
+
+    def get(self, job_id: str, queue: str | None) -> Operation[Job | None]:
+        """The job from the first queue (in name order, or only `queue`) that holds a hash for it."""
+        queues = [queue] if queue else decode_names((yield ("SMEMBERS", queues_key(self.namespace))))
+        hashes = yield [("HGETALL", QueueKeys.of(self.namespace, q).job(job_id)) for q in queues]
+        raise_first_error(hashes)
+        for q, fields in zip(queues, hashes, strict=True):
+            if fields:
+                return parse_job(job_id, q, fields)
+        return None
+
+    def wait(self, job_id: str, timeout: float, queue: str | None, poll: float) -> Operation[Job | None]:
+        deadline = _Deadline(timeout, poll)
+        while True:
+            job = yield from self.get(job_id, queue)
+            if job is None or job.state in FINISHED:
+                return job
+            queue = job.queue  # found: later looks read that queue only
+            yield deadline.next_sleep(f"job {job_id} in queue {job.queue} ({job.state.value})")
+
+    def batch_status(self, batch_id: str, queue: str) -> Operation[BatchStatus]:
+        check_name("batch id", batch_id, ID_PATTERN)
+        key = QueueKeys.of(self.namespace, check_name("queue name", queue)).batch(batch_id)
+        total, done, dead, canceled = parse_batch((yield ("HMGET", key, *BATCH_FIELDS)))
+        return BatchStatus(batch_id, queue, total, done, dead, canceled)
+
+    def seal_batch(
+        self, batch_id: str, queue: str, on_complete: JobSpec | None, on_success: JobSpec | None
+    ) -> Operation[BatchSeal]:
+        callbacks = build_callbacks(batch_id, queue, {"on_complete": on_complete, "on_success": on_success},
+                                    self.max_payload_bytes)  # fmt: skip
+        infos = yield from self.store(callbacks)
+        seal = seal_batch_call(QueueKeys.of(self.namespace, queue), batch_id, [ref_of(r) for r in callbacks])
+        (reply,) = yield from run_calls([seal])
+        result = SealResult(as_text(reply))
+        if result is SealResult.FIRED:  # a batch that fired before tells no callback again: cancel the new ones
+            cancels = [cancel_call(QueueKeys.of(self.namespace, i.queue), i.id) for i in infos if i.created]
+            if cancels:
+                yield from run_calls(cancels)
+        return BatchSeal(batch_id, queue, result, infos)
+
+    def wait_batch(self, batch_id: str, timeout: float, queue: str, poll: float) -> Operation[BatchStatus]:
+        deadline = _Deadline(timeout, poll)
+        while True:
+            status = yield from self.batch_status(batch_id, queue)
+            if status.finished:
+                return status
+            yield deadline.next_sleep(status)
+
+    # -- schedules (docs/schedules.md): kept in Redis, fired by the daemons serving their queue --------
+
+    def upsert_schedule(self, name: str, spec: dict[str, Any]) -> Operation[str]:
+        built = make_spec(name, max_payload_bytes=self.max_payload_bytes, **spec)
+        return schedule_store.upsert(self.namespace, built, "api")
+
+    def schedule(self, name: str) -> Operation[ScheduleState | None]:
+        return schedule_store.get(self.namespace, name)
+
+    def schedules(self) -> Operation[list[ScheduleState]]:
+        return schedule_store.every_schedule(self.namespace)
+
+    def change_schedule(self, name: str, action: str) -> Operation[int]:
+        if action not in ("pause", "resume", "remove"):
+            raise ValueError(f"a schedule can be paused, resumed or removed, not {action!r}")
+        return schedule_store.change(self.namespace, name, action)
+
+    def trigger_schedule(self, name: str) -> Operation[str | None]:
+        return schedule_store.trigger(self.namespace, name, self.max_payload_bytes)
