@@ -1,0 +1,74 @@
+"""transport's drivers against real Redis: one operation, run by `run_sync` and `run_async`, gets the same
+replies, the same exceptions where it asked, and the same reloads of forgotten scripts."""
+
+from __future__ import annotations
+
+import pytest
+import redis
+import redis.asyncio
+
+from jobcar.keys import QueueKeys
+from jobcar.scripts import Arg, Reply, ScriptCall, script
+from jobcar.transitions import parse_stats, pause_call, stats_call
+from jobcar.transport import Operation, Sleep, run_async, run_calls, run_sync
+from tests.servers import RedisServer
+
+AnyRedis = redis.Redis | redis.RedisCluster
+
+
+def counted(key: str) -> Operation[tuple[Reply, list[Reply], str]]:
+    """A command, a pipeline with an error among its replies, a pause, and an error caught where it was asked."""
+    first = yield ("INCR", key)
+    replies = yield [("INCR", key), ("HSET", key, "f", "v"), ("GET", key)]
+    yield Sleep(0.001)
+    try:
+        yield ("HGET", key, "f")
+    except redis.ResponseError as exc:  # the key holds a string: WRONGTYPE, raised here in the operation
+        return first, replies, str(exc).split()[0]
+    raise AssertionError("HGET on a string should fail")
+
+
+def check_counted(result: tuple[Reply, list[Reply], str]) -> None:
+    first, (incr, hset, get), error = result
+    assert (first, incr, get) == (1, 2, b"2")
+    assert isinstance(hset, redis.ResponseError), "a pipeline's error reply is a reply, not raised"
+    assert error == "WRONGTYPE"
+
+
+def test_run_sync_sends_what_the_operation_asks(any_redis: AnyRedis, namespace: str) -> None:
+    check_counted(run_sync(any_redis, counted(f"{namespace}:n")))
+
+
+async def test_run_async_sends_the_same(redis_server: RedisServer, namespace: str) -> None:
+    async with redis.asyncio.Redis.from_url(redis_server.url) as client:
+        check_counted(await run_async(client, counted(f"{namespace}:n")))
+
+
+def test_forgotten_scripts_are_loaded_again_in_a_pipeline_and_alone(any_redis: AnyRedis, namespace: str) -> None:
+    keys = QueueKeys.of(namespace, "q")
+    any_redis.script_flush()
+    paused, stats = run_sync(any_redis, run_calls([pause_call(keys, True), stats_call(keys)]))
+    assert (paused, parse_stats(keys, stats).paused) == (1, True)
+    any_redis.script_flush()
+    assert run_sync(any_redis, run_calls([pause_call(keys, False)])) == [1]
+
+
+def refused_enqueue(keys: QueueKeys) -> ScriptCall:
+    """An enqueue call the script refuses (a field producers may not set), writing nothing."""
+    record: list[Arg] = ["bad-1", "t", b"{}", 0, 0, "", 0, 1, "attempt", "99"]
+    return ScriptCall(script("enqueue"), (keys.pending, keys.scheduled, keys.wake), (keys.prefix, *record))
+
+
+async def test_an_error_reply_stands_beside_the_others_when_asked(redis_server: RedisServer, namespace: str) -> None:
+    keys = QueueKeys.of(namespace, "q")
+    async with redis.asyncio.Redis.from_url(redis_server.url) as client:
+        await client.script_flush()
+        stats, refused = await run_async(
+            client, run_calls([stats_call(keys), refused_enqueue(keys)], raise_on_error=False)
+        )
+        assert parse_stats(keys, stats).pending == 0
+        assert isinstance(refused, redis.ResponseError)
+        [alone] = await run_async(client, run_calls([refused_enqueue(keys)], raise_on_error=False))
+        assert isinstance(alone, redis.ResponseError)
+        with pytest.raises(redis.ResponseError, match='unknown job field "attempt"'):
+            await run_async(client, run_calls([stats_call(keys), refused_enqueue(keys)]))
