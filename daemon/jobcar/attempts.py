@@ -94,6 +94,10 @@ class Attempts:
         # Every attempt's task until it has recorded its outcome (running only holds those still executing).
         self.tasks: set[asyncio.Task[None]] = set()
         self.returned_on_shutdown = 0
+        #: For the drain's log: the attempts in flight when it began, and those leased after (collected from
+        #: the lease that was waiting when it began), which go back without running.
+        self.in_flight_at_drain = 0
+        self.leased_while_draining = 0
         #: Told the queue of an acked job that others wait for (the runner's settler carries it to them).
         self.on_dependents: Callable[[str], None] = lambda queue: None
         self._type_slots: dict[str, tuple[int, asyncio.Semaphore]] = {}
@@ -132,6 +136,8 @@ class Attempts:
 
     def start(self, keys: QueueKeys, leased: LeasedJob) -> None:
         key = (keys.queue, leased.job.id)
+        if self.draining.is_set():
+            self.leased_while_draining += 1
         earlier = self.running.get(key)
         if earlier is not None:
             # Our own earlier attempt lost its lease (reaped while we could not renew it) and the job
@@ -159,7 +165,6 @@ class Attempts:
         """At a drain: let attempts finish for up to `grace` seconds, stop the rest, and wait until every one
         has given its job back or recorded its outcome."""
         started = time.monotonic()
-        in_flight = len(self.running)
         for batches in self._batches.values():
             batches.send_all()  # no handler starts now: what they hold goes back at once
         if self.tasks:
@@ -169,8 +174,11 @@ class Attempts:
             # Executors stop handlers (TERM, grace, KILL) before their task ends; each task then gives
             # its job back, or gives up once its lease would have expired.
             await asyncio.wait(set(self.tasks))
-        log.info("drained %d jobs in %.1f s, %d returned to pending", in_flight, time.monotonic() - started,
-                 self.returned_on_shutdown)  # fmt: skip
+        # Every job the drain saw either ended (done, retried, dead, lost) or went back to pending.
+        seen = self.in_flight_at_drain + self.leased_while_draining
+        log.info("drained in %.1f s: %d jobs in flight and %d leased as the drain began; %d ended, %d returned to "
+                 "pending", time.monotonic() - started, self.in_flight_at_drain, self.leased_while_draining,
+                 seen - self.returned_on_shutdown, self.returned_on_shutdown)  # fmt: skip
 
     def _check_may_start(self, running: RunningJob) -> None:
         """Never start a handler after the drain began, nor while the app is unhealthy (a lease queued behind

@@ -35,8 +35,8 @@ from urllib.parse import quote
 import redis.asyncio
 import redis.exceptions
 
+from jobcar.child_process import child_preexec
 from jobcar.errors import JobcarError
-from jobcar.parent_death import pdeathsig_preexec
 from jobcar.redis_url import EMBEDDED_URL
 
 __all__ = [
@@ -282,7 +282,7 @@ class EmbeddedServer:
                 # which got the same SIGINT, is still draining and acking jobs through it.
                 start_new_session=True,
                 # The kernel kills it when the daemon dies, whatever way the daemon dies.
-                preexec_fn=pdeathsig_preexec(),
+                preexec_fn=child_preexec(),
                 # Holding the lock too, the server keeps the directory locked until it has exited.
                 pass_fds=(self._lock_fd,),
             )

@@ -139,6 +139,7 @@ class Runner:
     def drain(self) -> None:
         """Stop leasing; run() then waits up to shutdown_timeout for in-flight jobs."""
         if not self._draining.is_set():
+            self.attempts.in_flight_at_drain = self.in_flight
             log.info("no more leases; %d jobs in flight", self.in_flight)
         self._draining.set()
         self._changed.set()

@@ -34,7 +34,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Final, NamedTuple
 
-from jobcar.parent_death import PRCTL, pdeathsig_preexec
+from jobcar.child_process import PRCTL, child_preexec
 
 __all__ = ["ProcessTree"]
 
@@ -178,18 +178,16 @@ class ProcessTree:
     def create(cls, *, use_cgroups: bool) -> ProcessTree:
         return cls(_CGROUPS.create() if use_cgroups else None)
 
-    def preexec(self) -> Callable[[], None] | None:
-        """The handler's `preexec_fn`: the parent-death signal, then joining the cgroup or becoming a
-        subreaper. Runs in the child between fork and exec, so it does as little as it can."""
-        parent_death = pdeathsig_preexec()
+    def preexec(self) -> Callable[[], None]:
+        """The handler's `preexec_fn`: what every child does (`child_process`: its own session, the
+        parent-death signal), then joining the cgroup or becoming a subreaper. Runs in the child between
+        fork and exec, so it does as little as it can."""
+        child = child_preexec()
         prctl = PRCTL
         procs = str(self.cgroup / "cgroup.procs") if self.cgroup is not None else None
-        if parent_death is None and procs is None and prctl is None:
-            return None
 
         def contain() -> None:
-            if parent_death is not None:
-                parent_death()
+            child()
             joined = False
             if procs is not None:
                 # A failure leaves the handler in the daemon's cgroup: it runs, held as a subreaper
