@@ -277,7 +277,7 @@ class Leaser:
             return
         # The replies are awaited, not the wakes: a reply already on its way may arrive first.
         client = self.link.client
-        wakes = asyncio.gather(*(client.rpush(q.keys.wake, "1") for q in waiting), return_exceptions=True)
+        wakes = [asyncio.ensure_future(client.rpush(q.keys.wake, "1")) for q in waiting]
         try:
             async with asyncio.timeout(DRAIN_WAKE_MAX):
                 while any(q.reserved for q in self.queues):
@@ -287,8 +287,10 @@ class Leaser:
             # If the lease still runs, the reaper of any daemon recovers its jobs once their lease expires.
             log.warning("no reply from a lease sent behind a wait within %.0f s; exiting without it", DRAIN_WAKE_MAX)
         finally:
-            wakes.cancel()
-            await asyncio.wait([wakes])
+            for wake in wakes:
+                wake.cancel()
+            # Awaited through a gather that keeps their errors: an error left unread is logged as a traceback.
+            await asyncio.gather(*wakes, return_exceptions=True)
 
     async def close(self) -> None:
         """Give the watcher's own connection back to its pool (after every watcher is gone)."""

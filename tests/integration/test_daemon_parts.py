@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import gc
 import logging
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
@@ -1018,3 +1019,25 @@ async def test_the_settler_carries_every_queue_past_one_whose_settled_list_is_of
     await parts.runner.settler.step()  # a's list is refused (logged, fsck's to report); b's is carried
     assert a.where(waiting.id) is State.PENDING
     assert not b.redis.exists(b.keys.settled)
+
+
+@pytest.mark.asyncio
+async def test_collecting_leases_at_a_drain_leaves_no_error_unread_when_a_wake_is_still_on_its_way(
+    target: Target, make_parts: MakeParts
+) -> None:
+    """A wake whose reply has not come when the leases have is cancelled; nothing may be left for the garbage
+    collector to log as "exception was never retrieved" (a traceback in a JSON log)."""
+    parts = await make_parts(target)
+    loop = asyncio.get_running_loop()
+    unread: list[dict[str, Any]] = []
+    loop.set_exception_handler(lambda _, context: unread.append(context))
+    (queue,) = parts.leaser.queues
+    queue.reserved = 1  # as if a lease waited behind the watcher's BLMOVE
+    collecting = asyncio.create_task(parts.leaser.collect_leases_on_wake())
+    await asyncio.sleep(0)  # it sends the wake and waits for the lease's reply
+    queue.reserved = 0  # the lease's reply comes before the wake's
+    parts.leaser.changed.set()
+    await collecting
+    gc.collect()
+    await asyncio.sleep(0)
+    assert unread == []
