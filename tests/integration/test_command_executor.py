@@ -605,3 +605,21 @@ async def test_handlers_that_exit_without_reading_stdin_succeed_under_load() -> 
     jobs = [make_job(payload=b"x" * 100_000) for _ in range(50)]
     outcomes = await asyncio.gather(*(executor.run(j, deadline=time.time() + 60, max_attempts=1) for j in jobs))
     assert [o.kind for o in outcomes] == [OutcomeKind.SUCCESS] * 50
+
+
+def test_a_guardian_whose_daemon_died_before_it_was_ready_exits_without_a_word() -> None:
+    """A daemon killed while starting closes the pipe the guardian says "ready" on: the guardian leaves
+    quietly, since its stderr is the daemon's log stream (a traceback there is not a JSON line)."""
+    read_end, write_end = os.pipe()
+    os.close(read_end)  # the daemon is gone before the guardian writes
+    try:
+        done = subprocess.run(
+            [sys.executable, "-m", "jobcar.executors.guardian"],
+            stdin=subprocess.DEVNULL,
+            stdout=write_end,
+            stderr=subprocess.PIPE,
+            timeout=30,
+        )
+    finally:
+        os.close(write_end)
+    assert (done.returncode, done.stderr) == (0, b"")

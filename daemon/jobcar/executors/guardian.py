@@ -250,8 +250,13 @@ def main() -> None:
     # docker, a terminal) must not end the watchdog first.
     for signum in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
         signal.signal(signum, signal.SIG_IGN)
-    sys.stdout.buffer.write(_READY)
-    sys.stdout.buffer.flush()
+    try:
+        sys.stdout.buffer.write(_READY)
+        sys.stdout.buffer.flush()
+    except BrokenPipeError:
+        # The daemon died before it read this (killed while starting): it handed over nothing to kill, and a
+        # traceback here would land in its log stream. Leave without flushing stdout again at exit.
+        os._exit(0)
     watch(sys.stdin.buffer)
 
 
