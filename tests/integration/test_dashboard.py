@@ -36,7 +36,7 @@ from jobcar.ui import reads
 from tests.integration.driver import QueueDriver
 from tests.integration.test_api import TOKEN, running_api
 from tests.integration.test_cli import ROOT, cli
-from tests.servers import RedisServer
+from tests.servers import RedisServer, wait_for
 
 CSRF = re.compile(r'name="csrf" value="([0-9a-f]+)"')
 XSS = ['<script>alert("type")</script>', '"><img src=x onerror=alert(1)>']
@@ -228,6 +228,44 @@ async def test_done_jobs_are_listed_while_their_results_are_kept(ui: Ui, q: Queu
     kept = done_jobs(q, 3)
     q.enqueue("t.a")  # pending: not listed as done
     assert sorted(job_ids(await ui.get("/ui/queues/default?state=done"))) == sorted(kept)
+
+
+async def test_done_jobs_are_listed_newest_first(ui: Ui, q: QueueDriver) -> None:
+    kept = []
+    for _ in range(4):
+        (job_id,) = done_jobs(q, 1)
+        kept.append(job_id)
+        finished = q.job(job_id).finished_ms  # type: ignore[union-attr]
+        wait_for(lambda: q.now_ms() > finished, timeout=5, what="Redis time to move on")  # noqa: B023
+    assert job_ids(await ui.get("/ui/queues/default?state=done")) == kept[::-1]
+
+
+async def test_a_queue_page_opens_on_the_first_tab_holding_jobs_and_else_on_done(ui: Ui, q: QueueDriver) -> None:
+    def current_tab(page: Page) -> str:
+        tab = re.search(r'<a href="[^"]*"\s+aria-current="page">(\w+)</a>', page.text)
+        assert tab is not None, page.text
+        return tab.group(1)
+
+    done_jobs(q, 1)
+    assert current_tab(await ui.get("/ui/queues/default")) == "done", "nothing waits or runs: what finished"
+    q.enqueue("t.a", delay=3600)
+    assert current_tab(await ui.get("/ui/queues/default")) == "scheduled"
+    q.enqueue("t.a")
+    assert current_tab(await ui.get("/ui/queues/default")) == "pending"
+    assert current_tab(await ui.get("/ui/queues/default?state=done")) == "done"
+
+
+async def test_the_header_names_a_namespace_only_when_it_is_not_the_default(
+    redis_server: RedisServer, namespace: str
+) -> None:
+    for shown, brand in (
+        ("jobcar", "jobcar</a>"),
+        (namespace, f'jobcar <span class="ns" title="namespace">{namespace}'),
+    ):
+        async with running_ui(redis_server.url, shown, token=None, write=False) as dashboard:
+            page = await dashboard.get("/ui/")
+            assert brand in page.text, page.text
+            assert "jobcar jobcar" not in page.text
 
 
 async def test_done_jobs_come_a_page_at_a_time_each_once(ui: Ui, q: QueueDriver) -> None:

@@ -34,6 +34,7 @@ from jobcar.config_types import Config, limit_rule_table
 from jobcar.errors import InvalidJob
 from jobcar.formats import redact
 from jobcar.job import FINISHED, State
+from jobcar.keys import DEFAULT_NAMESPACE
 from jobcar.names import ID_PATTERN, check_name
 from jobcar.schedule_store import change, every_schedule, trigger
 from jobcar.timestamps import rfc3339_ms
@@ -110,7 +111,7 @@ def render(request: web.Request, template: str, status: int = 200, **values: Any
     page = request.app[TEMPLATES].get_template(template).render(
         csrf_field=CSRF_FIELD, csrf=access.csrf_token(request), write=access.write,
         signed_in=access.token is not None and access.valid_session(request.cookies.get(SESSION_COOKIE)),
-        namespace=request.app[CONFIG].namespace, path=request.path, **values,
+        namespace=request.app[CONFIG].namespace, default_namespace=DEFAULT_NAMESPACE, path=request.path, **values,
     )  # fmt: skip
     return web.Response(text=page, status=status, content_type="text/html", charset="utf-8")
 
@@ -179,16 +180,19 @@ async def _queue(request: web.Request) -> web.Response:
     admin, queue = request.app[ADMIN], _queue_name(request)
     query = request.query
     try:
-        state = State(query.get("state", "pending"))
+        wanted = State(query["state"]) if "state" in query else None
     except ValueError:
         raise InvalidJob("state must be one of the tabs") from None
     start = _number(query, "start")
-    if state not in reads.LISTED:
-        raise InvalidJob(f"no list of {state.value} jobs")
+    if wanted is not None and wanted not in reads.LISTED:
+        raise InvalidJob(f"no list of {wanted.value} jobs")
     newest_first = query.get("order") == "newest"
     filters = reads.Filters(query.get("type", ""), query.get("error", ""), query.get("id", ""))
     skip = _number(query, "skip")
     ((stats,), (history,)) = await asyncio.gather(admin.stats([queue]), admin.history([queue]))
+    # Without a tab asked for, the first that holds jobs; with none, the jobs that finished lately.
+    first = next((s for s in reads.LISTED if s is not State.DONE and stats.in_state(s)), State.DONE)
+    state: State = first if wanted is None else wanted
     page = await reads.browse(admin, stats, state, start, filters, newest_first, skip)
     here = {"state": state.value, "type": filters.job_type, "error": filters.error, "id": filters.id_prefix,
             "order": "newest" if newest_first else ""}  # fmt: skip

@@ -211,7 +211,14 @@ def _last_error(fields: dict[bytes, bytes]) -> str | None:
 
 
 async def _browse_done(admin: Admin, queue: str, cursor: int, skip: int, filters: Filters) -> Browse:
-    """Done jobs are in no set (their hash lives for result_ttl): found by SCAN, in no order, DONE_STEP keys
+    page = await _scan_done(admin, queue, cursor, skip, filters)
+    page.jobs.sort(key=lambda job: job.finished_ms or 0, reverse=True)
+    return page
+
+
+async def _scan_done(admin: Admin, queue: str, cursor: int, skip: int, filters: Filters) -> Browse:
+    """Done jobs are in no set (their hash lives for result_ttl): found by SCAN, newest first within a page (SCAN
+    knows no order across pages), DONE_STEP keys
     of the keyspace a step, until the page is full, or SCAN_BUDGET of the queue's job keys or DONE_STEPS steps
     were looked at. A page that fills in the middle of a step says where in it the next one starts (a step
     sent again from the same cursor finds the same keys, unless the keyspace changed meanwhile)."""
