@@ -28,7 +28,8 @@ def jobs_list_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--state",
         choices=[s.value for s in LISTABLE],
-        help="only jobs in this state (default: all but done; done jobs are kept while result_ttl holds them)",
+        help="only jobs in this state (default: all but done, and done when nothing else is found; done jobs are "
+        "kept while result_ttl holds them)",
     )
     parser.add_argument("--type", dest="job_type", metavar="TYPE", help="only jobs of this type")
     parser.add_argument(
@@ -48,7 +49,12 @@ def cmd_jobs_list(args: argparse.Namespace) -> int:
     states = [State(args.state)] if args.state else list(STORED_IN_SETS)
 
     async def read(admin: Admin) -> JobListing:
-        return await admin.list_jobs(await admin.queues(args.queue), states, args.limit, args.job_type)
+        queues = await admin.queues(args.queue)
+        listing = await admin.list_jobs(queues, states, args.limit, args.job_type)
+        if not args.state and not listing.jobs and not listing.unreadable:
+            # Nothing waits or runs: show what finished lately (found by SCAN, so only then).
+            listing = await admin.list_jobs(queues, [State.DONE], args.limit, args.job_type)
+        return listing
 
     listing = with_admin(load(args), read)
     jobs, now_ms = listing.jobs, listing.now_ms  # Redis time, the clock every stored time was taken with

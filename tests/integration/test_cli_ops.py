@@ -241,6 +241,18 @@ def test_jobs_list_with_nothing_and_config_before_the_action(config: Path, capsy
     assert json.loads(capsys.readouterr().out) == []
 
 
+def test_jobs_list_shows_what_finished_when_nothing_waits_or_runs(run: Run, client: Client) -> None:
+    """After a quickstart's jobs ran, a plain `jobs list` shows them, not "no jobs"."""
+    keys = QueueKeys.of(client.namespace, "default")
+    enqueue(client, 2)
+    for job in lease(client, 2):
+        transport.execute(client.redis, [transitions.ack_call(keys, job.job.id, job.token, retention_ms=600_000)])
+    done = run_json(run, "jobs", "list")
+    assert sorted(j["state"] for j in done) == ["done", "done"]
+    pending = enqueue(client, 1)
+    assert [j["id"] for j in run_json(run, "jobs", "list")] == pending, "done jobs only when nothing else"
+
+
 # -- jobs show ---------------------------------------------------------------------------------------
 
 
