@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Final
 import aiohttp
 import redis.exceptions
 
-from jobcar.api import ApiContext, build_app, check_exposure, start_listener
+from jobcar.api import UI_PREFIX, ApiContext, bound_port, build_app, check_exposure, start_listener
 from jobcar.app_health import AppHealth
 from jobcar.client import AsyncClient
 from jobcar.config import ConfigError, load_config
@@ -38,6 +38,7 @@ from jobcar.executors.http_client import HttpClient
 from jobcar.exit_codes import EX_CONFIG, EX_FAILURE, EX_OK
 from jobcar.keys import QueueKeys
 from jobcar.leasing import IDLE_WAIT_MAX
+from jobcar.listen import local_url
 from jobcar.logs import setup_logging
 from jobcar.metrics import Metrics
 from jobcar.migrate import layout_refusal
@@ -142,6 +143,8 @@ class Daemon:
         self.signals = 0
         self.metrics = Metrics(config)
         self.notifier = Notifier.from_environ()
+        #: Where the dashboard answers, for the banner (None: no dashboard).
+        self._dashboard: str | None = None
 
     async def serve(self) -> int:
         """Run until stopped; the process exit code."""
@@ -159,7 +162,8 @@ class Daemon:
             if runner is None:
                 return EX_OK  # stopped before Redis ever answered
             summary = f"{len(self.config.handlers)} handlers, queues {', '.join(self.config.queues)}"
-            log.info("jobcar running: %s, concurrency %d", summary, self.config.concurrency)
+            dashboard = f"; the dashboard at {self._dashboard}" if self._dashboard else ""
+            log.info("jobcar running: %s, concurrency %d%s", summary, self.config.concurrency, dashboard)
             self.notifier.ready(f"running: {summary}")
             await runner.run()
         return EX_OK
@@ -197,6 +201,9 @@ class Daemon:
         except OSError as exc:
             raise StartRefused(f"cannot listen on {self.config.listen}: {exc}", EX_FAILURE) from None
         opened.push_async_callback(listener.cleanup)
+        if self.config.ui.enabled:  # at the port the listener got (a configured 0 takes a free one)
+            bound = f"{self.config.listen.rpartition(':')[0]}:{bound_port(listener)}"
+            self._dashboard = local_url(bound, UI_PREFIX + "/")
         if not await self._wait_for_redis():
             return None
         await check_server(self.link.client, self.config.redis.strict)

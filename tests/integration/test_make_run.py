@@ -61,6 +61,19 @@ def test_make_run_serves_the_quickstart_and_passes_sigterm_on(tmp_path: Path) ->
             os.chdir(ROOT)
         assert job is not None
         assert job.state is State.DONE
+        # What a newcomer sees: where the dashboard is, with its buttons, and a line for the job that ran.
+        output = (tmp_path / "make.log").read_text()
+        dashboard = f"http://127.0.0.1:{listen}/ui/"
+        assert f"the dashboard at {dashboard}" in output
+        with urllib.request.urlopen(dashboard, timeout=10) as page:
+            assert "read-write" in page.read().decode()
+
+        def logged_done() -> bool:
+            return any(
+                "job done" in line and job.id in line for line in (tmp_path / "make.log").read_text().splitlines()
+            )
+
+        wait_for(logged_done, timeout=30, what="a log line for the job that ran")
 
         make.send_signal(signal.SIGTERM)
         # make passes the signal on to its recipe and ends by it (-SIGTERM); the recipe's shell passes it on
