@@ -7,7 +7,7 @@ from importlib import resources
 
 import pytest
 
-from jobcar.scripts import expand_includes, script
+from jobcar.scripts import ONE_LINER, assemble, expand_includes, script
 
 LUA = resources.files("jobcar") / "lua"
 SCRIPTS = sorted(
@@ -25,6 +25,11 @@ KEYWORDS = {"if", "and", "or", "not", "return", "in", "function", "elseif", "whi
 def code(lua: str) -> str:
     """The Lua without comments and string literals (whose words are not calls)."""
     return re.sub(r"'[^']*'|\"[^\"]*\"", "''", re.sub(r"--.*", "", lua))
+
+
+def source_of(name: str) -> str:
+    """The script's file as written, its includes not expanded."""
+    return (LUA / f"{name}.lua").read_text()
 
 
 def defined(name: str) -> list[str]:
@@ -72,7 +77,27 @@ def test_a_body_that_names_no_helper_gets_none() -> None:
 
 def test_every_helper_is_included_by_some_script() -> None:
     used = {helper for name in SCRIPTS for helper in defined(name)}
-    helper_functions = {
-        f for helper in HELPERS for f in LOCAL_FUNCTION.findall((LUA / "includes" / f"{helper}.lua").read_text())
-    }
-    assert helper_functions <= used
+    helpers = "".join((LUA / "includes" / f"{helper}.lua").read_text() for helper in HELPERS)
+    one_liners = {name for name, _, _ in ONE_LINER.findall(helpers)}
+    assert set(LOCAL_FUNCTION.findall(helpers)) - one_liners <= used
+    # A one-line helper is inlined where it is called: some script calls it before that.
+    called = {f for name in SCRIPTS for f in CALLED.findall(code(expand_includes(source_of(name), set())))}
+    assert one_liners <= called
+
+
+def test_a_one_line_helper_is_inlined_where_it_is_called() -> None:
+    body = """#!lua
+local function job_key_of(prefix, id) return prefix .. 'job:' .. id end
+local function pair(a, b) return a .. '#' .. b end
+-- job_key_of(a comment is left as it is
+local key = job_key_of(ARGV[1], ARGV[at + 1])
+redis.call('DEL', job_key_of(prefix, pair(a or 'x,)', f(b, c))), 'job_key_of(')
+"""
+    assert (
+        assemble(body)
+        == """#!lua
+-- job_key_of(a comment is left as it is
+local key = (ARGV[1] .. 'job:' .. ARGV[at + 1])
+redis.call('DEL', (prefix .. 'job:' .. (((a or 'x,)') .. '#' .. (f(b, c))))), 'job_key_of(')
+"""
+    )
