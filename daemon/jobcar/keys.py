@@ -177,6 +177,10 @@ class QueueKeys:
         """The base of the queue's per-hour history hashes (`<prefix>history:<hour>`): names its slot."""
         return f"{self.prefix}history"
 
+    def history_hour(self, hour: int) -> str:
+        """The HASH of the queue's counts in one hour (hours since the epoch), written by the scripts."""
+        return f"{self.history}:{hour}"
+
     def alive(self, daemon_id: str) -> str:
         return f"{self.prefix}alive:{daemon_id}"
 

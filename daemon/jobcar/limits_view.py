@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from jobcar.keys import QueueKeys
+from jobcar.limit_groups import GroupKind, concurrency_group, parse_group
 from jobcar.replies import as_text, time_ms
 from jobcar.transport import AsyncRedis
 
@@ -22,8 +23,8 @@ _KINDS = ("slots", "held", "tat")
 @dataclass(frozen=True, slots=True)
 class LimitGroup:
     queue: str
-    #: "<type>" or "<type>#<key>" for a concurrency limit, "@<type>" or "@<type>#<key>" for a rate,
-    #: "~<type>#<key>" for a key waiting for its turn of a fair type's total.
+    #: The group's name (limit_groups.py): a concurrency limit's, a rate's, or a key's waiting for its turn
+    #: of a fair type's total.
     group: str
     running: int
     held: int
@@ -36,7 +37,7 @@ class LimitGroup:
     @property
     def kind(self) -> str:
         """ "rate", "turn" (a key waiting for its turn of a fair type's total) or "concurrency"."""
-        return {"@": "rate", "~": "turn"}.get(self.group[:1], "concurrency")
+        return parse_group(self.group).kind.value
 
     def document(self) -> dict[str, Any]:
         return {"queue": self.queue, "group": self.group, "kind": self.kind, "running": self.running,
@@ -46,12 +47,12 @@ class LimitGroup:
 def rule_limit(group: str, rules: Mapping[str, Mapping[str, Any]]) -> tuple[str | None, float, int]:
     """(the limit as shown, the rate's interval in ms, its burst) for a group under `rules`
     (`config_types.limit_rules`, decoded)."""
-    rated = group.startswith("@")
-    job_type, _, key = group.lstrip("@~").partition("#")
-    rule = rules.get(job_type, {})
-    if group.startswith("~"):  # a key's turn of the type's total: its jobs wait for slots of that
+    name = parse_group(group)
+    key = name.key or ""
+    rule = rules.get(name.job_type, {})
+    if name.kind is GroupKind.TURN:  # a key's turn of the type's total: its jobs wait for slots of that
         return (f"turns for {rule['total']}" if rule.get("fair") and rule.get("total") else None), 0.0, 1
-    if rated:
+    if name.kind is GroupKind.RATE:
         rate = rule.get("key_rate" if key else "rate")
         burst = rule.get("key_burst" if key else "burst", 1)
         if rate:
@@ -91,7 +92,7 @@ async def read_limits(
             held, tat = held_and_tat.get(name, (0, None))
             limit, interval, burst = rule_limit(name, rules)
             next_start = None
-            if name.startswith("@"):
+            if parse_group(name).kind is GroupKind.RATE:
                 due = float(as_text(tat)) - interval * (burst - 1) if isinstance(tat, bytes | str) else now
                 next_start = max(0, math.ceil(due - now))
             groups.append(LimitGroup(queue, name, running.get(name, 0), held if isinstance(held, int) else 0,
@@ -110,5 +111,5 @@ def _slots_taken(slot_hashes: Iterable[tuple[str, Any]], rules: Mapping[str, Map
         by_key = Counter(as_text(value) for value in values)
         if rules.get(job_type, {}).get("total") or "" in by_key:
             taken[job_type] = len(values)
-        taken.update((f"{job_type}#{key}", n) for key, n in by_key.items() if key)
+        taken.update((concurrency_group(job_type, key), n) for key, n in by_key.items() if key)
     return taken

@@ -18,6 +18,7 @@ from redis.exceptions import ResponseError
 from jobcar.fsck.waiting import why_silent
 from jobcar.job import State
 from jobcar.keys import QueueKeys
+from jobcar.limit_groups import GroupKind, parse_group
 from jobcar.replies import as_text, time_ms
 from jobcar.transitions import DeadLetterLimits
 from jobcar.transport import AsyncRedis
@@ -302,7 +303,8 @@ async def _read_slots(
 ) -> tuple[dict[str, list[str]], list[Mistyped]]:
     """The ids holding each type's slots. The types whose groups are indexed: a rate group takes no slot, a
     key's turn group's type is indexed itself."""
-    slot_types = sorted({group.partition("#")[0] for group in groups if group[:1] not in ("@", "~")})
+    names = [parse_group(group) for group in groups]
+    slot_types = sorted({name.job_type for name in names if name.kind is GroupKind.CONCURRENCY})
     mistyped = await _mistyped(client, {keys.slots(job_type): "hash" for job_type in slot_types})
     slots: dict[str, list[str]] = {}
     for job_type in slot_types:

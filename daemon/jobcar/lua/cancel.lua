@@ -16,6 +16,7 @@
 --   {"not_cancelable", "dead"|"done"|"canceled"}  already finished; nothing changed
 --   {"missing", ""}                      no such job
 
+--- @include "keys"
 --- @include "release_unique"
 --- @include "pending_key"
 --- @include "count_in_batch"
@@ -31,17 +32,17 @@ if state == 'active' then
 end
 if state == 'pending' then
   if redis.call('LREM', pending_key(KEYS[1], redis.call('HGET', KEYS[3], 'priority')), -1, id) == 0 then
-    redis.pcall('LREM', KEYS[1] .. ':released', -1, id)  -- let go by a limit (ADR 0014)
+    redis.pcall('LREM', released_key_of(prefix), -1, id)  -- let go by a limit (ADR 0014)
   end
 elseif state == 'scheduled' then
   redis.call('ZREM', KEYS[2], id)
 elseif state == 'waiting' then
-  redis.call('ZREM', prefix .. 'waiting', id)
-  redis.call('DEL', prefix .. 'deps:' .. id)
+  redis.call('ZREM', waiting_key_of(prefix), id)
+  redis.call('DEL', deps_key_of(prefix, id))
 elseif state == 'held' then
   local group = redis.call('HGET', KEYS[3], 'held')
   if group then
-    redis.pcall('LREM', prefix .. 'held:' .. group, -1, id)
+    redis.pcall('LREM', held_key_of(prefix, group), -1, id)
     forget_idle_group(prefix, group)
   end
 else

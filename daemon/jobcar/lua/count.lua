@@ -8,13 +8,14 @@
 --   and slot = floor(now / 10 s) (Redis time); each hour's hash expires two hours after the hour ends.
 -- Returns the number of fields counted. Not allowed under OOM: a count is never worth a job's memory.
 
+--- @include "keys"
 --- @include "now_ms"
 
 local HOUR_MS, SLOT_MS = 3600000, 10000
 local prefix = ARGV[1]
 local now = now_ms()
 local hour, slot = math.floor(now / HOUR_MS), math.floor(now / SLOT_MS)
-local key = prefix .. 'history:' .. hour
+local key = history_key_of(prefix, hour)
 for i = 2, #ARGV, 2 do
   redis.call('HINCRBY', key, slot .. '|' .. ARGV[i], tonumber(ARGV[i + 1]))
 end

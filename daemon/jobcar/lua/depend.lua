@@ -12,9 +12,11 @@
 --   "done" | "dead" | "canceled"  it ended already (its hash is kept: a result_ttl, the dead-letter set)
 --   "gone"         no such job (it succeeded or was canceled without a kept hash, or never existed)
 
+--- @include "keys"
+
 local state = redis.pcall('HGET', KEYS[1], 'state')
 if type(state) ~= 'string' then return 'gone' end
 if state == 'done' or state == 'dead' or state == 'canceled' then return state end
-redis.call('SADD', ARGV[1] .. 'dependents:' .. ARGV[2], ARGV[3])
+redis.call('SADD', dependents_key_of(ARGV[1], ARGV[2]), ARGV[3])
 redis.call('HSET', KEYS[1], 'dependents', '1')
 return 'registered'

@@ -11,6 +11,7 @@
 --   0  lease lost: the token no longer matches (reaped, or another daemon holds it); nothing changed
 -- A lease that expired but was not yet reaped is still the caller's, so it is renewed.
 
+--- @include "keys"
 --- @include "now_ms"
 --- @include "holds_lease"
 --- @include "wrong_type"
@@ -24,7 +25,7 @@ local deadline = now + tonumber(ARGV[2])
 local reply = {now}
 for i = 3, #ARGV, 2 do
   local id, token = ARGV[i], ARGV[i + 1]
-  local job_key = prefix .. 'job:' .. id
+  local job_key = job_key_of(prefix, id)
   if holds_lease(job_key, token) then
     redis.call('ZADD', KEYS[1], deadline, id)  -- not XX: restores an entry that vanished
     if redis.call('HGET', job_key, 'cancel') then reply[#reply + 1] = 2 else reply[#reply + 1] = 1 end

@@ -6,11 +6,12 @@
 -- Returns {now_ms, this hour's fields, the previous hour's fields}, each field list flat:
 --   {"<slot>|<type>|<outcome>", count, ...} with slot = floor(ms / 10 s).
 
+--- @include "keys"
 --- @include "now_ms"
 
 local HOUR_MS = 3600000
 local prefix = ARGV[1]
 local now = now_ms()
 local hour = math.floor(now / HOUR_MS)
-local this_hour = redis.call('HGETALL', prefix .. 'history:' .. hour)
-return {now, this_hour, redis.call('HGETALL', prefix .. 'history:' .. (hour - 1))}
+local this_hour = redis.call('HGETALL', history_key_of(prefix, hour))
+return {now, this_hour, redis.call('HGETALL', history_key_of(prefix, hour - 1))}

@@ -8,6 +8,8 @@
 -- Returns for each id, in order, its n values (false where the job or the field is missing, and for a key of
 -- another type: one bad key hides that job, never the others), flat.
 
+--- @include "keys"
+
 local prefix, n = ARGV[1], tonumber(ARGV[2])
 local fields = {}
 for i = 1, n do
@@ -15,7 +17,7 @@ for i = 1, n do
 end
 local out = {}
 for i = 3 + n, #ARGV do
-  local values = redis.pcall('HMGET', prefix .. 'job:' .. ARGV[i], unpack(fields))
+  local values = redis.pcall('HMGET', job_key_of(prefix, ARGV[i]), unpack(fields))
   for j = 1, n do
     out[#out + 1] = not values.err and values[j]
   end

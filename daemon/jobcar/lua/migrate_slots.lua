@@ -10,9 +10,12 @@
 -- a step done is not done again.
 -- Reply: {ids moved into the slot hash, slots fields rewritten}
 
+--- @include "keys"
+--- @include "group_names"
+
 local set, prefix, group = KEYS[1], ARGV[1], ARGV[2]
-local job_type, key = string.match(group, '^([^#]*)#(.*)$')
-local slots = prefix .. 'slots:' .. (job_type or group)
+local _, job_type, key = group_parts(group)
+local slots = slots_key_of(prefix, job_type)
 
 -- A JSON array of group names as lines, the type's total (the name without a `#`) first; nil if not one.
 local function as_lines(raw)
@@ -21,7 +24,7 @@ local function as_lines(raw)
   local lines = {}
   for _, name in ipairs(names) do
     if type(name) == 'string' then
-      if string.find(name, '#', 1, true) then lines[#lines + 1] = name else table.insert(lines, 1, name) end
+      if names_a_key(name) then lines[#lines + 1] = name else table.insert(lines, 1, name) end
     end
   end
   if #lines == 0 then return nil end
@@ -30,7 +33,7 @@ end
 
 local moved, rewritten = 0, 0
 for _, id in ipairs(redis.call('SMEMBERS', set)) do
-  local job_key = prefix .. 'job:' .. id
+  local job_key = job_key_of(prefix, id)
   local fields = redis.pcall('HMGET', job_key, 'state', 'slots')  -- a key of another type holds no job
   if not fields.err and fields[1] == 'active' then
     if key then

@@ -8,6 +8,8 @@
 -- Touches <prefix>job:<id> HASH (deleted).
 -- Returns the number of jobs deleted. Ids that are not in the dead set are skipped.
 
+--- @include "keys"
+
 local prefix = ARGV[1]
 local ids = {}
 if #ARGV > 2 then
@@ -18,7 +20,7 @@ end
 local deleted = 0
 for _, id in ipairs(ids) do
   if redis.call('ZREM', KEYS[1], id) == 1 then
-    redis.call('DEL', prefix .. 'job:' .. id)
+    redis.call('DEL', job_key_of(prefix, id))
     deleted = deleted + 1
   end
 end

@@ -23,6 +23,7 @@
 -- State and deadline are read inside this script, at Redis time, so a job acked or renewed a moment
 -- ago is never reaped, and two reapers running at once cannot recover the same lease twice.
 
+--- @include "keys"
 --- @include "now_ms"
 --- @include "record_error"
 --- @include "wake"
@@ -32,6 +33,7 @@
 --- @include "release_slots"
 --- @include "turns"
 --- @include "gcra"
+--- @include "group_names"
 
 local prefix = ARGV[1]
 local refused = wrong_type({KEYS[1], 'zset', KEYS[2], 'list', KEYS[3], 'zset'})
@@ -44,7 +46,7 @@ local expired = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', '(' .. now, 'LIMIT'
 local reply = {}
 local requeued = false
 for _, id in ipairs(expired) do
-  local job_key = prefix .. 'job:' .. id
+  local job_key = job_key_of(prefix, id)
   redis.call('ZREM', KEYS[1], id)
   local fields = redis.pcall('HMGET', job_key, 'type', 'attempt', 'max_attempts', 'slots')
   local result
@@ -80,7 +82,7 @@ if requeued then wake(KEYS[4]) end
 local MAX_UNPARKED = 1000
 local limits = ARGV[6] and cjson.decode(ARGV[6])
 if limits then
-  local groups = redis.pcall('SMEMBERS', prefix .. 'limit_groups')
+  local groups = redis.pcall('SMEMBERS', limit_groups_key_of(prefix))
   if groups.err then groups = {} end
   -- type -> {total = its slots taken, by_key = key -> its slots taken}, once the pass dropped the slots of
   -- jobs no longer active from its slot hash: read once per type, whichever of its groups comes first.
@@ -89,12 +91,12 @@ if limits then
     local counts = swept[job_type]
     if counts then return counts end
     counts = {total = 0, by_key = {}}
-    local slots = prefix .. 'slots:' .. job_type
+    local slots = slots_key_of(prefix, job_type)
     local entries = redis.pcall('HGETALL', slots)
     if entries.err then entries = {} end
     for i = 1, #entries, 2 do
       local id, key = entries[i], entries[i + 1]
-      if redis.pcall('HGET', prefix .. 'job:' .. id, 'state') == 'active' then
+      if redis.pcall('HGET', job_key_of(prefix, id), 'state') == 'active' then
         counts.total = counts.total + 1
         counts.by_key[key] = (counts.by_key[key] or 0) + 1
       else
@@ -105,28 +107,26 @@ if limits then
     return counts
   end
   for _, group in ipairs(groups) do
-    local mark = string.sub(group, 1, 1)
+    local kind, job_type, key = group_parts(group)
     local taken = nil
-    if mark == '@' then
+    if kind == 'rate' then
       -- Still rate-limited: its held jobs go when the lease finds the group due; a group that holds jobs
       -- but is missing from the throttled ZSET is due now. No longer limited: they all go.
       if not rate_of(limits, group) then
         unpark(prefix, group, MAX_UNPARKED)
-      elseif redis.call('EXISTS', prefix .. 'held:' .. group) == 1 then
-        redis.call('ZADD', prefix .. 'throttled', 'NX', now, group)
+      elseif redis.call('EXISTS', held_key_of(prefix, group)) == 1 then
+        redis.call('ZADD', throttled_key_of(prefix), 'NX', now, group)
       end
-    elseif mark == '~' then
+    elseif kind == 'turn' then
       -- A key's turn group: its jobs go in turn while the type is fair, all at once once it is not.
-      local job_type, key = string.match(group, '^~(.-)#(.*)$')
-      local rule = job_type and limits[job_type]
+      local rule = key and limits[job_type]
       if not (rule and rule.fair and rule.total) then
         unpark(prefix, group, MAX_UNPARKED)
-      elseif redis.call('EXISTS', prefix .. 'held:' .. group) == 1 then
+      elseif redis.call('EXISTS', held_key_of(prefix, group)) == 1 then
         join_turns(prefix, job_type, key)
-        redis.call('SADD', prefix .. 'limit_groups', job_type)
+        redis.call('SADD', limit_groups_key_of(prefix), job_type)
       end
     else
-      local job_type, key = group_parts(group)
       local counts = slots_of(job_type)
       taken = key and (counts.by_key[key] or 0) or counts.total
       local rule = limits[job_type]

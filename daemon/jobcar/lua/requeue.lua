@@ -11,6 +11,7 @@
 -- Returns the number of jobs moved. Ids that are not in the dead set are skipped.
 -- The unique lock a job had was released when it died; a requeued job does not take it again.
 
+--- @include "keys"
 --- @include "now_ms"
 --- @include "wake"
 --- @include "count_in_batch"
@@ -33,7 +34,7 @@ local moved = 0
 for _, id in ipairs(ids) do
   -- ZREM first: an id named twice, or not dead, is moved at most once.
   if redis.call('ZREM', KEYS[1], id) == 1 then
-    local job_key = prefix .. 'job:' .. id
+    local job_key = job_key_of(prefix, id)
     -- An id without a hash, or whose key holds another type (fsck's to report), only leaves the set.
     if redis.call('TYPE', job_key).ok == 'hash' then
       redis.call('HSET', job_key, 'attempt', 0, 'run_at', now)

@@ -27,6 +27,7 @@
 -- Returns 1 retried (scheduled or pending), 2 attempts spent: moved to dead, 3 the same and jobs waited for it
 -- (their entry is in <prefix>settled: the caller settles them now), 0 lease lost (nothing changed).
 
+--- @include "keys"
 --- @include "now_ms"
 --- @include "record_error"
 --- @include "wake"
@@ -36,6 +37,7 @@
 --- @include "wrong_type"
 --- @include "release_slots"
 --- @include "limit_groups"
+--- @include "group_names"
 
 local refused = wrong_type({KEYS[1], 'zset', KEYS[2], 'list', KEYS[3], 'zset', KEYS[4], 'zset'})
 if refused then return refused end
@@ -52,10 +54,11 @@ if ARGV[10] and ARGV[10] ~= '' and delay > 0 then
   local job = redis.call('HGETALL', job_key)
   local at = {}
   for i = 1, #job, 2 do at[job[i]] = i + 1 end
-  hold_group = at.type and '@' .. job[at.type]
+  local job_type = job[at.type]
+  hold_group = job_type and rate_group(job_type)
   if hold_group and ARGV[10] == 'key' then
     local key = limit_key(ARGV[11], job, at)
-    hold_group = key and hold_group .. '#' .. key  -- a job without a key holds back only itself
+    hold_group = key and key_rate_group(job_type, key)  -- a job without a key holds back only itself
   end
 end
 local attempt = tonumber(redis.call('HGET', job_key, 'attempt') or '0') or 0
@@ -75,7 +78,7 @@ end
 
 record_error(job_key, attempt, now, ARGV[5])
 if hold_group then
-  local tat_key = prefix .. 'tat:' .. hold_group
+  local tat_key = tat_key_of(prefix, hold_group)
   local until_tat = now + delay + tonumber(ARGV[12])
   local stored = redis.pcall('GET', tat_key)
   if not (type(stored) == 'string' and (tonumber(stored) or 0) >= until_tat) then

@@ -18,6 +18,7 @@
 -- made already), "advanced" (nothing to fire), "triggered".
 -- Touches the job's hash (schedule, scheduled_at) as well as what enqueue touches.
 
+--- @include "keys"
 --- @include "now_ms"
 --- @include "store_jobs"
 --- @include "wrong_type"
@@ -47,7 +48,7 @@ end
 local outcome, job_id = 'advanced', ''
 local skipped = tonumber(ARGV[5])
 if #records > 0 then
-  local last = state[4] and redis.call('HGET', ARGV[1] .. 'job:' .. state[4], 'state')
+  local last = state[4] and redis.call('HGET', job_key_of(ARGV[1], state[4]), 'state')
   if not trigger and ARGV[7] == 'skip' and (last == 'pending' or last == 'scheduled' or last == 'active') then
     outcome = 'overlap'
     skipped = skipped + 1
@@ -58,7 +59,7 @@ if #records > 0 then
       outcome = 'exists'
     else
       local tick = trigger and now or fire
-      redis.call('HSET', ARGV[1] .. 'job:' .. job_id, 'schedule', name, 'scheduled_at', tick)
+      redis.call('HSET', job_key_of(ARGV[1], job_id), 'schedule', name, 'scheduled_at', tick)
       outcome = trigger and 'triggered' or 'fired'
       if not trigger then
         redis.call('HSET', KEYS[1], 'last', fire, 'last_job', job_id, 'last_fired_at', now)

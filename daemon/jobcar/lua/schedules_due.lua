@@ -5,13 +5,14 @@
 -- ARGV[1] prefix, ARGV[2] the most schedules to return
 -- Returns {now_ms, ms until the earliest tick not yet due (-1: none), {spec JSON, next tick}...}
 
+--- @include "keys"
 --- @include "now_ms"
 
 local now = now_ms()
 local due = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', now, 'LIMIT', 0, tonumber(ARGV[2]))
 local reply = {}
 for _, name in ipairs(due) do
-  local found = redis.pcall('HMGET', ARGV[1] .. 'schedule:' .. name, 'spec', 'next')
+  local found = redis.pcall('HMGET', schedule_key_of(ARGV[1], name), 'spec', 'next')
   if not found.err and found[1] and found[2] and found[2] ~= '' then reply[#reply + 1] = found end
 end
 local later = redis.call('ZRANGEBYSCORE', KEYS[1], '(' .. now, '+inf', 'WITHSCORES', 'LIMIT', 0, 1)

@@ -11,6 +11,7 @@
 -- Returns "sealed" (its callbacks are told when its last job ends), "complete" (every job had ended: told
 -- now), or "fired" (told before, by an earlier seal: the callbacks named now are not, and nothing changed).
 
+--- @include "keys"
 --- @include "wrong_type"
 --- @include "add_to_batch"
 
@@ -21,7 +22,7 @@ if redis.call('HEXISTS', KEYS[1], 'fired') == 1 then return 'fired' end
 if #ARGV >= 3 then
   local refs = {}
   for i = 3, #ARGV do refs[#refs + 1] = ARGV[i] end
-  redis.call('SADD', prefix .. 'dependents:batch:' .. batch, unpack(refs))
+  redis.call('SADD', dependents_key_of(prefix, 'batch:' .. batch), unpack(refs))
   redis.call('HSET', KEYS[1], 'dependents', '1')
 end
 redis.call('HSET', KEYS[1], 'sealed', '1')

@@ -25,6 +25,7 @@
 -- Returns "pending" (those were its last dependencies: it runs now), "waiting" (others remain), "dead",
 -- "canceled", or "ignored" (not waiting, or for none of these: told before).
 
+--- @include "keys"
 --- @include "now_ms"
 --- @include "move_to_dead"
 --- @include "release_unique"
@@ -42,7 +43,7 @@ if redis.pcall('HGET', job_key, 'state') ~= 'waiting' then return 'ignored' end
 local policy = redis.call('HGET', job_key, 'on_dependency_failure') or 'fail'
 if policy == 'run' then return release_waiting(prefix, id, refs, counts) end
 
-local deps = prefix .. 'deps:' .. id
+local deps = deps_key_of(prefix, id)
 if redis.call('TYPE', deps).ok ~= 'set' then return 'ignored' end
 local failed = nil  -- the first of them the job waited for, which its reason names
 for _, ref in ipairs(refs) do

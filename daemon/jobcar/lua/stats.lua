@@ -17,6 +17,7 @@
 --   "~<type>#<key>").
 --   waiting: jobs waiting for others to end (<prefix>waiting, ADR 0016).
 
+--- @include "keys"
 --- @include "now_ms"
 --- @include "pending_lists"
 
@@ -28,7 +29,7 @@ for _, list in ipairs(pending_lists(KEYS[1])) do
     pending = pending + redis.call('LLEN', list)
     local tail = redis.call('LINDEX', list, -1)
     if tail then
-      local f = redis.call('HMGET', prefix .. 'job:' .. tail, 'run_at', 'created')
+      local f = redis.call('HMGET', job_key_of(prefix, tail), 'run_at', 'created')
       local ready = tonumber(f[1] or f[2] or '-1') or -1
       if ready >= 0 and (oldest < 0 or ready < oldest) then oldest = ready end
     end
@@ -40,10 +41,10 @@ if #head > 0 and tonumber(head[2]) <= now and (oldest < 0 or tonumber(head[2]) <
   oldest = tonumber(head[2])
 end
 local held, by_type = 0, {}
-local groups = redis.pcall('SMEMBERS', prefix .. 'limit_groups')
+local groups = redis.pcall('SMEMBERS', limit_groups_key_of(prefix))
 if not groups.err then
   for _, group in ipairs(groups) do
-    local n = redis.pcall('LLEN', prefix .. 'held:' .. group)
+    local n = redis.pcall('LLEN', held_key_of(prefix, group))
     if type(n) == 'number' and n > 0 then
       held = held + n
       local job_type = string.match(group, '^[@~]?([^#]*)')
@@ -56,7 +57,7 @@ for job_type, n in pairs(by_type) do
   held_by_type[#held_by_type + 1] = job_type
   held_by_type[#held_by_type + 1] = n
 end
-local waiting = redis.pcall('ZCARD', prefix .. 'waiting')
+local waiting = redis.pcall('ZCARD', waiting_key_of(prefix))
 return {now, pending, redis.call('ZCARD', KEYS[2]), redis.call('ZCARD', KEYS[3]),
   redis.call('ZCARD', KEYS[4]), redis.call('EXISTS', KEYS[5]), oldest, held, held_by_type,
   type(waiting) == 'number' and waiting or 0}

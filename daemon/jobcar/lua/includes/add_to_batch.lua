@@ -1,3 +1,4 @@
+--- @include "keys"
 --- @include "now_ms"
 --- @include "tell_dependents"
 --- @include "queue_name"
@@ -27,7 +28,7 @@ end
 
 -- True when this count ended the batch and left an entry for the daemons to carry to its callbacks.
 local function add_to_batch(prefix, batch, field, by)
-  local key = prefix .. 'batch:' .. batch
+  local key = batch_key_of(prefix, batch)
   local kind = redis.call('TYPE', key).ok
   if kind ~= 'hash' and kind ~= 'none' then return false end
   redis.call('HINCRBY', key, field, by)

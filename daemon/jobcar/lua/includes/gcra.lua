@@ -1,3 +1,6 @@
+--- @include "keys"
+--- @include "group_names"
+
 -- Rate limits by GCRA (the generic cell rate algorithm) on Redis time (ADR 0014). A rate group's state is
 -- its theoretical arrival time (TAT, ms) in <prefix>tat:<group>, a STRING that expires once it is past.
 -- Starts `interval` ms apart on average, at most `burst` at once: a start is allowed while
@@ -5,7 +8,7 @@
 
 -- The ms to wait before the group's next start (0: now), and the TAT to pass to gcra_take.
 local function gcra_wait(prefix, group, interval, burst, now)
-  local stored = redis.pcall('GET', prefix .. 'tat:' .. group)
+  local stored = redis.pcall('GET', tat_key_of(prefix, group))
   local tat = type(stored) == 'string' and tonumber(stored) or now
   if tat < now then tat = now end
   return math.max(0, tat - interval * (burst - 1) - now), tat
@@ -15,7 +18,7 @@ end
 local function gcra_take(prefix, group, interval, tat, now)
   if interval == 0 then return tat end
   local next_tat = tat + interval
-  redis.call('SET', prefix .. 'tat:' .. group, string.format('%.3f', next_tat), 'PX',
+  redis.call('SET', tat_key_of(prefix, group), string.format('%.3f', next_tat), 'PX',
     math.max(1, math.ceil(next_tat - now)))
   return next_tat
 end
@@ -33,6 +36,6 @@ end
 
 -- The same for a rate group by its name ("@<type>" or "@<type>#<key>"): nil when the rules no longer limit it.
 local function rate_of(limits, group)
-  local job_type, key = string.match(group, '^@(.-)#(.*)$')
-  return rate_rule(limits and limits[job_type or string.sub(group, 2)], key ~= nil)
+  local _, job_type, key = group_parts(group)
+  return rate_rule(limits and limits[job_type], key ~= nil)
 end

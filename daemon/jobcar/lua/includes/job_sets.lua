@@ -1,3 +1,4 @@
+--- @include "keys"
 --- @include "pending_lists"
 
 -- The state sets that hold a job id, by name, for fsck's repairs (KEYS[1..4]: pending scheduled active
@@ -15,11 +16,11 @@ local function job_sets(id)
   if redis.call('ZSCORE', KEYS[2], id) then found[#found + 1] = 'scheduled' end
   if redis.call('ZSCORE', KEYS[3], id) then found[#found + 1] = 'active' end
   if redis.call('ZSCORE', KEYS[4], id) then found[#found + 1] = 'dead' end
-  local waiting = redis.pcall('ZSCORE', ARGV[1] .. 'waiting', id)
+  local waiting = redis.pcall('ZSCORE', waiting_key_of(ARGV[1]), id)
   if type(waiting) == 'string' then found[#found + 1] = 'waiting' end
-  local group = redis.pcall('HGET', ARGV[1] .. 'job:' .. id, 'held')
+  local group = redis.pcall('HGET', job_key_of(ARGV[1], id), 'held')
   if type(group) == 'string' then
-    local list = ARGV[1] .. 'held:' .. group
+    local list = held_key_of(ARGV[1], group)
     if redis.call('TYPE', list).ok == 'list' and redis.call('LPOS', list, id) then found[#found + 1] = 'held' end
   end
   return found

@@ -7,6 +7,7 @@
 -- with key = "key" | "meta.<name>" | "payload.<name>" for the per-key parts. `job` is an HGETALL reply and
 -- `at` maps its field names to their values' indexes. A job without a usable key counts in its type's
 -- groups only.
+--- @include "group_names"
 --- @include "gcra"
 
 -- Where a rule's keys come from: the job's field ("key", "meta" or "payload") and, but for "key", the
@@ -55,10 +56,10 @@ end
 local function rate_groups(rule, job_type, key)
   local rates = {}
   local interval, burst = rate_rule(rule, false)
-  if interval then rates[1] = {'@' .. job_type, interval, burst} end
+  if interval then rates[1] = {rate_group(job_type), interval, burst} end
   if key then
     interval, burst = rate_rule(rule, true)
-    if interval then rates[#rates + 1] = {'@' .. job_type .. '#' .. key, interval, burst} end
+    if interval then rates[#rates + 1] = {key_rate_group(job_type, key), interval, burst} end
   end
   return rates
 end

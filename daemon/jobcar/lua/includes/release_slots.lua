@@ -1,3 +1,5 @@
+--- @include "keys"
+--- @include "group_names"
 --- @include "turns"
 --- @include "call_in_chunks"
 
@@ -17,7 +19,7 @@ local function slot_returns(prefix)
     if not slots then return end
     ended[#ended + 1] = slots
     -- A job's groups are all of its type, which starts its first line: the slot hash its id leaves.
-    local job_type = string.match(slots, '^[^#\n]+')
+    local job_type = type_of_slots(slots)
     if not job_type then return end
     local ids = ids_of[job_type]
     if ids then
@@ -30,11 +32,11 @@ local function slot_returns(prefix)
   function returns.give_back()
     if #ended == 0 then return end
     for _, job_type in ipairs(types) do
-      call_in_chunks('HDEL', prefix .. 'slots:' .. job_type, ids_of[job_type], true)
+      call_in_chunks('HDEL', slots_key_of(prefix, job_type), ids_of[job_type], true)
     end
     -- A group with held jobs or turns is in <prefix>limit_groups (ADR 0014): without that SET, nothing waits
     -- for these slots.
-    if redis.call('EXISTS', prefix .. 'limit_groups') == 0 then return end
+    if redis.call('EXISTS', limit_groups_key_of(prefix)) == 0 then return end
     -- The groups of the jobs ended, in the order of their first slot, each with its slots given back.
     local groups, given = {}, {}
     for _, slots in ipairs(ended) do
@@ -49,8 +51,8 @@ local function slot_returns(prefix)
     end
     local lists = {}
     for _, group in ipairs(groups) do
-      lists[#lists + 1] = prefix .. 'held:' .. group
-      if not string.find(group, '#', 1, true) then lists[#lists + 1] = prefix .. 'turns:' .. group end
+      lists[#lists + 1] = held_key_of(prefix, group)
+      if not names_a_key(group) then lists[#lists + 1] = turns_key_of(prefix, group) end
     end
     -- One EXISTS over the groups' held lists and turns: a limit that does not bind costs no more.
     if redis.call('EXISTS', unpack(lists)) == 0 then return end

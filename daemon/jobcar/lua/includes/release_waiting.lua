@@ -1,3 +1,4 @@
+--- @include "keys"
 --- @include "now_ms"
 --- @include "wake"
 --- @include "pending_key"
@@ -9,9 +10,9 @@
 -- round the producer's numbers). Returns "pending", "waiting" (others remain) or "ignored" (not waiting,
 -- or for none of these: told before).
 local function release_waiting(prefix, id, refs, counts)
-  local job_key = prefix .. 'job:' .. id
+  local job_key = job_key_of(prefix, id)
   if redis.pcall('HGET', job_key, 'state') ~= 'waiting' then return 'ignored' end
-  local deps = prefix .. 'deps:' .. id
+  local deps = deps_key_of(prefix, id)
   if redis.call('TYPE', deps).ok ~= 'set' then return 'ignored' end
   local removed = 0
   for first = 1, #refs, 1000 do
@@ -23,9 +24,9 @@ local function release_waiting(prefix, id, refs, counts)
     local data = redis.call('HGET', job_key, 'payload') or 'null'
     redis.call('HSET', job_key, 'payload', '{"batch":' .. counts .. ',"data":' .. data .. '}')
   end
-  redis.call('ZREM', prefix .. 'waiting', id)
+  redis.call('ZREM', waiting_key_of(prefix), id)
   redis.call('HSET', job_key, 'state', 'pending', 'run_at', now_ms())
-  redis.call('LPUSH', pending_key(prefix .. 'pending', redis.call('HGET', job_key, 'priority')), id)
-  wake(prefix .. 'wake')
+  redis.call('LPUSH', pending_key(pending_key_of(prefix), redis.call('HGET', job_key, 'priority')), id)
+  wake(wake_key_of(prefix))
   return 'pending'
 end

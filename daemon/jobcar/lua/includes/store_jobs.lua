@@ -1,3 +1,4 @@
+--- @include "keys"
 --- @include "wake"
 --- @include "add_to_batch"
 --- @include "call_in_chunks"
@@ -122,10 +123,10 @@ end
 -- or a debounce key. Nil when the record has none.
 local function lock_of(prefix, record)
   local unique = ARGV[record.at + 5]
-  if record.debounce_key then return prefix .. 'debounce:' .. record.debounce_key end
+  if record.debounce_key then return debounce_key_of(prefix, record.debounce_key) end
   if unique == '' then return nil end
-  if record.window then return prefix .. 'window:' .. unique end
-  return prefix .. 'unique:' .. unique
+  if record.window then return window_key_of(prefix, unique) end
+  return unique_key_of(prefix, unique)
 end
 
 -- The WRONGTYPE refusal if a key the records write holds another type, else nil. A record's own keys
@@ -136,7 +137,7 @@ local function refuse_wrong_types(prefix, records, pending, scheduled)
   local expected = {pending, 'list', scheduled, 'zset'}
   if #records > 1 then
     for _, record in ipairs(records) do
-      expected[#expected + 1] = prefix .. 'job:' .. ARGV[record.at]
+      expected[#expected + 1] = job_key_of(prefix, ARGV[record.at])
       expected[#expected + 1] = 'hash'
       local lock = lock_of(prefix, record)
       if lock then
@@ -154,7 +155,7 @@ end
 local function debounce_into_waiting(prefix, record, now, scheduled, lock)
   local holder = redis.call('GET', lock)
   if not holder then return nil end
-  local holder_key = prefix .. 'job:' .. holder
+  local holder_key = job_key_of(prefix, holder)
   local found = redis.pcall('HMGET', holder_key, 'state', 'debounce', 'debounce_until')
   if found.err or found[1] ~= 'scheduled' or found[2] ~= record.debounce_key then return nil end
   local run_at = now + record.debounce_ms
@@ -195,7 +196,7 @@ local function store_jobs(prefix, records, now, pending, scheduled, wake_key)
     local run_at, delay = tonumber(ARGV[r + 3]), tonumber(ARGV[r + 4])
     local unique, unique_ttl = ARGV[r + 5], ARGV[r + 6]
 
-    local job_key = prefix .. 'job:' .. id
+    local job_key = job_key_of(prefix, id)
     local existing = redis.call('HGET', job_key, 'state')
     local lock = lock_of(prefix, record)
     local holder, debounced = nil, nil
@@ -208,14 +209,14 @@ local function store_jobs(prefix, records, now, pending, scheduled, wake_key)
     if existing then
       -- Jobs stored before it to wait for it still do, unless it ended (the producer then tells them).
       if record.dependents and existing ~= 'done' and existing ~= 'dead' and existing ~= 'canceled' then
-        call_in_chunks('SADD', prefix .. 'dependents:' .. id, record.dependents)
+        call_in_chunks('SADD', dependents_key_of(prefix, id), record.dependents)
         redis.call('HSET', job_key, 'dependents', '1')
       end
       replies[#replies + 1] = {'exists', id, existing}
     elseif holder then
       -- A window outlives its holder: a holder gone has finished. Until it is done, a lock names a live job.
       local gone = record.window and 'done' or 'pending'
-      replies[#replies + 1] = {'duplicate', holder, redis.call('HGET', prefix .. 'job:' .. holder, 'state') or gone}
+      replies[#replies + 1] = {'duplicate', holder, redis.call('HGET', job_key_of(prefix, holder), 'state') or gone}
     elseif debounced then
       replies[#replies + 1] = {'debounced', debounced, 'scheduled'}
     else
@@ -240,12 +241,12 @@ local function store_jobs(prefix, records, now, pending, scheduled, wake_key)
         redis.call('HSET', job_key, 'unique', unique)
       end
       if record.dependents then
-        call_in_chunks('SADD', prefix .. 'dependents:' .. id, record.dependents)
+        call_in_chunks('SADD', dependents_key_of(prefix, id), record.dependents)
         redis.call('HSET', job_key, 'dependents', '1')
       end
       if state == 'waiting' then
-        call_in_chunks('SADD', prefix .. 'deps:' .. id, record.after)
-        redis.call('ZADD', prefix .. 'waiting', now, id)
+        call_in_chunks('SADD', deps_key_of(prefix, id), record.after)
+        redis.call('ZADD', waiting_key_of(prefix), now, id)
       elseif state == 'scheduled' then
         redis.call('HSET', job_key, 'run_at', run_at)
         redis.call('ZADD', scheduled, run_at, id)

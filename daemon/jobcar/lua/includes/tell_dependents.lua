@@ -1,3 +1,4 @@
+--- @include "keys"
 --- @include "release_waiting"
 --- @include "queue_name"
 
@@ -28,7 +29,7 @@ local function dependents_told(prefix)
   function told.add(job_key, id, outcome, marked, counts)
     if marked == nil then marked = redis.call('HGET', job_key, 'dependents') end
     if not marked then return false end
-    local set = prefix .. 'dependents:' .. id
+    local set = dependents_key_of(prefix, id)
     local refs = redis.pcall('SMEMBERS', set)
     redis.call('DEL', set)
     redis.call('HDEL', job_key, 'dependents')
@@ -69,7 +70,7 @@ local function dependents_told(prefix)
     end
     -- A settled list of another type (fsck reports it, and its waiting jobs) takes nothing, rather than
     -- stopping the script that ends the jobs half-way.
-    for _, same in ipairs(order) do redis.pcall('RPUSH', prefix .. 'settled', cjson.encode(entries[same])) end
+    for _, same in ipairs(order) do redis.pcall('RPUSH', settled_key_of(prefix), cjson.encode(entries[same])) end
   end
   return told
 end

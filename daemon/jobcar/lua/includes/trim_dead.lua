@@ -1,3 +1,5 @@
+--- @include "keys"
+
 -- Keep the dead set within max_jobs and max_age_ms, deleting the trimmed jobs' hashes. Bounded per
 -- call so one transition never runs long; every later death trims a little more.
 local TRIM_BATCH = 500
@@ -13,7 +15,7 @@ local function trim_dead(prefix, dead_key, max_jobs, max_age_ms, now)
     end
   end
   if #victims > 0 then
-    for _, id in ipairs(victims) do redis.call('DEL', prefix .. 'job:' .. id) end
+    for _, id in ipairs(victims) do redis.call('DEL', job_key_of(prefix, id)) end
     redis.call('ZREM', dead_key, unpack(victims))
   end
 end

@@ -4,11 +4,12 @@
 -- KEYS[1..5] the queue's pending scheduled active dead wake; ARGV[1] its key prefix, ARGV[2] the job id.
 -- Returns 1 when it repaired, 0 when what it repairs no longer holds (nothing written).
 
+--- @include "keys"
 --- @include "job_sets"
 --- @include "unlease"
 
 local id = ARGV[2]
-local job = ARGV[1] .. 'job:' .. id
+local job = job_key_of(ARGV[1], id)
 if redis.call('HGET', job, 'state') ~= 'active' then return 0 end
 local sets = job_sets(id)
 local token = redis.call('HGET', job, 'token')

@@ -6,16 +6,18 @@
 -- ARGV[3] the job type whose slot hash holds it.
 -- Returns 1 when it repaired, 0 when what it repairs no longer holds (nothing written).
 
+--- @include "keys"
+--- @include "group_names"
 --- @include "turns"
 
 local prefix, id, job_type = ARGV[1], ARGV[2], ARGV[3]
-local slots = prefix .. 'slots:' .. job_type
+local slots = slots_key_of(prefix, job_type)
 if redis.call('TYPE', slots).ok ~= 'hash' then return 0 end
 local key = redis.call('HGET', slots, id)
 if not key then return 0 end
-local state = redis.pcall('HGET', prefix .. 'job:' .. id, 'state')
+local state = redis.pcall('HGET', job_key_of(prefix, id), 'state')
 if state == 'active' then return 0 end
 redis.call('HDEL', slots, id)
 let_go(prefix, job_type, 1)
-if key ~= '' then let_go(prefix, job_type .. '#' .. key, 1) end
+if key ~= '' then let_go(prefix, key_group(job_type, key), 1) end
 return 1

@@ -5,12 +5,14 @@
 -- Only while the job still has no hash.
 -- Returns 1 when it repaired, 0 when what it repairs no longer holds (nothing written).
 
+--- @include "keys"
 --- @include "pending_lists"
 
 local id = ARGV[2]
-if redis.call('EXISTS', ARGV[1] .. 'job:' .. id) == 1 then return 0 end
-local keys = {pending = KEYS[1], scheduled = KEYS[2], active = KEYS[3], dead = KEYS[4], waiting = ARGV[1] .. 'waiting'}
-if ARGV[3] == 'waiting' then redis.call('DEL', ARGV[1] .. 'deps:' .. id) end
+if redis.call('EXISTS', job_key_of(ARGV[1], id)) == 1 then return 0 end
+local keys = {pending = KEYS[1], scheduled = KEYS[2], active = KEYS[3], dead = KEYS[4],
+  waiting = waiting_key_of(ARGV[1])}
+if ARGV[3] == 'waiting' then redis.call('DEL', deps_key_of(ARGV[1], id)) end
 if ARGV[3] == 'pending' then
   local removed = 0
   for _, list in ipairs(pending_lists(KEYS[1])) do

@@ -5,13 +5,14 @@
 -- ARGV[3] the state the check saw.
 -- Returns 1 when it repaired, 0 when what it repairs no longer holds (nothing written).
 
+--- @include "keys"
 --- @include "now_ms"
 --- @include "wake"
 --- @include "job_sets"
 --- @include "pending_key"
 
 local id = ARGV[2]
-local job = ARGV[1] .. 'job:' .. id
+local job = job_key_of(ARGV[1], id)
 local state = redis.call('HGET', job, 'state')
 if state ~= ARGV[3] or #job_sets(id) > 0 then return 0 end
 local now = now_ms()
@@ -26,7 +27,7 @@ elseif state == 'scheduled' then
 elseif state == 'dead' then
   redis.call('ZADD', KEYS[4], now, id)
 elseif state == 'waiting' then
-  redis.call('ZADD', ARGV[1] .. 'waiting', tonumber(redis.call('HGET', job, 'created') or '') or now, id)
+  redis.call('ZADD', waiting_key_of(ARGV[1]), tonumber(redis.call('HGET', job, 'created') or '') or now, id)
 else
   return 0
 end

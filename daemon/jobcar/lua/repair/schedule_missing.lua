@@ -4,5 +4,7 @@
 -- prefix, ARGV[2] the schedule's name, ARGV[3] its score when checked.
 -- Returns 1 when it repaired, 0 when what it repairs no longer holds (nothing written).
 
-if redis.call('EXISTS', ARGV[1] .. 'schedule:' .. ARGV[2]) == 1 then return 0 end
+--- @include "keys"
+
+if redis.call('EXISTS', schedule_key_of(ARGV[1], ARGV[2])) == 1 then return 0 end
 return redis.call('ZREM', KEYS[6], ARGV[2])

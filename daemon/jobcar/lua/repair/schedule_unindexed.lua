@@ -5,7 +5,9 @@
 -- prefix, ARGV[2] the schedule's name, ARGV[3] the tick its hash held when checked.
 -- Returns 1 when it repaired, 0 when what it repairs no longer holds (nothing written).
 
-local found = redis.call('HMGET', ARGV[1] .. 'schedule:' .. ARGV[2], 'next', 'paused')
+--- @include "keys"
+
+local found = redis.call('HMGET', schedule_key_of(ARGV[1], ARGV[2]), 'next', 'paused')
 if found[1] ~= ARGV[3] or found[2] == '1' then return 0 end
 if redis.call('ZSCORE', KEYS[6], ARGV[2]) == ARGV[3] then return 0 end
 redis.call('ZADD', KEYS[6], ARGV[3], ARGV[2])

@@ -4,10 +4,12 @@
 -- ARGV[2] the lock's key, ARGV[3] the job id it held when checked.
 -- Returns 1 when it repaired, 0 when what it repairs no longer holds (nothing written).
 
+--- @include "keys"
+
 local lock = ARGV[2]
 local holder = redis.call('GET', lock)
 if holder ~= ARGV[3] then return 0 end
-local state = redis.call('HGET', ARGV[1] .. 'job:' .. holder, 'state')
+local state = redis.call('HGET', job_key_of(ARGV[1], holder), 'state')
 if state == 'pending' or state == 'scheduled' or state == 'active' then return 0 end
 redis.call('DEL', lock)
 return 1

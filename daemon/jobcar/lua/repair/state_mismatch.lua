@@ -5,11 +5,12 @@
 -- ARGV[3] that set, ARGV[4] the hash's state the check saw.
 -- Returns 1 when it repaired, 0 when what it repairs no longer holds (nothing written).
 
+--- @include "keys"
 --- @include "job_sets"
 --- @include "unlease"
 
 local id = ARGV[2]
-local job = ARGV[1] .. 'job:' .. id
+local job = job_key_of(ARGV[1], id)
 local sets = job_sets(id)
 local state = redis.call('HGET', job, 'state')
 if #sets ~= 1 or sets[1] ~= ARGV[3] or state == ARGV[3] or (state or '') ~= ARGV[4] then return 0 end

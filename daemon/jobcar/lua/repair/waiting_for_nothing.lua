@@ -4,17 +4,18 @@
 -- KEYS[1..5] the queue's pending scheduled active dead wake; ARGV[1] its key prefix, ARGV[2] the job id.
 -- Returns 1 when it repaired, 0 when what it repairs no longer holds (nothing written).
 
+--- @include "keys"
 --- @include "now_ms"
 --- @include "wake"
 --- @include "pending_key"
 
 local prefix, id = ARGV[1], ARGV[2]
-local job = prefix .. 'job:' .. id
+local job = job_key_of(prefix, id)
 if redis.pcall('HGET', job, 'state') ~= 'waiting' then return 0 end
-local deps = redis.pcall('SCARD', prefix .. 'deps:' .. id)
+local deps = redis.pcall('SCARD', deps_key_of(prefix, id))
 if type(deps) == 'number' and deps > 0 then return 0 end
-redis.call('DEL', prefix .. 'deps:' .. id)
-redis.call('ZREM', prefix .. 'waiting', id)
+redis.call('DEL', deps_key_of(prefix, id))
+redis.call('ZREM', waiting_key_of(prefix), id)
 redis.call('HSET', job, 'state', 'pending', 'run_at', now_ms())
 redis.call('LPUSH', pending_key(KEYS[1], redis.call('HGET', job, 'priority')), id)
 wake(KEYS[5])
