@@ -50,6 +50,7 @@ from jobcar.config_types import Config, limit_rule_table
 from jobcar.errors import InvalidJob, PayloadTooLarge
 from jobcar.formats import loads_strict, redact
 from jobcar.job import DEFAULT_CONTENT_TYPE, FINISHED, EnqueueStatus, JobInfo, State
+from jobcar.keys import DEFAULT_QUEUE
 from jobcar.listen import exposure_problem, parse_listen
 from jobcar.names import ID_PATTERN, check_name
 from jobcar.options import OPTIONS, Kind, api_name
@@ -266,18 +267,29 @@ async def _enqueue(request: web.Request) -> web.Response:
     if not_json is not None:
         return _error(415, not_json)
     specs, batch = parse_enqueue_request(await request.read())
-    client = request.app[CONTEXT].client
+    context = request.app[CONTEXT]
+    targets = context.config.known_targets()
+    problems = targets.problems((job_type, options.get("queue") or DEFAULT_QUEUE) for job_type, _, options in specs)
+    if problems and targets.strict:
+        return _error(400, f"{'; '.join(problems)}: nothing enqueued (strict_enqueue is on)")
+    client = context.client
     if batch:
         infos = await client.enqueue_many(specs)
     else:
         job_type, payload, options = specs[0]
         infos = [await client.enqueue(job_type, payload, **options)]
+    response: web.Response
     if batch:
-        return web.json_response({"jobs": [_info(i) for i in infos]}, status=201)
-    (info,) = infos
-    if info.status is EnqueueStatus.DUPLICATE:
-        return _error(409, "duplicate unique job", id=info.id, queue=info.queue, state=info.state.value)
-    return web.json_response(_info(info), status=201 if info.created else 200)
+        response = web.json_response({"jobs": [_info(i) for i in infos]}, status=201)
+    elif infos[0].status is EnqueueStatus.DUPLICATE:
+        info = infos[0]
+        response = _error(409, "duplicate unique job", id=info.id, queue=info.queue, state=info.state.value)
+    else:
+        response = web.json_response(_info(infos[0]), status=201 if infos[0].created else 200)
+    if problems:
+        # A header, not a body field: the body stays what a producer parses. ASCII, as a header must be.
+        response.headers["Jobcar-Warning"] = "; ".join(problems).encode("ascii", "backslashreplace").decode()
+    return response
 
 
 async def _get_job(request: web.Request) -> web.Response:

@@ -291,6 +291,10 @@ def cmd_enqueue(args: argparse.Namespace) -> int:
             # command), so bad input is reported as such even while Redis is away.
             return await producer.enqueue(args.type, payload, **options)
 
+    problems = config.known_targets().problems([(args.type, args.queue or DEFAULT_QUEUE)])
+    if problems and config.strict_enqueue:
+        lines = [f"jobcar: {problem}" for problem in problems]
+        raise CommandFailed("", EX_USAGE, lines=[*lines, "jobcar: nothing enqueued (strict_enqueue is on)"])
     try:
         payload, content_type = _read_payload(args.payload, args.content_type, config.max_payload_bytes)
         options = {**given_options(args, OPTIONS), "queue": args.queue or DEFAULT_QUEUE, "content_type": content_type}
@@ -301,10 +305,8 @@ def cmd_enqueue(args: argparse.Namespace) -> int:
         raise CommandFailed(str(exc), EX_USAGE) from None
     _report(info, args.json)
     # Said after the id, so a script reading stdout still gets it; these jobs would sit or die unrun.
-    if args.type not in config.handlers:
-        print(f"jobcar: note: {config.source} has no handler for type {args.type!r}", file=sys.stderr)
-    if info.queue not in config.queues:
-        print(f"jobcar: note: queue {info.queue!r} is not in the queues of {config.source}", file=sys.stderr)
+    for problem in problems:
+        print(f"jobcar: note: {problem}", file=sys.stderr)
     return EX_OK
 
 

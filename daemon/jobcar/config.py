@@ -124,6 +124,7 @@ _TOP_FIELDS: Final[Mapping[str, Converter]] = {
     "schedules": schedules_section,
     "ui": section(UiSettings, UI_FIELDS),
     "history": boolean,
+    "strict_enqueue": boolean,
 }
 
 #: The keys the loader accepts in each part of the file (the JSON Schema in config/schema.json must match).

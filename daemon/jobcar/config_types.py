@@ -12,6 +12,7 @@ from enum import StrEnum
 from typing import Any
 
 from jobcar.schedules import ScheduleSpec
+from jobcar.targets import KnownTargets
 
 #: Variables of the daemon's own environment that every command handler receives.
 DEFAULT_ENV_ALLOW: tuple[str, ...] = ("PATH", "HOME", "LANG", "LC_ALL", "LC_CTYPE", "TZ", "TMPDIR", "USER")
@@ -186,6 +187,13 @@ class Config:
     ui: UiSettings = field(default_factory=UiSettings)
     #: Keep fleet-wide counts of finished attempts per 10 s (history.py): `jobcar stats`, the dashboard's charts.
     history: bool = True
+    #: Refuse, rather than warn of, an enqueue by a producer that knows this config (the CLI, the HTTP API,
+    #: `Client.from_config`) of a type no handler runs or to a queue this config does not serve (targets.py).
+    strict_enqueue: bool = False
+
+    def known_targets(self) -> KnownTargets:
+        """The types and queues this config runs, for a producer's check of what it enqueues."""
+        return KnownTargets(self.source, frozenset(self.handlers), frozenset(self.queues), self.strict_enqueue)
 
 
 def limit_rules(config: Config) -> str:

@@ -8,8 +8,9 @@ from typing import Final
 
 import yaml
 
+from jobcar.targets import did_you_mean
 from jobcar.units import parse_duration, parse_size
-from jobcar.yaml_reader import Converter, Invalid, KeyPath, Reader, did_you_mean
+from jobcar.yaml_reader import Converter, Invalid, KeyPath, Reader
 
 _BOOLEANS: Final = {"true": True, "yes": True, "on": True, "false": False, "no": False, "off": False}
 

@@ -11,12 +11,12 @@ file is reported at once, in file order, as `file:line:col key.path: message`.
 from __future__ import annotations
 
 import contextlib
-import difflib
 from collections.abc import Callable, Collection, Mapping
 from typing import Any, Final, NamedTuple
 
 import yaml
 
+from jobcar.targets import did_you_mean
 from jobcar.units import interpolate
 
 __all__ = [
@@ -25,7 +25,6 @@ __all__ = [
     "Invalid",
     "KeyPath",
     "Reader",
-    "did_you_mean",
     "is_null",
     "line_col",
     "syntax_error",
@@ -193,11 +192,6 @@ def _kind(node: yaml.Node) -> str:
 
 def is_null(node: yaml.Node) -> bool:
     return isinstance(node, yaml.ScalarNode) and node.tag == _NULL_TAG
-
-
-def did_you_mean(name: str, candidates: Collection[str]) -> str:
-    close = difflib.get_close_matches(name, list(candidates), n=1, cutoff=0.6)
-    return f" (did you mean '{close[0]}'?)" if close else ""
 
 
 def line_col(text: str, position: int) -> tuple[int, int]:

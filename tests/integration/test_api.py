@@ -277,6 +277,33 @@ async def test_priority_deadline_window_and_debounce_are_taken_and_shown(api: Ap
         assert reply.status == 400, (bad, reply.body)
 
 
+async def test_a_type_or_queue_the_config_does_not_run_is_enqueued_with_a_warning_or_refused_when_strict(
+    redis_server: RedisServer, namespace: str, r: redis.Redis
+) -> None:
+    handlers = {"email.welcome": HttpHandler(type="email.welcome", timeout=10.0, max_attempts=3, backoff=Backoff(),
+                                             max_retry_after=60.0, url="http://127.0.0.1:1/")}  # fmt: skip
+    for strict in (False, True):
+        async with running_api(redis_server.url, namespace, handlers=handlers, strict_enqueue=strict) as api:
+            known = await api.enqueue({"type": "email.welcome"})
+            assert known.status == 201
+            assert "Jobcar-Warning" not in known.headers
+            typo = await api.enqueue({"jobs": [{"type": "email.welcom"}, {"type": "email.welcome", "queue": "lo"}]})
+            if strict:
+                assert typo.status == 400
+                assert typo.body["error"] == (
+                    "test.yaml has no handler for type 'email.welcom' (did you mean 'email.welcome'?); queue 'lo' "
+                    "is not in the queues of test.yaml: nothing enqueued (strict_enqueue is on)"
+                )
+            else:
+                assert typo.status == 201
+                assert typo.headers["Jobcar-Warning"] == (
+                    "test.yaml has no handler for type 'email.welcom' (did you mean 'email.welcome'?); queue 'lo' "
+                    "is not in the queues of test.yaml"
+                )
+    assert r.llen(f"{namespace}:{{default}}:pending") == 3, "two known jobs and, without strict_enqueue, the typo"
+    assert r.llen(f"{namespace}:{{lo}}:pending") == 1
+
+
 async def test_a_jobs_own_backoff_is_taken_and_shown(api: Api) -> None:
     job = (await api.get((await api.enqueue({"type": "t", "backoff": "1m30s"})).body["id"])).body
     assert job["backoff_seconds"] == 90.0

@@ -358,6 +358,26 @@ def test_enqueue_notes_a_type_or_queue_the_config_does_not_run(
     assert "queue 'elsewhere' is not in the queues" in err
 
 
+def test_enqueue_names_the_near_type_and_with_strict_enqueue_refuses(
+    config: Path, client: Client, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["enqueue", "-c", str(config), "t.ecko", "{}", "--queue", "lw"]) == 0
+    err = capsys.readouterr().err
+    assert "has no handler for type 't.ecko' (did you mean 't.echo'?)" in err
+    assert "queue 'lw' is not in the queues of" in err
+    assert "(did you mean 'low'?)" in err
+    config.write_text(config.read_text() + "strict_enqueue: true\n")
+    assert main(["enqueue", "-c", str(config), "t.ecko", "{}", "--id", "typo"]) == 2
+    out, err = capsys.readouterr()
+    assert out == ""
+    assert err.splitlines() == [
+        f"jobcar: {config} has no handler for type 't.ecko' (did you mean 't.echo'?)",
+        "jobcar: nothing enqueued (strict_enqueue is on)",
+    ]
+    assert client.get("typo") is None
+    assert main(["enqueue", "-c", str(config), "t.echo", "{}"]) == 0
+
+
 def test_enqueue_with_redis_unreachable_exits_69(tmp_path: Path) -> None:
     port = free_port()  # nothing listens there
     path = write_config(tmp_path / "away.yaml", f"redis: {{url: 'redis://:secret@127.0.0.1:{port}/0'}}\n")

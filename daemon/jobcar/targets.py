@@ -1,0 +1,39 @@
+"""What a producer that knows a config says of a job it enqueues: a type no handler of that config runs, or a
+queue it does not serve. Another daemon of the fleet may run them, so by default it is a warning (the CLI's
+note, the HTTP API's `Jobcar-Warning` header, a `TargetWarning` from `Client.from_config`); with the config's
+`strict_enqueue` it is a refusal, before anything is written.
+
+Standard library only: the producer client imports it.
+"""
+
+from __future__ import annotations
+
+import difflib
+from collections.abc import Collection, Iterable
+from dataclasses import dataclass
+
+
+def did_you_mean(name: str, candidates: Collection[str]) -> str:
+    """` (did you mean 'x'?)` for the closest of `candidates`, or "" when none is close."""
+    close = difflib.get_close_matches(name, list(candidates), n=1, cutoff=0.6)
+    return f" (did you mean '{close[0]}'?)" if close else ""
+
+
+@dataclass(frozen=True, slots=True)
+class KnownTargets:
+    """The job types and queues a config runs (`source` names the file)."""
+
+    source: str
+    types: frozenset[str]
+    queues: frozenset[str]
+    strict: bool = False
+
+    def problems(self, jobs: Iterable[tuple[str, str]]) -> list[str]:
+        """What is wrong with the (type, queue) pairs of `jobs`, each problem once, in their order."""
+        found: dict[str, None] = {}
+        for job_type, queue in jobs:
+            if job_type not in self.types:
+                found[f"{self.source} has no handler for type {job_type!r}{did_you_mean(job_type, self.types)}"] = None
+            if queue not in self.queues:
+                found[f"queue {queue!r} is not in the queues of {self.source}{did_you_mean(queue, self.queues)}"] = None
+        return list(found)
