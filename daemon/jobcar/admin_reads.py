@@ -19,7 +19,7 @@ from redis.asyncio.cluster import RedisCluster as AsyncRedisCluster
 from jobcar.errors import JobcarError
 from jobcar.job import FINISHED, Job, State
 from jobcar.job_document import job_document
-from jobcar.keys import QueueKeys, queues_key
+from jobcar.keys import QueueKeys, queues_key, waiter_ttl_ms
 from jobcar.limits_view import LimitGroup, read_limits
 from jobcar.replies import as_bytes, as_text, decode_names, parse_job, time_ms
 from jobcar.transitions import (
@@ -216,6 +216,8 @@ class AdminReads:
         """The job once it has finished (done or dead), or as it is after `seconds`; JobNotFound when
         it is gone meanwhile (it succeeded without a kept result, or it was canceled)."""
         queue, _ = await self.locate(job_id, queue)  # once: each look after it reads the job's own keys
+        # The job's ack keeps it a while for this wait, even without a kept result (ack.lua).
+        await self.redis.set(self.keys(queue).waiter(job_id), "1", px=waiter_ttl_ms(seconds))
         deadline = time.monotonic() + seconds
         pause = WAIT_POLL_MIN
         while True:

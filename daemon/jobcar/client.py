@@ -134,8 +134,9 @@ class Client(_Shell[SyncRedis]):
 
     def wait(self, job_id: str, timeout: float, *, queue: str | None = None, poll: float = 0.1) -> Job | None:
         """Wait until the job has finished and return it: done (with its result while `result_ttl` keeps
-        it) or dead (with its errors). None when no job has this id, or no longer: it succeeded without a
-        kept result, or it was canceled. Raises TimeoutError, naming its state, after `timeout` seconds."""
+        it; under `result_ttl: 0` its ack keeps it a while for this wait, without a result) or dead (with its
+        errors). None when no job has this id, or no longer: it was canceled, or it ended before this wait
+        first found it. Raises TimeoutError, naming its state, after `timeout` seconds."""
         return run_sync(self.redis, self._core.wait(job_id, timeout, queue, poll))
 
     def batch_status(self, batch_id: str, *, queue: str = DEFAULT_QUEUE) -> BatchStatus:

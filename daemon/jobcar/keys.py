@@ -61,6 +61,11 @@ def earlier_slot_set(namespace: str, key: str) -> tuple[str, str] | None:
     return (match[1], match[2]) if match else None
 
 
+def waiter_ttl_ms(wait_seconds: float) -> int:
+    """How long a waiter's mark lives: the wait, and a second more for the look that follows the job's end."""
+    return int(wait_seconds * 1000) + 1000
+
+
 @dataclass(frozen=True, slots=True)
 class QueueKeys:
     """Every key of one queue. All carry the hash tag `{<queue>}`, so they live in one Cluster slot."""
@@ -97,6 +102,11 @@ class QueueKeys:
 
     def job(self, job_id: str) -> str:
         return f"{self.prefix}job:{job_id}"
+
+    def waiter(self, job_id: str) -> str:
+        """Set while someone waits for the job (for `waiter_ttl_ms`): its ack keeps it a while even without a
+        kept result."""
+        return f"{self.prefix}waiter:{job_id}"
 
     def unique(self, unique_key: str) -> str:
         return f"{self.prefix}unique:{unique_key}"

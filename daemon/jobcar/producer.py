@@ -15,11 +15,19 @@ from dataclasses import dataclass
 from typing import Any
 
 from jobcar import schedule_store
-from jobcar.dependencies import chained, depend_calls, enqueue_order, ref_of, settle_calls, silent_dependency_calls
+from jobcar.dependencies import (
+    EnqueueOrder,
+    chained,
+    depend_calls,
+    enqueue_order,
+    ref_of,
+    settle_calls,
+    silent_dependency_calls,
+)
 from jobcar.dependency_calls import DependOutcome, SealResult, seal_batch_call
 from jobcar.enqueueing import EnqueueRecord, enqueue_calls, parse_enqueue
 from jobcar.job import FINISHED, Job, JobInfo
-from jobcar.keys import QueueKeys, queues_key
+from jobcar.keys import QueueKeys, queues_key, waiter_ttl_ms
 from jobcar.names import ID_PATTERN, check_name
 from jobcar.options import EnqueueOptions
 from jobcar.records import JobSpec, Payload, build_callbacks, build_record, build_records
@@ -110,8 +118,7 @@ class Producer:
     # -- enqueue ----------------------------------------------------------------------------------
 
     def enqueue_one(self, type: str, payload: Payload, options: EnqueueOptions) -> Operation[JobInfo]:
-        # Checked and encoded here, before the operation runs: a bad job raises before anything is sent.
-        return self._first(self.enqueue([build_record(type, payload, self.max_payload_bytes, **options)]))
+        return (yield from self.enqueue([build_record(type, payload, self.max_payload_bytes, **options)]))[0]
 
     def enqueue_many(self, jobs: Iterable[JobSpec]) -> Operation[list[JobInfo]]:
         return self.enqueue(build_records(jobs, self.max_payload_bytes))
@@ -119,17 +126,18 @@ class Producer:
     def chain(self, steps: Iterable[JobSpec]) -> Operation[list[JobInfo]]:
         return self.enqueue(chained(build_records(steps, self.max_payload_bytes)))
 
-    @staticmethod
-    def _first(operation: Operation[list[JobInfo]]) -> Operation[JobInfo]:
-        return (yield from operation)[0]
-
     def enqueue(self, records: list[EnqueueRecord]) -> Operation[list[JobInfo]]:
-        """Store the records; results in their order. Jobs that wait for others (ADR 0016) are stored stage
-        by stage (`dependencies.enqueue_order`), then registered with their dependencies enqueued earlier,
-        and told at once where a dependency will never tell them (it had ended, or was not stored)."""
+        """Store the records; results in their order. Jobs that wait for others of the same call (ADR 0016)
+        make it a staged enqueue (`dependencies.enqueue_order`)."""
         order = enqueue_order(records)
         if not order.later and len(order.stages) == 1:
-            return (yield from self.store(records))
+            return self.store(records)  # the usual call, kept one operation shorter: the hot path
+        return self._staged(records, order)
+
+    def _staged(self, records: list[EnqueueRecord], order: EnqueueOrder) -> Operation[list[JobInfo]]:
+        """Store each stage after the one before, then register the waiting jobs with their dependencies
+        enqueued earlier, and tell at once those whose dependency never will (it had ended, or was not
+        stored)."""
         infos = {}
         for stage in order.stages:
             stored = yield from self.store(stage)
@@ -168,11 +176,15 @@ class Producer:
 
     def wait(self, job_id: str, timeout: float, queue: str | None, poll: float) -> Operation[Job | None]:
         deadline = _Deadline(timeout, poll)
+        marked = False
         while True:
             job = yield from self.get(job_id, queue)
             if job is None or job.state in FINISHED:
                 return job
             queue = job.queue  # found: later looks read that queue only
+            if not marked:  # the job's ack keeps it a while for this wait, even without a kept result
+                yield ("SET", QueueKeys.of(self.namespace, queue).waiter(job_id), "1", "PX", waiter_ttl_ms(timeout))
+                marked = True
             yield deadline.next_sleep(f"job {job_id} in queue {job.queue} ({job.state.value})")
 
     def batch_status(self, batch_id: str, queue: str) -> Operation[BatchStatus]:

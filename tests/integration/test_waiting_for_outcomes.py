@@ -107,6 +107,35 @@ def test_client_wait_names_the_state_it_gave_up_in(api: str, q: QueueDriver, tmp
         q.producer.wait(info.id, timeout=0.3)
 
 
+def test_with_no_result_kept_a_waiter_still_learns_the_job_is_done(
+    start_daemon: StartDaemon, gated: list[str], q: QueueDriver, tmp_path: Path
+) -> None:
+    """Under the default result_ttl 0 a job is deleted as it succeeds; one that someone waits for (a long poll,
+    Client.wait) is kept a while for them, and one nobody waits for is still deleted at once."""
+    listen = f"127.0.0.1:{free_port()}"
+    start_daemon({"gated": {"command": gated}}, listen=listen, result_ttl="0s", shutdown_timeout="0s")
+    gate = tmp_path / "open"
+    waited, alone = q.enqueue("gated", {"gate": str(gate)}), q.enqueue("gated", {"gate": str(gate)})
+    wait_for(lambda: q.where(waited.id) is State.ACTIVE, what="the handler to start")
+    answers: list[object] = []
+    threads = [
+        threading.Thread(target=lambda: answers.append(get(f"http://{listen}/v1/jobs/{waited.id}?wait=30s"))),
+        threading.Thread(target=lambda: answers.append(q.producer.wait(waited.id, timeout=30))),
+    ]
+    for thread in threads:
+        thread.start()
+    wait_for(lambda: q.redis.exists(q.keys.waiter(waited.id)), what="the waiters to say they wait")
+    gate.touch()
+    for thread in threads:
+        thread.join(timeout=60)
+    by_kind = {type(answer).__name__: answer for answer in answers}
+    status, headers, document = by_kind["tuple"]  # type: ignore[misc]
+    assert (status, headers["Jobcar-Wait"], document["state"]) == (200, "finished", "done")
+    job = by_kind["Job"]
+    assert job.state is State.DONE  # type: ignore[attr-defined]
+    wait_for(lambda: q.job(alone.id) is None, what="the job nobody waited for to be deleted as it succeeded")
+
+
 def test_from_config_reaches_the_configured_server(tmp_path: Path, redis_server: RedisServer, namespace: str) -> None:
     path = tmp_path / "jobcar.yaml"
     path.write_text(f'redis: {{url: "{redis_server.url}"}}\nnamespace: {namespace}\nmax_payload_bytes: 1KiB\n')

@@ -22,6 +22,7 @@ BUILDERS = {
 #: What each builder names, by keys.py: the key of queue `keys` for argument `x` (unused by a queue's own keys).
 MIRROR: dict[str, Callable[[QueueKeys, str], str]] = {
     "job_key_of": lambda k, x: k.job(x),
+    "waiter_key_of": lambda k, x: k.waiter(x),
     "unique_key_of": lambda k, x: k.unique(x),
     "window_key_of": lambda k, x: k.window(x),
     "debounce_key_of": lambda k, x: k.debounce(x),

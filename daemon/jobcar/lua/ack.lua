@@ -7,7 +7,8 @@
 -- ARGV[1]   the queue's key prefix
 -- then five per job, the n-th job's at ARGV[5n-3 .. 5n+1]:
 --   id, lease token, final state ("done" or "canceled"),
---   retention in ms (0 deletes the job; otherwise the job hash (state, finished, result) stays readable
+--   retention in ms (0 deletes the job, unless someone waits for it: <prefix>waiter:<id> exists, and the job
+--   then stays WAITED_RETENTION_MS; otherwise the job hash (state, finished, result) stays readable
 --   that long), result bytes to keep with the job (already bounded by the caller; "" for none). While
 --   the server is out of memory the result is not kept: the job is done, and its `result_dropped` field
 --   says why (this script runs under OOM so that jobs still finish; a result would grow a full server).
@@ -27,6 +28,10 @@
 --- @include "wrong_type"
 --- @include "release_slots"
 --- @include "tell_dependents"
+--- @include "keys"
+
+-- How long a job nobody keeps (retention 0) stays for its waiter: longer than a waiter's pause between looks.
+local WAITED_RETENTION_MS = 60000
 
 local refused = wrong_type({KEYS[1], 'zset'})
 if refused then return refused end
@@ -56,6 +61,9 @@ for n = 1, #KEYS - 1 do
     end
     returns.add(id, fields[5])
     local left = told.add(job_key, id, final, fields[6])
+    if retention <= 0 and redis.call('EXISTS', waiter_key_of(prefix, id)) == 1 then
+      retention = WAITED_RETENTION_MS
+    end
     if retention > 0 then
       redis.call('HSET', job_key, 'state', final, 'finished', now_ms())
       redis.call('HDEL', job_key, 'token', 'cancel', 'slots')
