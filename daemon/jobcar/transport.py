@@ -149,7 +149,17 @@ def run_calls(
     if len(calls) == 1 and wait is None:
         # Without a pipeline: the same round trip, a third less client-side work (a single `enqueue` is
         # the hot path of many producers; the daemon's lease calls and merged acks are mostly alone).
-        return [(yield from run_call(calls[0], raise_on_error=raise_on_error))]
+        command = calls[0].command()
+        try:
+            try:
+                return [(yield command)]
+            except NoScriptError:  # the call did not run: a restarted or new server
+                yield calls[0].script
+                return [(yield command)]
+        except redis.exceptions.ResponseError as exc:  # the script's error reply; a lost connection still raises
+            if raise_on_error:
+                raise
+            return [exc]
     waits: list[Reply] = []
     replies = yield from _pipelined(calls, wait, waits)
     resend = [i for i, reply in enumerate(replies) if isinstance(reply, NoScriptError)]
@@ -165,20 +175,9 @@ def run_calls(
     return replies
 
 
-def run_call(call: ScriptCall, *, raise_on_error: bool = True) -> Operation[Reply]:
-    """The operation of one script call: its reply (an error reply raised, or with raise_on_error=False
-    returned)."""
-    command = call.command()
-    try:
-        try:
-            return (yield command)
-        except NoScriptError:  # the call did not run: a restarted or new server
-            yield call.script
-            return (yield command)
-    except redis.exceptions.ResponseError as exc:  # the script's error reply; a lost connection still raises
-        if raise_on_error:
-            raise
-        return exc
+def run_call(call: ScriptCall) -> Operation[Reply]:
+    """The operation of one script call: its reply."""
+    return (yield from run_calls([call]))[0]
 
 
 def _pipelined(calls: Sequence[ScriptCall], wait: ReplicaWait | None, waits: list[Reply]) -> Operation[list[Reply]]:
