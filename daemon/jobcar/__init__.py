@@ -13,14 +13,16 @@ from typing import TYPE_CHECKING, Final
 
 if TYPE_CHECKING:
     from jobcar.client import AsyncClient, BatchSeal, BatchStatus, Client
-    from jobcar.errors import InvalidJob, JobcarError, PayloadTooLarge
+    from jobcar.errors import InvalidJob, JobcarError, PayloadTooLarge, TargetWarning
     from jobcar.job import EnqueueStatus, Job, JobInfo, State
+    from jobcar.options import EnqueueOptions
 
 __all__ = [
     "AsyncClient",
     "BatchSeal",
     "BatchStatus",
     "Client",
+    "EnqueueOptions",
     "EnqueueStatus",
     "InvalidJob",
     "Job",
@@ -28,6 +30,7 @@ __all__ = [
     "JobcarError",
     "PayloadTooLarge",
     "State",
+    "TargetWarning",
 ]
 __version__ = "0.1.0"
 
@@ -40,6 +43,8 @@ _HOMES: Final = {
     "InvalidJob": "jobcar.errors",
     "JobcarError": "jobcar.errors",
     "PayloadTooLarge": "jobcar.errors",
+    "TargetWarning": "jobcar.errors",
+    "EnqueueOptions": "jobcar.options",
     "EnqueueStatus": "jobcar.job",
     "Job": "jobcar.job",
     "JobInfo": "jobcar.job",

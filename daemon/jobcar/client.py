@@ -91,8 +91,10 @@ class Client(_Shell[SyncRedis]):
     def from_config(cls, path: str | os.PathLike[str], **redis_options: Any) -> Client:
         """A client for the server, namespace and payload limit of a jobcar config file. With
         `redis: {url: embedded}` it reaches the server of the `jobcar run` on that data directory (relative
-        to the current directory, as for the daemon). Needs PyYAML, which a bare Spark executor may lack:
-        there, use `from_url`."""
+        to the current directory, as for the daemon). It knows the config's handlers and queues: a job of a
+        type no handler runs, or to a queue the config does not serve, gives a `TargetWarning` (with
+        `strict_enqueue`, an InvalidJob, and nothing is written). Needs PyYAML, which a bare Spark executor
+        may lack: there, use `from_url`."""
         from jobcar.config import load_config
 
         config = load_config(path, secrets_needed=False)
@@ -101,8 +103,10 @@ class Client(_Shell[SyncRedis]):
             from jobcar.embedded import running_server_url
 
             url, cluster = running_server_url(config.redis.data_dir), False
-        return cls.from_url(url, namespace=config.namespace, cluster=cluster,
-                            max_payload_bytes=config.max_payload_bytes, **redis_options)  # fmt: skip
+        client = cls.from_url(url, namespace=config.namespace, cluster=cluster,
+                              max_payload_bytes=config.max_payload_bytes, **redis_options)  # fmt: skip
+        client._core.targets = config.known_targets()
+        return client
 
     def enqueue(self, type: str, payload: Payload = None, **options: Unpack[EnqueueOptions]) -> JobInfo:
         """Enqueue one job. The options are `EnqueueOptions` (jobcar/options.py; the README's table says

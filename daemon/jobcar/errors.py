@@ -13,3 +13,8 @@ class InvalidJob(JobcarError, ValueError):
 
 class PayloadTooLarge(InvalidJob):
     """The encoded payload is over the client's `max_payload_bytes`."""
+
+
+class TargetWarning(UserWarning):
+    """A client made with `from_config` enqueued a job of a type no handler of that config runs, or to a queue
+    it does not serve (with the config's `strict_enqueue`, an InvalidJob instead)."""

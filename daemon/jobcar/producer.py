@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 import time
+import warnings
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
@@ -26,6 +27,7 @@ from jobcar.dependencies import (
 )
 from jobcar.dependency_calls import DependOutcome, SealResult, seal_batch_call
 from jobcar.enqueueing import EnqueueRecord, enqueue_calls, parse_enqueue
+from jobcar.errors import InvalidJob, TargetWarning
 from jobcar.job import FINISHED, Job, JobInfo
 from jobcar.keys import QueueKeys, queues_key, waiter_ttl_ms
 from jobcar.names import ID_PATTERN, check_name
@@ -34,6 +36,7 @@ from jobcar.records import JobSpec, Payload, build_callbacks, build_record, buil
 from jobcar.replies import BATCH_FIELDS, as_text, decode_names, parse_batch, parse_job
 from jobcar.schedules import ScheduleState, make_spec
 from jobcar.sentinel import replica_wait_of
+from jobcar.targets import KnownTargets
 from jobcar.transitions import cancel_call
 from jobcar.transport import AsyncRedis, Operation, ReplicaWait, Sleep, SyncRedis, raise_first_error, run_calls
 
@@ -103,7 +106,13 @@ class _Deadline:
 class Producer:
     """What Client and AsyncClient do, without I/O: each method an operation for them to run."""
 
-    def __init__(self, client: SyncRedis | AsyncRedis, namespace: str, max_payload_bytes: int) -> None:
+    def __init__(
+        self,
+        client: SyncRedis | AsyncRedis,
+        namespace: str,
+        max_payload_bytes: int,
+        targets: KnownTargets | None = None,
+    ) -> None:
         pool = getattr(client, "connection_pool", None)
         encoder = pool.get_encoder() if pool is not None else client.get_encoder()
         if encoder.decode_responses:
@@ -114,6 +123,8 @@ class Producer:
         self.replica_wait: ReplicaWait | None = replica_wait_of(client)
         #: The queues this producer added to `<ns>:queues` already.
         self._registered: set[str] = set()
+        #: What the config it was made from runs (`Client.from_config`), to say when a job's type or queue is not.
+        self.targets = targets
 
     # -- enqueue ----------------------------------------------------------------------------------
 
@@ -129,10 +140,20 @@ class Producer:
     def enqueue(self, records: list[EnqueueRecord]) -> Operation[list[JobInfo]]:
         """Store the records; results in their order. Jobs that wait for others of the same call (ADR 0016)
         make it a staged enqueue (`dependencies.enqueue_order`)."""
+        if self.targets is not None:
+            self._check_targets(records)
         order = enqueue_order(records)
         if not order.later and len(order.stages) == 1:
             return self.store(records)  # the usual call, kept one operation shorter: the hot path
         return self._staged(records, order)
+
+    def _check_targets(self, records: list[EnqueueRecord]) -> None:
+        assert self.targets is not None
+        problems = self.targets.problems((r.type, r.queue) for r in records)
+        if problems and self.targets.strict:
+            raise InvalidJob(f"{'; '.join(problems)}: nothing enqueued (strict_enqueue is on)")
+        if problems:
+            warnings.warn("; ".join(problems), TargetWarning, stacklevel=2)
 
     def _staged(self, records: list[EnqueueRecord], order: EnqueueOrder) -> Operation[list[JobInfo]]:
         """Store each stage after the one before, then register the waiting jobs with their dependencies

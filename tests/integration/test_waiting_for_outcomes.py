@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from jobcar import Client, State
+from jobcar import Client, InvalidJob, State, TargetWarning
 from jobcar.embedded import EmbeddedServer
 from tests.factories import python_handler
 from tests.integration.conftest import StartDaemon
@@ -141,8 +141,28 @@ def test_from_config_reaches_the_configured_server(tmp_path: Path, redis_server:
     path.write_text(f'redis: {{url: "{redis_server.url}"}}\nnamespace: {namespace}\nmax_payload_bytes: 1KiB\n')
     with Client.from_config(path) as client:
         assert (client.namespace, client.max_payload_bytes) == (namespace, 1024)
-        info = client.enqueue("t", {"n": 1})
+        with pytest.warns(TargetWarning, match=f"{path} has no handler for type 't'"):
+            info = client.enqueue("t", {"n": 1})
         assert client.get(info.id) is not None
+
+
+def test_from_config_says_when_a_job_would_sit_unrun_and_with_strict_enqueue_refuses_it(
+    tmp_path: Path, redis_server: RedisServer, namespace: str
+) -> None:
+    path = tmp_path / "jobcar.yaml"
+    config = f'redis: {{url: "{redis_server.url}"}}\nnamespace: {namespace}\nqueues: {{default: 1, low: 1}}\n'
+    path.write_text(config + "handlers:\n  email.welcome: {command: [cat]}\n")
+    with Client.from_config(path) as client:
+        client.enqueue("email.welcome", {}, queue="low")  # known: no warning (warnings are errors here)
+        with pytest.warns(TargetWarning, match="type 'email.welcom' \\(did you mean 'email.welcome'\\?\\)"):
+            client.enqueue("email.welcom", {})
+        with pytest.warns(TargetWarning, match="queue 'lo' is not in the queues"):
+            client.enqueue_many([("email.welcome", {}, {"queue": "lo"})])
+    path.write_text(config + "strict_enqueue: true\nhandlers:\n  email.welcome: {command: [cat]}\n")
+    with Client.from_config(path) as client:
+        with pytest.raises(InvalidJob, match="nothing enqueued \\(strict_enqueue is on\\)"):
+            client.enqueue("email.welcom", {}, job_id="typo")
+        assert client.get("typo") is None
 
 
 @pytest.mark.asyncio
@@ -152,5 +172,6 @@ async def test_from_config_reaches_a_running_embedded_server(tmp_path: Path, mon
     path.write_text("redis: {url: embedded, data_dir: .data}\n")
     async with EmbeddedServer(tmp_path / ".data"):
         with Client.from_config(path) as client:
-            info = client.enqueue("t", {"n": 1})
+            with pytest.warns(TargetWarning, match="has no handler for type 't'"):
+                info = client.enqueue("t", {"n": 1})
             assert client.get(info.id) is not None
