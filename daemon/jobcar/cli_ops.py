@@ -139,8 +139,12 @@ def cmd_fsck(args: argparse.Namespace) -> int:
 
     async def check(admin: Admin) -> list[fsck.Finding]:
         findings: list[fsck.Finding] = []
-        for queue in await admin.queues(args.queue):
-            findings += await fsck.check_queue(admin.redis, admin.keys(queue), repair=args.repair, dead_limits=limits)
+        for i, queue in enumerate(await admin.queues(args.queue)):
+            keys = admin.keys(queue)
+            # The namespace's own keys once, with the first queue, not once per queue.
+            findings += await fsck.check_queue(
+                admin.redis, keys, repair=args.repair, dead_limits=limits, namespace=i == 0
+            )
         return findings
 
     findings = with_admin(config, check)

@@ -219,6 +219,11 @@ class QueueKeys:
         return _glob_escape(self.batch("")) + "*"
 
 
+def all_starting(start: str) -> str:
+    """A SCAN pattern matching every key whose name starts with `start` (e.g. a queue's `slots("")`)."""
+    return _glob_escape(start) + "*"
+
+
 def _glob_escape(text: str) -> str:
     return re.sub(r"([*?\[\]\\])", r"\\\1", text)
 

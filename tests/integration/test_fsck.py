@@ -14,7 +14,7 @@ import pytest
 from jobcar.cli import main
 from jobcar.fsck.checks import CHECKS, Check
 from jobcar.job import State
-from jobcar.keys import QueueKeys
+from jobcar.keys import QueueKeys, daemons_key
 from tests.integration.driver import QueueDriver
 from tests.integration.test_cli import cli
 
@@ -386,6 +386,59 @@ def _waiting_for_nothing(q: QueueDriver) -> tuple[str, str]:
     return "waiting_for_nothing", "next"
 
 
+def _deps_wrong_type(q: QueueDriver) -> tuple[str, str]:
+    enqueue_id(q, "first", delay=600)  # not due for ten minutes: "next" must not run before it
+    enqueue_id(q, "ended")
+    assert q.ack("ended", q.lease_one().token, retention_ms=60_000) == 1
+    enqueue_id(q, "next", after=["first", "ended"])
+    q.redis.delete(q.keys.deps("next"))
+    q.redis.set(q.keys.deps("next"), "written by something else")
+    _aged(q, "next")
+    return "wrong_type", q.keys.deps("next")
+
+
+def _waits_again(q: QueueDriver) -> None:
+    assert q.where("next") is State.WAITING, "never run before its dependency"
+    assert q.redis.smembers(q.keys.deps("next")) == {b"default/first"}, "the ended one told it at once"
+    assert q.redis.smembers(q.keys.dependents("first")) == {b"default/next"}
+
+
+def _deps_wrong_type_nothing_named(q: QueueDriver) -> tuple[str, str]:
+    enqueue_id(q, "first", delay=600)
+    enqueue_id(q, "next", after=["first"])
+    q.redis.hdel(q.keys.job("next"), "after")  # nothing left to rebuild from
+    q.redis.delete(q.keys.deps("next"))
+    q.redis.lpush(q.keys.deps("next"), "written by something else")
+    return "wrong_type", q.keys.deps("next")
+
+
+def _dead_with_the_reason(q: QueueDriver) -> None:
+    job = q.job("next")
+    assert job is not None
+    assert job.state is State.DEAD
+    assert job.last_error is not None
+    assert "held a list, not a set" in job.last_error
+
+
+def _held_list_unindexed(q: QueueDriver) -> tuple[str, str]:
+    q.redis.set(q.keys.held("t#k"), "not a list")  # its group never indexed (the lease writes it first)
+    return "wrong_type", q.keys.held("t#k")
+
+
+def _list_at(key_of: Callable[[QueueKeys], str]) -> Callable[[QueueDriver], tuple[str, str]]:
+    """A corruption: a list, written by something else than jobcar, where `key_of` names a string."""
+
+    def corrupt(q: QueueDriver) -> tuple[str, str]:
+        q.redis.lpush(key_of(q.keys), "written by something else")
+        return "wrong_type", key_of(q.keys)
+
+    return corrupt
+
+
+def _daemons(keys: QueueKeys) -> str:
+    return daemons_key(keys.namespace)
+
+
 def _batch_fired_untold(q: QueueDriver) -> tuple[str, str]:
     enqueue_id(q, "part", batch="nightly")
     q.producer.seal_batch("nightly", on_complete=("report", {"n": 1}))
@@ -456,6 +509,17 @@ CASES = {
     "a batch callback its batch never told": Case(_batch_fired_untold, _told_with_counts),
     "waiting for nothing": Case(_waiting_for_nothing, _settled(State.PENDING, "next")),
     "settled list of another type": Case(_string_at(lambda k: k.settled), _gone(lambda k: k.settled)),
+    "deps set of another type": Case(_deps_wrong_type, _waits_again),
+    "deps set of another type, no after": Case(_deps_wrong_type_nothing_named, _dead_with_the_reason),
+    "held list of an unindexed group": Case(_held_list_unindexed, _gone(lambda k: k.held("t#k"))),
+    "slot hash of an unindexed type": Case(_string_at(lambda k: k.slots("u")), _gone(lambda k: k.slots("u"))),
+    "paused of another type": Case(_list_at(lambda k: k.paused), _gone(lambda k: k.paused)),
+    "dependents set of another type": Case(_string_at(lambda k: k.dependents("x")), _gone(lambda k: k.dependents("x"))),
+    "waiter of another type": Case(_list_at(lambda k: k.waiter("x")), _gone(lambda k: k.waiter("x"))),
+    "rate key of another type": Case(_list_at(lambda k: k.tat("@t")), _gone(lambda k: k.tat("@t"))),
+    "turns of another type": Case(_string_at(lambda k: k.turns("t")), _gone(lambda k: k.turns("t"))),
+    "history of another type": Case(_string_at(lambda k: k.history_hour(1)), _gone(lambda k: k.history_hour(1))),
+    "daemons of another type": Case(_string_at(_daemons), _gone(_daemons)),
 }
 
 
@@ -465,9 +529,10 @@ TESTED_BY = {
         "limit groups of another type",
         "throttled groups of another type",
         "settled list of another type",
+        "paused of another type",
     ],
     "mistyped_job_keys": ["job key of another type"],
-    "mistyped_held_lists": ["held list of another type"],
+    "mistyped_held_lists": ["held list of another type", "held list of an unindexed group"],
     "missing_hash": ["missing hash (pending)", "missing hash (scheduled)"],
     "duplicate_pending": ["duplicate pending", "duplicate across priorities"],
     "several_sets": ["test_an_id_in_two_sets_is_reported_not_guessed"],
@@ -491,9 +556,18 @@ TESTED_BY = {
     "mistyped_schedules": ["schedule of another type"],
     "schedule_missing": ["schedule in the ZSET without a hash"],
     "schedule_unindexed": ["schedule missing from the ZSET"],
-    "mistyped_slot_hashes": ["slot hash of another type"],
+    "mistyped_slot_hashes": ["slot hash of another type", "slot hash of an unindexed type"],
     "leaked_slot": ["slot of a job that is gone"],
     "mistyped_batch_counters": ["batch counters of another type"],
+    "mistyped_other_keys": [
+        "dependents set of another type",
+        "waiter of another type",
+        "rate key of another type",
+        "turns of another type",
+        "history of another type",
+    ],
+    "mistyped_namespace_keys": ["daemons of another type"],
+    "mistyped_deps_sets": ["deps set of another type", "deps set of another type, no after"],
     "waiting_for_nothing": ["waiting for nothing"],
     "lost_dependency": [
         "waiting for a job that never registered it",
@@ -550,6 +624,19 @@ def test_an_id_in_two_sets_is_reported_not_guessed(q: QueueDriver, run: Run) -> 
     assert out == "default several_sets two: in pending and scheduled (hash state pending)\n"
     assert run("--repair") == (1, out, "")  # no safe repair: still a finding
     assert q.snapshot() == before
+
+
+def test_a_repair_that_uncovers_another_finding_converges_in_one_run(q: QueueDriver, run: Run) -> None:
+    enqueue_id(q, "both", delay=3600)
+    q.redis.zadd(q.keys.dead, {"both": 1000})  # died in 1970: the trim deletes its hash, scheduled keeps it
+    code, found = findings(run, "--repair")
+    assert code == 0, found
+    assert [(f["kind"], f["id"], f["repaired"]) for f in found] == [
+        ("dead_over_limit", "dead", True),
+        ("missing_hash", "both", True),
+    ]
+    assert q.sets_of("both") == []
+    assert run() == (0, CLEAN, "")
 
 
 def test_a_hash_in_no_set_and_no_known_state_is_reported_not_guessed(q: QueueDriver, run: Run) -> None:

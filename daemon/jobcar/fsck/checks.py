@@ -14,8 +14,8 @@ from typing import Final
 
 from jobcar.fsck.findings import Kind, Suspect
 from jobcar.fsck.reading import JobHash, Lock, Mistyped, Picture
-from jobcar.fsck.repairs import REPAIR_TTL_MS, Repair, script, trim_dead
-from jobcar.fsck.waiting import settle_lost
+from jobcar.fsck.repairs import REPAIR_TTL_MS, Repair, delete_apart, script, trim_dead
+from jobcar.fsck.waiting import rebuild_waits, settle_lost
 from jobcar.job import STORED_IN_SETS, State
 
 Finder = Callable[[Picture], Iterator[Suspect]]
@@ -49,6 +49,13 @@ def _job_keys_of_another_type(seen: Picture) -> Iterator[Suspect]:
     """Its repair also takes the id out of every set, so that no script meets it again."""
     for job_id, key in sorted(seen.mistyped_jobs.items()):
         yield Suspect(key.key, f"job {job_id}'s key holds a {key.holds}, not a hash", (job_id, key.holds, "hash"))
+
+
+def _deps_of_another_type(seen: Picture) -> Iterator[Suspect]:
+    """Its repair rebuilds the set from the job's own record: nothing could tell the job to run meanwhile."""
+    for job_id, key in sorted(seen.mistyped_deps.items()):
+        detail = f"job {job_id}'s dependencies hold a {key.holds}, not a set"
+        yield Suspect(key.key, detail, (job_id, key.holds))
 
 
 # -- the ids in the state sets --------------------------------------------------------------------
@@ -276,6 +283,14 @@ CHECKS: Final = (
         _of_another_type(lambda seen: seen.mistyped_batches, "batch counters hold"),
         _WRONG_TYPE,
     ),
+    Check("mistyped_other_keys", Kind.WRONG_TYPE, _of_another_type(lambda seen: seen.mistyped_apart), _WRONG_TYPE),
+    Check(
+        "mistyped_namespace_keys",
+        Kind.WRONG_TYPE,
+        _of_another_type(lambda seen: seen.mistyped_namespace),
+        delete_apart,
+    ),
+    Check("mistyped_deps_sets", Kind.WRONG_TYPE, _deps_of_another_type, rebuild_waits),
     Check("waiting_for_nothing", Kind.WAITING_FOR_NOTHING, _waiting_for_nothing, script(Kind.WAITING_FOR_NOTHING)),
     Check("lost_dependency", Kind.LOST_DEPENDENCY, _lost_dependency, settle_lost),
     Check("dead_over_limit", Kind.DEAD_OVER_LIMIT, _dead_over_limit, trim_dead),

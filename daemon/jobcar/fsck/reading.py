@@ -17,9 +17,10 @@ from redis.exceptions import ResponseError
 
 from jobcar.fsck.waiting import why_silent
 from jobcar.job import State
-from jobcar.keys import QueueKeys
+from jobcar.keys import QueueKeys, all_starting, daemons_key, layout_key, queues_key
 from jobcar.limit_groups import GroupKind, parse_group
 from jobcar.replies import as_text, time_ms
+from jobcar.schedules import index_key
 from jobcar.transitions import DeadLetterLimits
 from jobcar.transport import AsyncRedis
 
@@ -69,6 +70,7 @@ class Picture:
     places: dict[str, list[str]]
     #: How many times the pending lists hold each id.
     pending_count: dict[str, int]
+    #: The held lists that hold another type, of any group (indexed or not: the lease writes to both).
     mistyped_held: list[Mistyped]
     #: The unique locks (one that expired since the scan left out).
     locks: list[Lock]
@@ -83,8 +85,17 @@ class Picture:
     mistyped_schedules: list[Mistyped]
     #: The job ids holding a concurrency slot, by job type.
     slots: dict[str, list[str]]
+    #: The slot hashes that hold another type, of any job type.
     mistyped_slots: list[Mistyped]
     mistyped_batches: list[Mistyped]
+    #: The deps keys that hold another type, by the id of the job they belong to.
+    mistyped_deps: dict[str, Mistyped]
+    #: The queue's other keys of one per id, group or hour (dependents sets, waiters, history, alive keys,
+    #: rate and turn keys) that hold another type.
+    mistyped_apart: list[Mistyped]
+    #: The namespace's keys outside every queue (queues, daemons, layout, the schedule index) that hold
+    #: another type.
+    mistyped_namespace: list[Mistyped]
     #: Each waiting job old enough to check, with each dependency it waits for and why that one will never
     #: tell it it ended (None when it will).
     dependencies: dict[str, dict[str, str | None]]
@@ -96,21 +107,30 @@ class Picture:
     dead_limits: DeadLetterLimits
 
 
-async def read_queue(client: AsyncRedis, keys: QueueKeys, dead_limits: DeadLetterLimits) -> Picture:
-    """Everything the checks look at, read before any of them runs (so before any repair)."""
+async def read_queue(
+    client: AsyncRedis, keys: QueueKeys, dead_limits: DeadLetterLimits, *, namespace: bool = True
+) -> Picture:
+    """Everything the checks look at, read before any of them runs (so before any repair); with `namespace`,
+    the namespace's keys outside every queue too."""
     own = _own_keys(keys)
     mistyped_own = await _mistyped(client, dict(own.values()))
     usable = {name for name, (key, _) in own.items() if key not in {m.key for m in mistyped_own}}
     hashes, mistyped_jobs = await _read_hashes(client, keys)
     pending, zsets = await _read_sets(client, keys, own, usable)
     groups = sorted(as_text(m) for m in await _members(client, keys.limit_groups))
-    mistyped_held = await _mistyped(client, {keys.held(group): "list" for group in groups})
+    # Every held list and slot hash, not only those of indexed groups: the lease writes a job's group's
+    # list before (or without) indexing it, and a slot hash of a type whose groups never filled counts.
+    held_keys = {keys.held(group) for group in groups} | set(await _scan(client, all_starting(keys.held(""))))
+    mistyped_held = await _mistyped(client, dict.fromkeys(sorted(held_keys), "list"))
     places, pending_count = _places(pending, zsets, await _held_ids(client, keys, groups), hashes)
     locks, mistyped_locks = await _read_locks(client, keys)
     windows, mistyped_windows = await _read_windows(client, keys)
     indexed, next_ticks, mistyped_schedules = await _read_schedules(client, keys, "schedules" in usable)
     slots, mistyped_slots = await _read_slots(client, keys, groups)
     mistyped_batches = await _mistyped(client, dict.fromkeys(await _scan(client, keys.all_batches()), "hash"))
+    mistyped_deps = await _read_mistyped_deps(client, keys)
+    mistyped_apart = await _mistyped(client, await _apart_keys(client, keys))
+    mistyped_namespace = await _mistyped(client, _namespace_keys(keys.namespace)) if namespace else []
     now = await _redis_now_ms(client)
     return Picture(
         mistyped_own=mistyped_own,
@@ -129,7 +149,10 @@ async def read_queue(client: AsyncRedis, keys: QueueKeys, dead_limits: DeadLette
         slots=slots,
         mistyped_slots=mistyped_slots,
         mistyped_batches=mistyped_batches,
-        dependencies=await _read_dependencies(client, keys, zsets[State.WAITING.value], now),
+        mistyped_deps=mistyped_deps,
+        mistyped_apart=mistyped_apart,
+        mistyped_namespace=mistyped_namespace,
+        dependencies=await _read_dependencies(client, keys, zsets[State.WAITING.value], now, set(mistyped_deps)),
         dead=zsets[State.DEAD.value],
         now=now,
         dead_limits=dead_limits,
@@ -153,6 +176,7 @@ def _own_keys(keys: QueueKeys) -> dict[str, tuple[str, str]]:
         "schedules": (keys.schedules, "zset"),
         "limit_groups": (keys.limit_groups, "set"),
         "throttled": (keys.throttled, "zset"),
+        "paused": (keys.paused, "string"),
     }
 
 
@@ -305,7 +329,10 @@ async def _read_slots(
     key's turn group's type is indexed itself."""
     names = [parse_group(group) for group in groups]
     slot_types = sorted({name.job_type for name in names if name.kind is GroupKind.CONCURRENCY})
-    mistyped = await _mistyped(client, {keys.slots(job_type): "hash" for job_type in slot_types})
+    slot_keys = {keys.slots(job_type) for job_type in slot_types} | set(
+        await _scan(client, all_starting(keys.slots("")))
+    )
+    mistyped = await _mistyped(client, dict.fromkeys(sorted(slot_keys), "hash"))
     slots: dict[str, list[str]] = {}
     for job_type in slot_types:
         if keys.slots(job_type) not in {m.key for m in mistyped}:
@@ -313,13 +340,44 @@ async def _read_slots(
     return slots, mistyped
 
 
+async def _read_mistyped_deps(client: AsyncRedis, keys: QueueKeys) -> dict[str, Mistyped]:
+    """The deps keys that hold another type than a SET, by their job's id: whatever waits there cannot be
+    read, so the job is not `waiting_for_nothing` (its own check rebuilds what it waits for)."""
+    prefix = keys.deps("")
+    found = await _mistyped(client, dict.fromkeys(await _scan(client, all_starting(prefix)), "set"))
+    return {m.key[len(prefix) :]: m for m in found}
+
+
+async def _apart_keys(client: AsyncRedis, keys: QueueKeys) -> dict[str, str]:
+    """The queue's keys of one per id, group or hour that no other check reads, with the type each holds."""
+    kinds = (
+        (keys.dependents(""), "set"),
+        (keys.waiter(""), "string"),
+        (keys.history + ":", "hash"),
+        (keys.alive(""), "string"),
+        (keys.tat(""), "string"),
+        (keys.turns(""), "zset"),
+    )
+    expected: dict[str, str] = {}
+    for start, holds in kinds:
+        expected.update(dict.fromkeys(await _scan(client, all_starting(start)), holds))
+    return expected
+
+
+def _namespace_keys(namespace: str) -> dict[str, str]:
+    """The namespace's keys outside every queue, with the type each holds."""
+    return {queues_key(namespace): "set", daemons_key(namespace): "hash", layout_key(namespace): "string",
+            index_key(namespace): "hash"}  # fmt: skip
+
+
 async def _read_dependencies(
-    client: AsyncRedis, keys: QueueKeys, waiting: list[tuple[str, float]], now: int
+    client: AsyncRedis, keys: QueueKeys, waiting: list[tuple[str, float]], now: int, unreadable: set[str]
 ) -> dict[str, dict[str, str | None]]:
-    """Each waiting job old enough to check, with why each of its dependencies will never tell it it ended."""
+    """Each waiting job old enough to check, with why each of its dependencies will never tell it it ended.
+    A job whose deps key is `unreadable` (another type) is left to that key's check."""
     dependencies: dict[str, dict[str, str | None]] = {}
     for job_id, created in waiting:
-        if created <= now - SETTLING_MS:
+        if created <= now - SETTLING_MS and job_id not in unreadable:
             refs = sorted(as_text(m) for m in await _members(client, keys.deps(job_id)))
             dependencies[job_id] = {ref: await why_silent(client, keys, job_id, ref) for ref in refs}
     return dependencies

@@ -58,6 +58,15 @@ def script(kind: str) -> Repair:
     return functools.partial(_by_script, kind)
 
 
+async def delete_apart(target: Target, suspect: Suspect) -> Suspect | None:
+    """A namespace key outside every queue's slot that holds another type (the suspect's key; its arguments
+    the type held and the one expected): `lua/repair/wrong_type.lua` run on that key's own slot."""
+    key, (_, held, expected) = suspect.job_id, suspect.args
+    name = f"repair/{Kind.WRONG_TYPE}"
+    (reply,) = await execute_async(target.client, [call(name, (key,), ("", key, "", held, expected))])
+    return suspect if as_int(reply) == 1 else None
+
+
 async def trim_dead(target: Target, suspect: Suspect) -> Suspect:
     """Trims the dead set to its bounds, in as many bounded calls as it takes; always a repair."""
     limits = target.dead_limits

@@ -11,6 +11,7 @@ a dependency that no longer exists counting as gone (failed).
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from typing import Final
 
 from redis.exceptions import ResponseError
@@ -21,6 +22,7 @@ from jobcar.fsck.findings import Suspect
 from jobcar.fsck.repairs import Target
 from jobcar.keys import QueueKeys, job_ref, split_job_ref
 from jobcar.replies import as_text
+from jobcar.scripts import call
 from jobcar.transport import AsyncRedis, execute_async
 
 #: The states of a job that has not ended: it tells the jobs its dependents SET names when it does.
@@ -103,6 +105,28 @@ async def settle_lost(target: Target, suspect: Suspect) -> Suspect | None:
         return None
     (told,) = await execute_async(client, [settle_call(keys, job_id, [ref], outcome, target.dead_limits, counts)])
     return None if as_text(told) == "ignored" else suspect
+
+
+async def rebuild_waits(target: Target, suspect: Suspect) -> Suspect | None:
+    """A waiting job's deps key of another type (the suspect's key; its arguments the job id and the type
+    held): rebuilt from the job's `after` (`lua/repair/mistyped_deps.lua`), then each dependency that will
+    not tell the job it ended is settled as `settle_lost` does, so that the job neither runs early nor waits
+    for one that ended meanwhile. None when the key no longer held that type."""
+    job_id, held = str(suspect.args[0]), str(suspect.args[1])
+    keys, limits = target.keys, target.dead_limits
+    script_keys = (keys.pending, keys.scheduled, keys.active, keys.dead, keys.wake)
+    args = (keys.prefix, job_id, held, limits.max_jobs, limits.max_age_ms)
+    (reply,) = await execute_async(target.client, [call("repair/mistyped_deps", script_keys, args)])
+    if not isinstance(reply, list):
+        return None
+    refs = [as_text(ref) for ref in reply]
+    settled = 0
+    for ref in refs:
+        if await why_silent(target.client, keys, job_id, ref) is not None:
+            settled += await settle_lost(target, Suspect(job_id, "", (ref,))) is not None
+    if not refs:
+        return replace(suspect, detail=f"{suspect.detail}; deleted (the job was not waiting or names no dependency)")
+    return replace(suspect, detail=f"{suspect.detail}; rebuilt from its {len(refs)} reference(s), {settled} settled")
 
 
 async def _batch_ending(client: AsyncRedis, keys: QueueKeys, batch: str) -> tuple[str, str]:

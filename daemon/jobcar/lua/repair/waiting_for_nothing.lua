@@ -12,8 +12,10 @@
 local prefix, id = ARGV[1], ARGV[2]
 local job = job_key_of(prefix, id)
 if redis.pcall('HGET', job, 'state') ~= 'waiting' then return 0 end
+-- A deps key of another type is not nothing: what the job waits for cannot be read there, and running it
+-- could run it before its dependencies (repair/mistyped_deps.lua rebuilds it instead).
 local deps = redis.pcall('SCARD', deps_key_of(prefix, id))
-if type(deps) == 'number' and deps > 0 then return 0 end
+if type(deps) ~= 'number' or deps > 0 then return 0 end
 redis.call('DEL', deps_key_of(prefix, id))
 redis.call('ZREM', waiting_key_of(prefix), id)
 redis.call('HSET', job, 'state', 'pending', 'run_at', now_ms())
