@@ -160,6 +160,23 @@ def test_a_held_list_of_another_type_dead_letters_the_job_it_cannot_hold(q: Queu
     assert f"{q.keys.held('a')} holds a string, not a list" in reason
 
 
+@pytest.mark.parametrize("limits", [TOTAL_2, '{"a": {"per_key": 1, "key": "payload.k"}}'])
+def test_a_slot_hash_of_another_type_dead_letters_the_jobs_it_cannot_count(q: QueueDriver, limits: str) -> None:
+    """A limit never turns off unseen: a job whose type's slots cannot be counted is neither leased over
+    its limit nor left in no list."""
+    a = [q.enqueue("a", {"k": "x"}).id for _ in range(3)]
+    b = q.enqueue("b", 0).id
+    q.redis.set(q.keys.slots("a"), "written by something else")
+    result = q.lease(limits=limits)
+    assert [leased.job.id for leased in result.jobs] == [b], "the other types are leased as ever"
+    assert sorted(job_id for job_id, _ in result.dropped) == sorted(a)
+    for job_id in a:
+        assert q.where(job_id) is State.DEAD
+        reason = q.job(job_id).last_error  # type: ignore[union-attr]
+        assert reason is not None
+        assert f"{q.keys.slots('a')} holds a string, not a hash" in reason
+
+
 @pytest.mark.parametrize("key", ["limit_groups", "throttled"])
 def test_a_limit_key_of_another_type_refuses_the_lease_and_the_reap_before_they_write(q: QueueDriver, key: str) -> None:
     a = q.enqueue("a", 0).id

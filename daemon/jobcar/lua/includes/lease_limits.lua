@@ -87,13 +87,13 @@ local function lease_limits(prefix, limits, now, started, cannot_hold)
     end
   end
 
-  -- The slots of `job_type` taken: its slot hash's length, read once per call. A slot hash of another type
-  -- (fsck reports it) limits nothing rather than stopping the lease.
+  -- The slots of `job_type` taken: its slot hash's length, read once per call; false when the slot hash holds
+  -- another type (fsck reports it), whose slots cannot be counted.
   local function type_taken(job_type)
     local n = running[job_type]
-    if not n then
+    if n == nil then
       n = redis.pcall('HLEN', slots_key_of(prefix, job_type))
-      if type(n) ~= 'number' then n = -math.huge end
+      if type(n) ~= 'number' then n = false end
       running[job_type] = n
     end
     return n
@@ -183,6 +183,16 @@ local function lease_limits(prefix, limits, now, started, cannot_hold)
     local key = plan.key_field and read_key(plan.key_field, plan.key_name, job, at)
     -- A job takes one slot of its type, which counts in its type's total and in its key's group.
     local per_key = key and rule.per_key and key_group(job_type, key)
+    -- A type whose slots cannot be counted would run over its limits unseen: its job cannot be held or
+    -- leased, so it goes to the dead set with the reason, as where its held list cannot hold it. The count
+    -- is read here only where the limits below read it anyway.
+    if (rule.total or per_key) and not type_taken(job_type) then
+      local slots = slots_key_of(prefix, job_type)
+      cannot_hold(job_key, id, 'the slots of its type ' .. job_type .. ' cannot be counted: ' .. slots ..
+        ' holds a ' .. redis.call('TYPE', slots).ok .. ', not a hash (jobcar fsck finds it and repairs it)')
+      held = held + 1
+      return true
+    end
     if rule.total and type_taken(job_type) >= rule.total then
       if rule.fair then
         hold_for_turn(job_key, id, job_type, key or '', at.held)
