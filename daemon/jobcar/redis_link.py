@@ -78,6 +78,16 @@ def is_refusal(exc: BaseException) -> bool:
     return not str(exc).startswith(_TRANSIENT_CODES)
 
 
+def naming_key(reply: T, key: str, expected: str) -> T | redis.exceptions.ResponseError:
+    """`reply`, or for Redis's own WRONGTYPE error (which names no key) one that names `key` and the type
+    jobcar `expected` there, as the scripts' refusals do (lua/includes/wrong_type.lua): what the log says."""
+    if isinstance(reply, redis.exceptions.ResponseError) and str(reply).startswith("WRONGTYPE Operation"):
+        return redis.exceptions.ResponseError(
+            f"WRONGTYPE jobcar: {key} holds another type, not a {expected}; jobcar fsck finds it and repairs it"
+        )
+    return reply
+
+
 def connect(url: str, *, cluster: bool, blocking_wait: float = 0.0) -> AsyncRedis:
     """A client for the daemon. `blocking_wait`: the longest blocking command it sends (its reads outlast it)."""
     options = {

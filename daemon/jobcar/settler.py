@@ -23,7 +23,7 @@ from jobcar.config_types import Config
 from jobcar.dependency_calls import settle_call
 from jobcar.keys import QueueKeys, job_ref, split_job_ref
 from jobcar.recording import dead_letter_limits
-from jobcar.redis_link import RedisLink
+from jobcar.redis_link import RedisLink, naming_key
 from jobcar.scripts import ScriptCall
 from jobcar.transitions import DeadLetterLimits
 
@@ -87,6 +87,7 @@ class Settler:
         for keys in queues:
             pipe.lrange(keys.settled, 0, ENTRIES_PER_LOOK - 1)
         replies = await self.link.call(functools.partial(pipe.execute, raise_on_error=False))
+        replies = [naming_key(reply, keys.settled, "list") for keys, reply in zip(queues, replies, strict=True)]
         outage = self.link.note_refusals(replies)
         return [reply if isinstance(reply, list) else [] for reply in replies], outage
 

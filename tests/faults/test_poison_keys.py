@@ -185,3 +185,32 @@ def test_a_refusing_queue_leaves_the_other_queues_reaped_and_their_leases_renewe
         finally:
             gate.set()
             daemon.stop()
+
+
+def test_a_settled_list_of_another_type_refuses_the_ack_naming_it_until_fsck_repairs_it(
+    redis_server: RedisServer, namespace: str, tmp_path: Path
+) -> None:
+    """Queue a's settled list holds a string: the ack of a job that b's job waits for is refused, not done
+    without telling b's job; every WRONGTYPE line names the key. After fsck --repair the ack goes through and
+    the waiting job runs."""
+    with handler_server() as handlers, redis_server.client() as client:
+        route = {"t": {"url": handlers.url("/t", lambda r: OK)}}
+        config = write_config(tmp_path, redis_server.url, namespace, route, queues={"a": 1, "b": 1})
+        a, b = QueueDriver(client, namespace, "a"), QueueDriver(client, namespace, "b")
+        client.set(a.keys.settled, "not a list")
+        first = a.enqueue("t", 1)
+        waiting = b.enqueue("t", 2, after=[first])
+        daemon = DaemonProcess(config).start()
+        try:
+            daemon.wait_for_log(f"{a.keys.settled} holds a")
+            wait_for(lambda: first.id in ran(handlers, "/t"), what="a's job to run")
+            assert b.where(waiting.id) is State.WAITING
+            lines = logged(daemon, "WRONGTYPE")
+            assert lines
+            assert all(a.keys.settled in line["msg"] for line in lines), lines
+            assert ("a", "wrong_type", a.keys.settled) in [(f["queue"], f["kind"], f["id"]) for f in fsck(config)]
+            fsck(config, "--repair")
+            wait_for(lambda: waiting.id in ran(handlers, "/t"), timeout=30, what="b's job to run after the repair")
+        finally:
+            daemon.signal(signal.SIGTERM)
+            daemon.stop()

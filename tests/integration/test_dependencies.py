@@ -4,6 +4,7 @@ the Cluster, with the waiting jobs in other queues (other slots) than the jobs t
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 import redis
@@ -223,10 +224,24 @@ def test_an_ack_is_not_stopped_half_way_by_a_settled_list_of_another_type(
     a, b = queues
     first = a.enqueue("a")
     waiting = b.enqueue("b", after=[first])  # in another queue: told through a's settled list
-    a.redis.set(a.keys.settled, "not a list")  # fsck reports it (wrong_type), then the job that waits
-    assert a.ack(first.id, a.lease_one().token) == 2
+    a.redis.set(a.keys.settled, "not a list")  # fsck reports it (wrong_type) and deletes it
+    token = a.lease_one().token
+    before = a.snapshot()
+    # Refused before its first write, naming the key: an ack that went through could not tell the waiting job.
+    with pytest.raises(redis.ResponseError, match=rf"WRONGTYPE jobcar: {re.escape(a.keys.settled)} holds a string"):
+        a.ack(first.id, token)
+    assert a.snapshot() == before, "nothing half-written"
+    a.redis.delete(a.keys.settled)  # as fsck --repair does
+    assert a.ack(first.id, token) == 2
     assert a.job(first.id) is None, "the ack went through whole"
-    assert b.where(waiting.id) is State.WAITING
+    carry(a, b)
+    assert b.where(waiting.id) is State.PENDING, "and the waiting job was told"
+
+
+def test_an_ack_of_jobs_without_dependents_pays_no_look_at_the_settled_list(q: QueueDriver) -> None:
+    q.redis.set(q.keys.settled, "not a list")
+    first = q.enqueue("a")
+    assert q.ack(first.id, q.lease_one().token) == 1
 
 
 def test_telling_a_waiting_job_twice_changes_nothing(q: QueueDriver) -> None:

@@ -37,6 +37,20 @@ local refused = wrong_type({KEYS[1], 'zset'})
 if refused then return refused end
 
 local prefix = ARGV[1]
+-- Every lease read before the first write: a job others wait for tells them through <prefix>settled, and a
+-- settled list of another type refuses the whole call here, before it writes, rather than end the job
+-- without telling them. Checked only when a job of the call has dependents: other acks pay nothing for it.
+local leases, checked = {}, false
+for n = 1, #KEYS - 1 do
+  local held, fields = holds_lease(KEYS[1 + n], ARGV[5 * n - 2], 'unique', 'batch', 'slots', 'dependents')
+  leases[n] = held and fields
+  if held and fields[6] and not checked then
+    refused = wrong_type({settled_key_of(prefix), 'list'})
+    if refused then return refused end
+    checked = true
+  end
+end
+
 local finished, ended = {}, {}
 local returns = slot_returns(prefix)
 local told = dependents_told(prefix)
@@ -44,9 +58,9 @@ local told = dependents_told(prefix)
 local ended_in, batches = {}, {}  -- batch -> {done = n, canceled = n, last = its last job's n}; in order
 for n = 1, #KEYS - 1 do
   local job_key, at = KEYS[1 + n], 5 * n - 3
-  local id, token, final, retention = ARGV[at], ARGV[at + 1], ARGV[at + 2], tonumber(ARGV[at + 3])
-  local held, fields = holds_lease(job_key, token, 'unique', 'batch', 'slots', 'dependents')
-  if held then
+  local id, final, retention = ARGV[at], ARGV[at + 2], tonumber(ARGV[at + 3])
+  local fields = leases[n]
+  if fields then
     ended[#ended + 1] = id
     if fields[3] then release_lock(prefix, fields[3], id) end
     if fields[4] then
