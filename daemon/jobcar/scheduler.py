@@ -37,6 +37,9 @@ class Scheduler:
         self.metrics = metrics
         self.apply(config)
         self._sleep = 0.0
+        #: The schedule hashes of another type seen due, by (queue, name): logged once each, and a config
+        #: schedule among them is written again once the key no longer shows there (fsck deleted it).
+        self._broken: set[tuple[str, str]] = set()
 
     def apply(self, config: Config) -> None:
         """Take a (re)loaded config: its schedules are written to Redis before the next round."""
@@ -74,14 +77,22 @@ class Scheduler:
             raise
         waits: list[int] = []
         planned: list[tuple[QueueKeys, ScheduleSpec, list[Step], int]] = []
+        broken: set[tuple[str, str]] = set()
         for keys, reply in zip(self.queues, replies, strict=True):
             if isinstance(reply, Exception):
+                broken |= {b for b in self._broken if b[0] == keys.queue}  # not read: as it was
                 continue  # a refusal, logged by the link: the other queues' schedules fire
             due = parse_due(reply)
+            for name, key, holds in due.broken:
+                broken.add((keys.queue, name))
+                if (keys.queue, name) not in self._broken:
+                    why = "schedule cannot fire: WRONGTYPE jobcar: %s holds a %s, not a hash; jobcar fsck repairs it"
+                    log.error(why, key, holds, extra={"queue": keys.queue, "schedule": name})
             if due.next_in_ms is not None:
                 waits.append(due.next_in_ms)
             for schedule in due.schedules:
                 planned.append((keys, schedule.spec, plan(schedule.spec, schedule.next_ms, due.now_ms), due.now_ms))
+        self._resync_repaired(broken)
         size = self.config.max_payload_bytes
         calls = [fire_call(keys, spec, step, size) for keys, spec, steps, _ in planned for step in steps]
         fired = iter(await self.link.scripts(calls, each_its_own=True) if calls else [])
@@ -91,6 +102,14 @@ class Scheduler:
             if next_ms is not None:
                 waits.append(next_ms - now_ms)
         return min(MAX_SLEEP, max(0, min(waits)) / 1000 + TICK_MARGIN) if waits else MAX_SLEEP
+
+    def _resync_repaired(self, broken: set[tuple[str, str]]) -> None:
+        """A config schedule whose hash was of another type and no longer shows (fsck deleted it, with its
+        index entry) is written again from the config before the next round, as a reload would."""
+        repaired = {name for _, name in self._broken - broken}
+        self._broken = broken
+        if repaired & {spec.name for spec in self.config.schedules}:
+            self._unsynced = self.config.schedules
 
     def _record(self, keys: QueueKeys, spec: ScheduleSpec, fired: list[tuple[Step, Reply]], now_ms: int) -> int | None:
         """Count and log what the schedule's steps did; the tick it then waits at (None: none left, or someone

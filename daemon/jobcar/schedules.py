@@ -354,16 +354,19 @@ class Due:
     #: How long until the earliest tick of a schedule not yet due (None: no schedule waits).
     next_in_ms: int | None
     schedules: list[DueSchedule]
+    #: The due schedules whose hash holds another type: (name, key, the type it holds). They cannot fire.
+    broken: list[tuple[str, str, str]] = field(default_factory=list)
 
 
 def parse_due(reply: Reply) -> Due:
-    now, next_in, entries = as_list(reply)
+    now, next_in, entries, *rest = as_list(reply)
+    broken = [tuple(as_text(part) for part in as_list(b)) for r in rest for b in as_list(r)]
     schedules = []
     for entry in as_list(entries):
         spec, next_ms = as_list(entry)
         schedules.append(DueSchedule(spec_from_json(spec), as_int(next_ms)))  # type: ignore[arg-type]
     wait = as_int(next_in)
-    return Due(as_int(now), None if wait < 0 else wait, schedules)
+    return Due(as_int(now), None if wait < 0 else wait, schedules, broken)  # type: ignore[arg-type]
 
 
 def fire_call(keys: QueueKeys, spec: ScheduleSpec, step: Step, max_payload_bytes: int) -> ScriptCall:

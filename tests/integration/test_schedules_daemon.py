@@ -24,6 +24,7 @@ from tests.integration.daemon_harness import (
     write_config,
 )
 from tests.integration.driver import QueueDriver
+from tests.integration.test_cli import cli
 from tests.servers import RedisServer, wait_for
 
 
@@ -193,3 +194,33 @@ def test_a_schedule_changed_then_removed_while_daemons_run(
 def q_now(r: Any) -> int:
     seconds, micros = r.time()
     return int(seconds) * 1000 + int(micros) // 1000
+
+
+def test_a_schedule_hash_of_another_type_is_logged_and_fires_again_after_fsck_repairs_it(
+    redis_server: RedisServer, namespace: str, tmp_path: Path, handlers: HandlerServer
+) -> None:
+    """Not stopped silently: the daemon names the key once; after `fsck --repair` deleted it, the daemon writes
+    the config's schedule again (no reload) and it fires."""
+    url = handlers.url("/tick", answer_ok)
+    config = schedule_config(tmp_path, redis_server, namespace, url, {"beat": {"every": "1s", "type": "tick"}})
+    daemon = DaemonProcess(config).start()
+    keys = QueueDriver(redis_server.client(), namespace).keys
+    try:
+        wait_for(lambda: handlers.requests_to("/tick"), timeout=20, what="the schedule to fire")
+        with redis_server.client() as r:
+            r.delete(keys.schedule("beat"))
+            r.set(keys.schedule("beat"), "written by something else")
+            broken_at = q_now(r)
+            daemon.wait_for_log(f"WRONGTYPE jobcar: {keys.schedule('beat')} holds a string, not a hash")
+            done = cli("fsck", "--repair", "--json", "-c", str(config))
+            assert done.returncode == 0, (done.stdout, done.stderr)
+            assert keys.schedule("beat") in done.stdout
+            repaired_at = q_now(r)
+            wait_for(
+                lambda: any(tick_of(req) > repaired_at for req in handlers.requests_to("/tick")),
+                timeout=20,
+                what="the schedule to fire again after the repair",
+            )
+        assert not [req for req in handlers.requests_to("/tick") if broken_at + 1000 < tick_of(req) < repaired_at]
+    finally:
+        daemon.stop()

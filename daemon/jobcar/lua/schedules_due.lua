@@ -3,19 +3,25 @@
 --
 -- KEYS[1] schedules  ZSET  name -> next tick ms
 -- ARGV[1] prefix, ARGV[2] the most schedules to return
--- Returns {now_ms, ms until the earliest tick not yet due (-1: none), {spec JSON, next tick}...}
+-- Returns {now_ms, ms until the earliest tick not yet due (-1: none), {spec JSON, next tick}..., {name, key,
+-- type}...}: the last, the due schedules whose hash holds another type (fsck reports it), which cannot fire.
 
 --- @include "keys"
 --- @include "now_ms"
 
 local now = now_ms()
 local due = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', now, 'LIMIT', 0, tonumber(ARGV[2]))
-local reply = {}
+local reply, broken = {}, {}
 for _, name in ipairs(due) do
-  local found = redis.pcall('HMGET', schedule_key_of(ARGV[1], name), 'spec', 'next')
-  if not found.err and found[1] and found[2] and found[2] ~= '' then reply[#reply + 1] = found end
+  local key = schedule_key_of(ARGV[1], name)
+  local found = redis.pcall('HMGET', key, 'spec', 'next')
+  if found.err then
+    broken[#broken + 1] = {name, key, redis.call('TYPE', key).ok}
+  elseif found[1] and found[2] and found[2] ~= '' then
+    reply[#reply + 1] = found
+  end
 end
 local later = redis.call('ZRANGEBYSCORE', KEYS[1], '(' .. now, '+inf', 'WITHSCORES', 'LIMIT', 0, 1)
 local next_in = -1
 if #later > 0 then next_in = tonumber(later[2]) - now end
-return {now, next_in, reply}
+return {now, next_in, reply, broken}
