@@ -349,6 +349,20 @@ def _settled(state: State, job_id: str) -> Callable[[QueueDriver], None]:
     return check
 
 
+def _waits_then_runs_after(dependency: str, job_id: str) -> Callable[[QueueDriver], None]:
+    """The repair never runs a job before what it waits for: it still waits, and runs once that is done."""
+
+    def check(q: QueueDriver) -> None:
+        assert q.where(job_id) is State.WAITING
+        assert q.redis.smembers(q.keys.deps(job_id)) == {f"{q.keys.queue}/{dependency}".encode()}
+        leased = q.lease_one()
+        assert leased.job.id == dependency
+        q.ack(dependency, leased.token)
+        assert q.where(job_id) is State.PENDING
+
+    return check
+
+
 def _aged(q: QueueDriver, job_id: str) -> None:
     """A waiting job enqueued long ago: fsck leaves younger ones to their producer."""
     q.redis.zadd(q.keys.waiting, {job_id: 1})
@@ -507,7 +521,7 @@ CASES = {
     "waiting for a job deleted by hand": Case(_vanished_dependency, _failed_as_gone),
     "a batch callback whose batch expired": Case(_expired_batch, _settled(State.PENDING, "nightly.on_complete")),
     "a batch callback its batch never told": Case(_batch_fired_untold, _told_with_counts),
-    "waiting for nothing": Case(_waiting_for_nothing, _settled(State.PENDING, "next")),
+    "waiting for nothing": Case(_waiting_for_nothing, _waits_then_runs_after("first", "next")),
     "settled list of another type": Case(_string_at(lambda k: k.settled), _gone(lambda k: k.settled)),
     "deps set of another type": Case(_deps_wrong_type, _waits_again),
     "deps set of another type, no after": Case(_deps_wrong_type_nothing_named, _dead_with_the_reason),

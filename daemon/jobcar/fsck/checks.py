@@ -211,10 +211,11 @@ def _leaked_slot(seen: Picture) -> Iterator[Suspect]:
 
 
 def _waiting_for_nothing(seen: Picture) -> Iterator[Suspect]:
-    """Its repair makes it pending: nothing is left to tell it to run."""
+    """Its repair rebuilds what it waits for from its own `after`, and settles those that ended: the set was
+    emptied by something else, so what the job names may not have run yet (it must never run early)."""
     for job_id, dependencies in seen.dependencies.items():
         if not dependencies:
-            yield Suspect(job_id, "waiting, with no dependency left to wait for")
+            yield Suspect(job_id, "waiting, with no dependency left to wait for", (job_id, "none"))
 
 
 def _lost_dependency(seen: Picture) -> Iterator[Suspect]:
@@ -291,7 +292,7 @@ CHECKS: Final = (
         delete_apart,
     ),
     Check("mistyped_deps_sets", Kind.WRONG_TYPE, _deps_of_another_type, rebuild_waits),
-    Check("waiting_for_nothing", Kind.WAITING_FOR_NOTHING, _waiting_for_nothing, script(Kind.WAITING_FOR_NOTHING)),
+    Check("waiting_for_nothing", Kind.WAITING_FOR_NOTHING, _waiting_for_nothing, rebuild_waits),
     Check("lost_dependency", Kind.LOST_DEPENDENCY, _lost_dependency, settle_lost),
     Check("dead_over_limit", Kind.DEAD_OVER_LIMIT, _dead_over_limit, trim_dead),
 )

@@ -108,15 +108,15 @@ async def settle_lost(target: Target, suspect: Suspect) -> Suspect | None:
 
 
 async def rebuild_waits(target: Target, suspect: Suspect) -> Suspect | None:
-    """A waiting job's deps key of another type (the suspect's key; its arguments the job id and the type
-    held): rebuilt from the job's `after` (`lua/repair/mistyped_deps.lua`), then each dependency that will
+    """A waiting job's deps key of another type, or gone (its arguments the job id and the type held, "none"
+    for gone): rebuilt from the job's `after` (`lua/repair/rebuild_deps.lua`), then each dependency that will
     not tell the job it ended is settled as `settle_lost` does, so that the job neither runs early nor waits
     for one that ended meanwhile. None when the key no longer held that type."""
     job_id, held = str(suspect.args[0]), str(suspect.args[1])
     keys, limits = target.keys, target.dead_limits
     script_keys = (keys.pending, keys.scheduled, keys.active, keys.dead, keys.wake)
     args = (keys.prefix, job_id, held, limits.max_jobs, limits.max_age_ms)
-    (reply,) = await execute_async(target.client, [call("repair/mistyped_deps", script_keys, args)])
+    (reply,) = await execute_async(target.client, [call("repair/rebuild_deps", script_keys, args)])
     if not isinstance(reply, list):
         return None
     refs = [as_text(ref) for ref in reply]

@@ -1,12 +1,13 @@
 #!lua flags=allow-oom
--- repair/mistyped_deps: a waiting job's deps key that holds another type than a SET (written by something
--- else) is rebuilt from the job's own `after` field, every reference it was stored to wait for: the job must
--- never run before its dependencies, and what the key held cannot say which of them ended. fsck then asks each
+-- repair/rebuild_deps: a waiting job's deps key that holds another type than a SET (written by something
+-- else), or that is gone while the job still waits (deleted by hand), is rebuilt from the job's own `after`
+-- field, every reference it was stored to wait for: the job must never run before its dependencies, and
+-- what the key held (or its absence) cannot say which of them ended. fsck then asks each
 -- of those dependencies how it stands, as for a lost dependency (fsck/waiting.py), so that one ended before
 -- tells the job now. A waiting job without a readable `after` goes to the dead set with the reason. A key of
 -- a job no longer waiting is only deleted.
 -- KEYS[1..5] the queue's pending scheduled active dead wake; ARGV[1] its key prefix.
--- ARGV[2] the job id, ARGV[3] the type the key held when checked, ARGV[4] dead set max jobs, ARGV[5] dead
+-- ARGV[2] the job id, ARGV[3] the type the key held when checked ("none": gone), ARGV[4] dead set max jobs, ARGV[5] dead
 -- set max age ms.
 -- Returns the references the SET was rebuilt with ({} when the job was not waiting or went to the dead set),
 -- or 0 when the key no longer holds that type (nothing written).
@@ -29,8 +30,9 @@ if readable then
 end
 if not readable then
   redis.call('ZREM', waiting_key_of(prefix), id)
-  move_to_dead(prefix, KEYS[4], job, id, now_ms(), 'its dependencies could not be read: ' .. deps .. ' held a ' ..
-    held .. ', not a set, and the job names none (after)', tonumber(ARGV[4]), tonumber(ARGV[5]))
+  local lost = held == 'none' and (deps .. ' was gone') or (deps .. ' held a ' .. held .. ', not a set')
+  move_to_dead(prefix, KEYS[4], job, id, now_ms(), 'its dependencies could not be read: ' .. lost ..
+    ', and the job names none (after)', tonumber(ARGV[4]), tonumber(ARGV[5]))
   return {}
 end
 for first = 1, #refs, 1000 do
