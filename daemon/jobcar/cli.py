@@ -1,6 +1,8 @@
-"""The `jobcar` command line: `run` the daemon, `check` a config, `enqueue` a job, and the
-operators' commands (`stats`, `jobs list|show`, `dead requeue|purge`, `queue pause|resume`, `cancel`,
-`fsck`, `health`), which live in cli_ops.py, and `ui` (cli_ui.py); what all commands share is in cli_support.py.
+"""The `jobcar` command line: `run` the daemon and `check` a config here; `enqueue` a job (cli_enqueue.py),
+the operators' commands (`stats`, `limits`, `fsck` in cli_ops.py; `jobs list|show` in cli_jobs.py; `dead
+requeue|purge`, `queue pause|resume`, `cancel` in cli_actions.py; `schedules ...` in cli_schedules.py;
+`migrate`, `health`, `ui` in cli_migrate.py, cli_health.py, cli_ui.py); what all commands share is in
+cli_support.py.
 
 Each command is one function taking the parsed arguments and returning the exit code, registered
 with its arguments in COMMANDS (a command with actions, like `jobs`, is a group of such entries);
@@ -17,13 +19,13 @@ one line on stderr, never as a traceback; only a bug in jobcar shows one.
 from __future__ import annotations
 
 import argparse
+import functools
 import importlib
 import os
 import re
 import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final
 
 from jobcar import __version__
@@ -31,19 +33,14 @@ from jobcar.cli_support import (
     CONFIG_HELP,
     CommandFailed,
     config_path,
-    connected,
     count,
     load,
     print_json,
 )
-from jobcar.errors import InvalidJob, PayloadTooLarge
 from jobcar.exit_codes import EX_CONFIG, EX_FAILURE, EX_OK, EX_UNAVAILABLE, EX_USAGE
-from jobcar.formats import loads_strict
-from jobcar.job import DEFAULT_CONTENT_TYPE, EnqueueStatus
-from jobcar.keys import DEFAULT_QUEUE
 
 if TYPE_CHECKING:
-    from jobcar.job import JobInfo
+    pass
 
 __all__ = ["COMMANDS", "Command", "CommandFailed", "build_parser", "main"]
 
@@ -121,10 +118,16 @@ def main(argv: list[str] | None = None) -> int:
         return EX_FAILURE
 
 
-#: Options whose value may look like an option: `--delay -5s` is a negative duration (refused with a
-#: clear message), not a missing value.
-_SIGNED_VALUE_OPTIONS: Final = frozenset({"--delay", "--unique-for", "--timeout"})
 _SIGNED: Final = re.compile(r"-[0-9.]")
+
+
+@functools.cache
+def _duration_flags() -> frozenset[str]:
+    """The flags whose value may look like an option: `--delay -5s` is a negative duration (refused with a
+    clear message), not a missing value. Read from the options' definitions only when a value looks so."""
+    from jobcar.options import OPTIONS, Kind, flag
+
+    return frozenset(f for name, option in OPTIONS.items() if option.kind is Kind.DURATION and (f := flag(name)))
 
 
 def _negative_values_attached(argv: Sequence[str]) -> list[str]:
@@ -135,9 +138,9 @@ def _negative_values_attached(argv: Sequence[str]) -> list[str]:
         if arg == "--":
             out += [arg, *args]
             break
-        if arg in _SIGNED_VALUE_OPTIONS:
+        if arg.startswith("--"):
             value = next(args, None)
-            if value is not None and _SIGNED.match(value):
+            if value is not None and _SIGNED.match(value) and arg in _duration_flags():
                 out.append(f"{arg}={value}")
                 continue
             out += [arg] if value is None else [arg, value]
@@ -204,112 +207,6 @@ def cmd_check(args: argparse.Namespace) -> int:
     return EX_OK
 
 
-# -- enqueue --------------------------------------------------------------------------------------
-
-
-def _enqueue_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("type", metavar="TYPE", help="the job type, which selects the handler")
-    parser.add_argument(
-        "payload",
-        metavar="PAYLOAD|@file|-",
-        nargs="?",
-        help="JSON text, @file to read a file, - to read stdin (default: null). "
-        "Checked as JSON unless --content-type is given",
-    )
-    from jobcar.cli_options import add_option_flags
-    from jobcar.options import OPTIONS
-
-    add_option_flags(parser, OPTIONS)
-    parser.add_argument("--json", action="store_true", help='print {"id", "queue", "state", "status"}')
-
-
-def _read_payload(source: str | None, content_type: str | None, max_bytes: int) -> tuple[bytes | None, str | None]:
-    """(payload, content type) for the client: None means JSON null; bytes are sent as they are."""
-    from jobcar.records import encode_payload
-
-    if source is None:
-        return (b"", content_type) if content_type else (None, None)
-    if source == "-":
-        body = sys.stdin.buffer.read()
-    elif source.startswith("@"):
-        try:
-            body = Path(source[1:]).read_bytes()
-        except OSError as exc:
-            raise CommandFailed(f"cannot read the payload file {source[1:]}: {exc.strerror or exc}", EX_USAGE) from None
-    else:
-        body = os.fsencode(source)  # the argument's bytes exactly as the shell passed them
-    # The size first: a payload over the limit is reported as such, without parsing it.
-    encode_payload(body, content_type or DEFAULT_CONTENT_TYPE, max_bytes)
-    if content_type is None:
-        _check_json(body)
-        content_type = DEFAULT_CONTENT_TYPE  # the text goes unchanged, not re-encoded
-    return body, content_type
-
-
-def _check_json(body: bytes) -> None:
-    hint = "quote it for the shell, or give --content-type to send other bytes as they are"
-    try:
-        loads_strict(body.decode("utf-8"))
-    except UnicodeDecodeError:
-        raise CommandFailed(f"the payload is not UTF-8 text, so not JSON; {hint}", EX_USAGE) from None
-    except (ValueError, RecursionError) as exc:
-        raise CommandFailed(f"the payload is not valid JSON ({exc}); {hint}", EX_USAGE) from None
-
-
-def _report(info: JobInfo, as_json: bool) -> None:
-    if as_json:
-        print_json({"id": info.id, "queue": info.queue, "state": info.state.value, "status": info.status.value})
-    else:
-        print(info.id)
-    # Not a failure: an idempotent producer that enqueues twice has done its job (exit 0).
-    if info.status is EnqueueStatus.EXISTS:
-        print(f"jobcar: job {info.id} already exists ({info.state.value}); nothing enqueued", file=sys.stderr)
-    elif info.status is EnqueueStatus.DEBOUNCED:
-        print(f"jobcar: debounced into waiting job {info.id}: it runs later, with this payload", file=sys.stderr)
-    elif info.status is EnqueueStatus.DUPLICATE:
-        print(
-            f"jobcar: the unique key is held by job {info.id} ({info.state.value}); nothing enqueued", file=sys.stderr
-        )
-
-
-def cmd_enqueue(args: argparse.Namespace) -> int:
-    import asyncio
-
-    from jobcar.cli_options import given_options
-    from jobcar.client import AsyncClient
-    from jobcar.options import OPTIONS
-
-    config = load(args)
-    # The client's own rule, said here in the flags' names and before `-` reads stdin.
-    if args.unique_key is not None and args.unique_for is None:
-        raise CommandFailed("--unique-key needs --unique-for (how long the key is held)", EX_USAGE)
-
-    async def enqueue(payload: bytes | None, options: dict[str, Any]) -> JobInfo:
-        async with connected(config) as client:
-            producer = AsyncClient(client, namespace=config.namespace, max_payload_bytes=config.max_payload_bytes)
-            # The client checks the job before it sends anything (its connection opens at the first
-            # command), so bad input is reported as such even while Redis is away.
-            return await producer.enqueue(args.type, payload, **options)
-
-    problems = config.known_targets().problems([(args.type, args.queue or DEFAULT_QUEUE)])
-    if problems and config.strict_enqueue:
-        lines = [f"jobcar: {problem}" for problem in problems]
-        raise CommandFailed("", EX_USAGE, lines=[*lines, "jobcar: nothing enqueued (strict_enqueue is on)"])
-    try:
-        payload, content_type = _read_payload(args.payload, args.content_type, config.max_payload_bytes)
-        options = {**given_options(args, OPTIONS), "queue": args.queue or DEFAULT_QUEUE, "content_type": content_type}
-        info = asyncio.run(enqueue(payload, options))
-    except PayloadTooLarge as exc:
-        raise CommandFailed(str(exc), EX_FAILURE) from None
-    except InvalidJob as exc:
-        raise CommandFailed(str(exc), EX_USAGE) from None
-    _report(info, args.json)
-    # Said after the id, so a script reading stdout still gets it; these jobs would sit or die unrun.
-    for problem in problems:
-        print(f"jobcar: note: {problem}", file=sys.stderr)
-    return EX_OK
-
-
 # -- command groups -------------------------------------------------------------------------------
 
 
@@ -340,7 +237,12 @@ _SCHEDULES: Final = "jobcar.cli_schedules"
 COMMANDS: Final[tuple[Command, ...]] = (
     Command("run", "run the daemon", cmd_run),
     Command("check", "validate the config; print every error with its line", cmd_check, _check_arguments),
-    Command("enqueue", "enqueue a job and print its id", cmd_enqueue, _enqueue_arguments),
+    Command(
+        "enqueue",
+        "enqueue a job and print its id",
+        _later("jobcar.cli_enqueue:cmd_enqueue"),
+        _later("jobcar.cli_enqueue:enqueue_arguments"),
+    ),
     Command(
         "stats",
         "per queue: pending, scheduled, active, dead, paused, latency",
