@@ -360,3 +360,132 @@ def test_a_callback_takes_json_data_and_waits_for_nothing_else(q: QueueDriver) -
     with pytest.raises(InvalidJob, match="takes no after, delay"):
         q.producer.seal_batch("b", on_complete=("report", None, {"delay": 5, "after": ["x"]}))
     assert q.snapshot() == {}
+
+
+def _expire_leases(q: QueueDriver) -> None:
+    """Wait (on Redis time, which the reap reads) until the leases taken with lease_ms=1 have expired."""
+    deadline = q.now_ms() + 2
+    while q.now_ms() <= deadline:
+        pass
+
+
+def _end(q: QueueDriver, job_id: str, token: str, ending: str) -> object:
+    if ending == "kill":
+        return q.kill(job_id, token)
+    if ending == "retry":
+        return q.retry(job_id, token)
+    return q.reap()
+
+
+@pytest.mark.parametrize(("ending", "ended"), [("kill", 2), ("retry", 3), ("reap", "dead")])
+def test_a_job_others_wait_for_does_not_die_while_its_settled_list_holds_another_type(
+    queues: tuple[QueueDriver, QueueDriver], ending: str, ended: object
+) -> None:
+    """As an ack (above): a kill, a retry that spends the last attempt and a reap that moves the job to the
+    dead set are refused before their first write, naming the key, rather than end it without telling."""
+    a, b = queues
+    first = a.enqueue("a", max_attempts=1)
+    waiting = b.enqueue("b", after=[first])
+    a.redis.set(a.keys.settled, "not a list")
+    token = a.lease_one(lease_ms=1 if ending == "reap" else 30_000).token
+    if ending == "reap":
+        _expire_leases(a)
+    before = a.snapshot()
+    with pytest.raises(redis.ResponseError, match=rf"WRONGTYPE jobcar: {re.escape(a.keys.settled)} holds a string"):
+        _end(a, first.id, token, ending)
+    assert a.snapshot() == before, "nothing half-written"
+    a.redis.delete(a.keys.settled)  # as fsck --repair does
+    reply = _end(a, first.id, token, ending)
+    assert (reply[first.id] if isinstance(reply, dict) else reply) == ended
+    carry(a, b)
+    assert b.where(waiting.id) is State.DEAD, "the waiting job was told"
+
+
+@pytest.mark.parametrize(("ending", "ended"), [("kill", 1), ("retry", 2), ("reap", {"x": "dead"})])
+def test_a_job_without_dependents_dies_whatever_its_settled_list_holds(
+    q: QueueDriver, ending: str, ended: object
+) -> None:
+    q.redis.set(q.keys.settled, "not a list")
+    q.enqueue("a", job_id="x", max_attempts=1)
+    token = q.lease_one(lease_ms=1 if ending == "reap" else 30_000).token
+    if ending == "reap":
+        _expire_leases(q)
+    assert _end(q, "x", token, ending) == ended
+
+
+def test_a_retry_that_does_not_end_the_job_pays_no_look_at_the_settled_list(
+    queues: tuple[QueueDriver, QueueDriver],
+) -> None:
+    a, b = queues
+    first = a.enqueue("a", max_attempts=1)
+    b.enqueue("b", after=[first])
+    a.redis.set(a.keys.settled, "not a list")
+    token = a.lease_one().token
+    assert a.retry(first.id, token, spend=False, max_free=5) == 1, "given back: it does not end"
+
+
+def test_a_cancel_of_a_job_others_wait_for_is_refused_while_its_settled_list_holds_another_type(
+    queues: tuple[QueueDriver, QueueDriver],
+) -> None:
+    a, b = queues
+    first = a.enqueue("a")
+    waiting = b.enqueue("b", after=[first])
+    alone = a.enqueue("a")
+    a.redis.set(a.keys.settled, "not a list")
+    before = a.snapshot()
+    with pytest.raises(redis.ResponseError, match=rf"WRONGTYPE jobcar: {re.escape(a.keys.settled)} holds a string"):
+        a.run(transitions.cancel_call(a.keys, first.id))
+    assert a.snapshot() == before, "nothing half-written"
+    canceled = transitions.parse_cancel(a.run(transitions.cancel_call(a.keys, alone.id)))
+    assert canceled == (transitions.CancelResult.CANCELED, State.PENDING), "a job without dependents pays nothing"
+    a.redis.delete(a.keys.settled)
+    canceled = transitions.parse_cancel(a.run(transitions.cancel_call(a.keys, first.id)))
+    assert canceled == (transitions.CancelResult.CANCELED, State.PENDING)
+    carry(a, b)
+    assert b.where(waiting.id) is State.DEAD
+
+
+@pytest.mark.parametrize(("policy", "ends"), [(None, State.DEAD), ("cancel", None)])
+def test_a_settle_that_would_end_a_job_others_wait_for_is_refused_while_its_settled_list_holds_another_type(
+    queues: tuple[QueueDriver, QueueDriver], policy: str | None, ends: State | None
+) -> None:
+    """x (a) <- y (b) <- z (a): x dies; telling y would end it, and y's own dependent z is told through b's
+    settled list, which holds a string. The settle is refused, naming it, and y stays waiting."""
+    a, b = queues
+    x = a.enqueue("x")
+    options = {"queue": "b", "after": [x]} | ({"on_dependency_failure": policy} if policy else {})
+    y = b.producer.enqueue("y", None, **options)  # type: ignore[arg-type]
+    z = a.enqueue("z", after=[y])
+    b.redis.set(b.keys.settled, "not a list")
+    leased = a.lease_one()
+    assert a.kill(x.id, leased.token) == 2
+    [entry] = a.redis.lrange(a.keys.settled, 0, -1)
+    [settle] = settle_calls_of(a.keys, entry, DeadLetterLimits())
+    before = b.snapshot()
+    with pytest.raises(redis.ResponseError, match=rf"WRONGTYPE jobcar: {re.escape(b.keys.settled)} holds a string"):
+        b.run(settle)
+    assert b.snapshot() == before, "nothing half-written"
+    assert b.where(y.id) is State.WAITING
+    b.redis.delete(b.keys.settled)
+    assert b.run(settle) in (b"dead", "dead", b"canceled", "canceled")
+    assert b.where(y.id) is ends
+    a.redis.delete(a.keys.settled)
+    carry(b)
+    assert a.where(z.id) is State.DEAD, "y's own dependent was told"
+
+
+def test_a_seal_that_would_tell_callbacks_is_refused_while_its_settled_list_holds_another_type(
+    queues: tuple[QueueDriver, QueueDriver],
+) -> None:
+    a, b = queues
+    part = a.enqueue("part", 1, batch="nightly")
+    run_one(a, part.id)
+    a.redis.set(a.keys.settled, "not a list")
+    with pytest.raises(redis.ResponseError, match=rf"WRONGTYPE jobcar: {re.escape(a.keys.settled)} holds a string"):
+        a.producer.seal_batch("nightly", queue="a", on_complete=("report", None, {"queue": "b"}))
+    assert a.redis.hget(a.keys.batch("nightly"), "sealed") is None, "not sealed half-way"
+    a.redis.delete(a.keys.settled)
+    sealed = a.producer.seal_batch("nightly", queue="a", on_complete=("report", None, {"queue": "b"}))
+    assert sealed.result is SealResult.COMPLETE
+    carry(a, b)
+    assert b.where("nightly.on_complete") is State.PENDING

@@ -15,6 +15,8 @@
 --   {"cancel_requested", "active"}       flagged; the running daemon finishes it
 --   {"not_cancelable", "dead"|"done"|"canceled"}  already finished; nothing changed
 --   {"missing", ""}                      no such job
+-- A job others wait for, while <prefix>settled holds another type, is refused (includes/tell_dependents.lua,
+-- untold_refusal): nothing changed, and the reply names the key.
 
 --- @include "keys"
 --- @include "release_unique"
@@ -30,6 +32,13 @@ if state == 'active' then
   redis.call('HSET', KEYS[3], 'cancel', '1')
   return {'cancel_requested', state}
 end
+if state ~= 'pending' and state ~= 'scheduled' and state ~= 'waiting' and state ~= 'held' then
+  return {'not_cancelable', state}
+end
+-- Before the first write: a job others wait for is not deleted while it could not tell them.
+local marked = redis.call('HGET', KEYS[3], 'dependents')
+local refused = untold_refusal(prefix, marked)
+if refused then return refused end
 if state == 'pending' then
   if redis.call('LREM', pending_key(KEYS[1], redis.call('HGET', KEYS[3], 'priority')), -1, id) == 0 then
     redis.pcall('LREM', released_key_of(prefix), -1, id)  -- let go by a limit (ADR 0014)
@@ -45,11 +54,9 @@ elseif state == 'held' then
     redis.pcall('LREM', held_key_of(prefix, group), -1, id)
     forget_idle_group(prefix, group)
   end
-else
-  return {'not_cancelable', state}
 end
 release_unique(prefix, KEYS[3], id)
 count_in_batch(prefix, KEYS[3], 'canceled', 1)
-tell_dependents(prefix, KEYS[3], id, 'canceled')
+tell_dependents(prefix, KEYS[3], id, 'canceled', marked)
 redis.call('DEL', KEYS[3])
 return {'canceled', state}

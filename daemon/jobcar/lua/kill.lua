@@ -12,7 +12,9 @@
 -- Touches <prefix>unique:<key> (released), <prefix>batch:<batch> (dead += 1), trimmed jobs' hashes, the
 -- job's limit slots (given back: includes/release_slots.lua).
 -- Returns 1 when moved, 2 when moved and jobs waited for it (their entry is in <prefix>settled: the caller
--- settles them now rather than at its next pass), 0 when the lease was lost (nothing changed).
+-- settles them now rather than at its next pass), 0 when the lease was lost (nothing changed). A job others
+-- wait for while <prefix>settled holds another type is refused (includes/tell_dependents.lua, untold_refusal):
+-- nothing changed, and the reply names the key.
 
 --- @include "now_ms"
 --- @include "holds_lease"
@@ -24,8 +26,12 @@ local refused = wrong_type({KEYS[1], 'zset', KEYS[2], 'zset'})
 if refused then return refused end
 
 local prefix, id, token = ARGV[1], ARGV[2], ARGV[3]
-if not holds_lease(KEYS[3], token) then return 0 end
+local held, fields = holds_lease(KEYS[3], token, 'slots', 'dependents')
+if not held then return 0 end
+-- Before the first write: a job others wait for is not killed while it could not tell them.
+refused = untold_refusal(prefix, fields[4])
+if refused then return refused end
 redis.call('ZREM', KEYS[1], id)
-release_slots(prefix, id, redis.call('HGET', KEYS[3], 'slots'))
+release_slots(prefix, id, fields[3])
 local left = move_to_dead(prefix, KEYS[2], KEYS[3], id, now_ms(), ARGV[4], tonumber(ARGV[5]), tonumber(ARGV[6]))
 return left and 2 or 1

@@ -20,6 +20,8 @@
 -- active set expires (-1: none; 0: more expired than this call's limit), so the caller can sleep until
 -- exactly then; result is "pending", "dead" or "missing" (an id in the active set without a job hash:
 -- removed from the set and reported). A reaped job's limit slots are given back.
+-- A pass that would move to the dead set a job others wait for while <prefix>settled holds another type is
+-- refused whole, before its first write (the reply names the key).
 -- State and deadline are read inside this script, at Redis time, so a job acked or renewed a moment
 -- ago is never reaped, and two reapers running at once cannot recover the same lease twice.
 
@@ -29,6 +31,7 @@
 --- @include "wake"
 --- @include "move_to_pending"
 --- @include "move_to_dead"
+--- @include "tell_dependents"
 --- @include "wrong_type"
 --- @include "release_slots"
 --- @include "turns"
@@ -43,12 +46,29 @@ if refused then return refused end
 
 local now = now_ms()
 local expired = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', '(' .. now, 'LIMIT', 0, tonumber(ARGV[2]))
+-- Every expired job read before the first write: one that dies here while others wait for it, with
+-- <prefix>settled of another type, refuses the whole pass (includes/tell_dependents.lua, untold_refusal)
+-- rather than end it without telling them; its lease is reaped once fsck repaired the key.
+local read, checked = {}, false
+for n, id in ipairs(expired) do
+  local fields = redis.pcall('HMGET', job_key_of(prefix, id), 'type', 'attempt', 'max_attempts', 'slots',
+    'dependents')
+  read[n] = fields
+  if not fields.err and fields[1] and fields[5] and not checked then
+    local attempt = tonumber(fields[2] or '0') or 0
+    if attempt >= (tonumber(fields[3] or ARGV[5]) or tonumber(ARGV[5])) then
+      refused = untold_refusal(prefix, fields[5])
+      if refused then return refused end
+      checked = true
+    end
+  end
+end
 local reply = {}
 local requeued = false
-for _, id in ipairs(expired) do
+for n, id in ipairs(expired) do
   local job_key = job_key_of(prefix, id)
   redis.call('ZREM', KEYS[1], id)
-  local fields = redis.pcall('HMGET', job_key, 'type', 'attempt', 'max_attempts', 'slots')
+  local fields = read[n]
   local result
   if fields.err then
     result = 'missing'  -- its key holds something else than a job: the id leaves the set, fsck reports the key

@@ -26,6 +26,8 @@
 -- back: includes/release_slots.lua).
 -- Returns 1 retried (scheduled or pending), 2 attempts spent: moved to dead, 3 the same and jobs waited for it
 -- (their entry is in <prefix>settled: the caller settles them now), 0 lease lost (nothing changed).
+-- A job others wait for that would die while <prefix>settled holds another type is refused
+-- (includes/tell_dependents.lua, untold_refusal): nothing changed, and the reply names the key.
 
 --- @include "keys"
 --- @include "now_ms"
@@ -45,10 +47,23 @@ if refused then return refused end
 local prefix, id, token = ARGV[1], ARGV[2], ARGV[3]
 local delay = tonumber(ARGV[4])
 local job_key = KEYS[6]
-if not holds_lease(job_key, token) then return 0 end
+local held, fields = holds_lease(job_key, token, 'attempt', 'max_attempts', 'deferrals', 'slots', 'dependents')
+if not held then return 0 end
 
 local now = now_ms()
 -- Read everything before the first write: a script that fails half-way keeps its writes.
+local attempt = tonumber(fields[3] or '0') or 0
+local max_attempts = tonumber(fields[4] or '1') or 1
+local max_free = tonumber(ARGV[9])
+-- A give-back past the job's free ones spends the attempt after all (counted below, in `deferrals`).
+local gives_back = ARGV[6] ~= '1'
+local spend = not gives_back or (max_free > 0 and (tonumber(fields[5] or '0') or 0) + 1 > max_free)
+local dies = spend and attempt >= max_attempts
+if dies then
+  -- A job others wait for does not die while it could not tell them.
+  refused = untold_refusal(prefix, fields[7])
+  if refused then return refused end
+end
 local hold_group = nil
 if ARGV[10] and ARGV[10] ~= '' and delay > 0 then
   local job = redis.call('HGETALL', job_key)
@@ -61,16 +76,10 @@ if ARGV[10] and ARGV[10] ~= '' and delay > 0 then
     hold_group = key and key_rate_group(job_type, key)  -- a job without a key holds back only itself
   end
 end
-local attempt = tonumber(redis.call('HGET', job_key, 'attempt') or '0') or 0
-local max_attempts = tonumber(redis.call('HGET', job_key, 'max_attempts') or '1') or 1
 redis.call('ZREM', KEYS[1], id)
-release_slots(prefix, id, redis.call('HGET', job_key, 'slots'))
-local spend = ARGV[6] == '1'
-local max_free = tonumber(ARGV[9])
-if not spend and max_free > 0 and redis.call('HINCRBY', job_key, 'deferrals', 1) > max_free then
-  spend = true
-end
-if spend and attempt >= max_attempts then
+release_slots(prefix, id, fields[6])
+if gives_back and max_free > 0 then redis.call('HINCRBY', job_key, 'deferrals', 1) end
+if dies then
   local reason = ARGV[5] .. ' (attempts exhausted: ' .. attempt .. ' of ' .. max_attempts .. ')'
   local left = move_to_dead(prefix, KEYS[4], job_key, id, now, reason, tonumber(ARGV[7]), tonumber(ARGV[8]))
   return left and 3 or 2

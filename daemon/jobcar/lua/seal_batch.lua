@@ -10,6 +10,8 @@
 -- job has ended already, <prefix>settled (includes/add_to_batch.lua).
 -- Returns "sealed" (its callbacks are told when its last job ends), "complete" (every job had ended: told
 -- now), or "fired" (told before, by an earlier seal: the callbacks named now are not, and nothing changed).
+-- A seal that would tell callbacks now while <prefix>settled holds another type is refused: nothing changed,
+-- and the reply names the key.
 
 --- @include "keys"
 --- @include "wrong_type"
@@ -18,7 +20,15 @@
 local refused = wrong_type({KEYS[1], 'hash'})
 if refused then return refused end
 local prefix, batch = ARGV[1], ARGV[2]
-if redis.call('HEXISTS', KEYS[1], 'fired') == 1 then return 'fired' end
+local f = redis.call('HMGET', KEYS[1], 'fired', 'dependents', 'total', 'done', 'dead', 'canceled')
+if f[1] then return 'fired' end
+-- Before the first write: a seal that would fire the batch (every job ended) with callbacks to tell does
+-- not, while <prefix>settled holds another type (includes/tell_dependents.lua).
+local ended = (tonumber(f[4]) or 0) + (tonumber(f[5]) or 0) + (tonumber(f[6]) or 0)
+if ended >= (tonumber(f[3]) or 0) then
+  refused = untold_refusal(prefix, (#ARGV >= 3 or f[2]) and '1' or nil)
+  if refused then return refused end
+end
 if #ARGV >= 3 then
   local refs = {}
   for i = 3, #ARGV do refs[#refs + 1] = ARGV[i] end

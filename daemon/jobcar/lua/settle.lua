@@ -24,6 +24,9 @@
 -- told (includes/tell_dependents.lua).
 -- Returns "pending" (those were its last dependencies: it runs now), "waiting" (others remain), "dead",
 -- "canceled", or "ignored" (not waiting, or for none of these: told before).
+-- A job that would end so while it has dependents of its own and <prefix>settled holds another type is
+-- refused (includes/tell_dependents.lua, untold_refusal): nothing changed, and the reply names the key; the
+-- daemons keep the entry that asked, and carry it again once fsck repaired the key.
 
 --- @include "keys"
 --- @include "now_ms"
@@ -53,12 +56,16 @@ for _, ref in ipairs(refs) do
   end
 end
 if not failed then return 'ignored' end
+-- Before the first write: a job others wait for does not end while it could not tell them.
+local marked = redis.call('HGET', job_key, 'dependents')
+local refused = untold_refusal(prefix, marked)
+if refused then return refused end
 redis.call('ZREM', KEYS[2], id)
 redis.call('DEL', deps)
 if policy == 'cancel' then
   release_unique(prefix, job_key, id)
   count_in_batch(prefix, job_key, 'canceled', 1)
-  tell_dependents(prefix, job_key, id, 'canceled')
+  tell_dependents(prefix, job_key, id, 'canceled', marked)
   redis.call('DEL', job_key)
   return 'canceled'
 end

@@ -1,6 +1,7 @@
 --- @include "keys"
 --- @include "release_waiting"
 --- @include "queue_name"
+--- @include "wrong_type"
 
 -- Dependencies (ADR 0016). A job others wait for carries the field `dependents` ("1"), and
 -- <prefix>dependents:<id>, a SET of "<queue>/<id>" references, names them. When it ends (done, dead or
@@ -73,6 +74,15 @@ local function dependents_told(prefix)
     for _, same in ipairs(order) do redis.pcall('RPUSH', settled_key_of(prefix), cjson.encode(entries[same])) end
   end
   return told
+end
+
+-- The refusal (includes/wrong_type.lua) of a script about to end a job that others wait for (`marked`: its
+-- `dependents` field) while <prefix>settled holds another type: ended, the job could not tell them, and
+-- they would wait for ever. Scripts ask before their first write, and only for such a job: ending one
+-- without dependents pays nothing for it.
+local function untold_refusal(prefix, marked)
+  if not marked then return nil end
+  return wrong_type({settled_key_of(prefix), 'list'})
 end
 
 -- True when an entry was left for the daemons to carry.
