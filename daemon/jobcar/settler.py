@@ -24,7 +24,7 @@ from jobcar.dependency_calls import settle_call
 from jobcar.keys import QueueKeys, job_ref, split_job_ref
 from jobcar.recording import dead_letter_limits
 from jobcar.redis_link import RedisLink, naming_key
-from jobcar.scripts import ScriptCall
+from jobcar.scripts import Arg, ScriptCall
 from jobcar.transitions import DeadLetterLimits
 
 log = logging.getLogger("jobcar.settler")
@@ -34,6 +34,8 @@ PASS_INTERVAL: Final = 1.0
 #: Entries read per queue and look; a queue with more is looked at again at once.
 ENTRIES_PER_LOOK: Final = 500
 OUTCOMES: Final = frozenset({"done", "dead", "canceled"})
+#: Refused settles remembered (job id -> the refusal), so that one kept at every pass is logged once.
+REFUSALS_REMEMBERED: Final = 1000
 
 
 class Settler:
@@ -44,6 +46,7 @@ class Settler:
         self._due: set[str] = set()
         self._woken = asyncio.Event()
         self._full_pass_at = 0.0  # monotonic time of the last look at every queue
+        self._refusals: dict[Arg, str] = {}
 
     def apply(self, config: Config) -> None:
         self.config = config
@@ -69,12 +72,13 @@ class Settler:
         try:
             while queues:  # again for the queues whose look was full: they may hold more
                 looks, outage = await self._look(queues)
-                for keys, entries in zip(queues, looks, strict=True):
-                    if entries:
-                        await self._carry(keys, entries)
+                carried = [await self._carry(keys, entries) if entries else 0
+                           for keys, entries in zip(queues, looks, strict=True)]  # fmt: skip
                 if outage is not None:
                     raise outage  # after the queues that answered were carried; counted by the loop
-                queues = [k for k, entries in zip(queues, looks, strict=True) if len(entries) == ENTRIES_PER_LOOK]
+                # A full look that carried none (every entry kept by a refusal) waits for the next pass.
+                queues = [k for k, entries, n in zip(queues, looks, carried, strict=True)
+                          if len(entries) == ENTRIES_PER_LOOK and n]  # fmt: skip
         finally:
             # On a failure this round's queues are due again (carrying an entry twice changes nothing).
             self._due.update(keys.queue for keys in queues)
@@ -91,21 +95,39 @@ class Settler:
         outage = self.link.note_refusals(replies)
         return [reply if isinstance(reply, list) else [] for reply in replies], outage
 
-    async def _carry(self, keys: QueueKeys, entries: list[bytes | str]) -> None:
-        """Tell the waiting jobs of these entries, then remove them."""
+    async def _carry(self, keys: QueueKeys, entries: list[bytes | str]) -> int:
+        """Tell the waiting jobs of these entries, then remove them: how many were removed."""
         # Every waiting job of these entries told in one round trip, then the entries removed in another: a
         # fan-in of 10,000 jobs is 10,000 entries, and one round trip each would make the settler its pace.
         dead = dead_letter_limits(self.config)
-        calls = [c for entry in entries for c in settle_calls_of(keys, entry, dead)]
-        if calls:
-            replies = await self.link.scripts(calls, each_its_own=True)
-            for c, reply in zip(calls, replies, strict=True):
-                if isinstance(reply, Exception):  # a refusal (a key of another type), for fsck to report
-                    log.error("could not settle a dependency: %s", reply, extra={"job_id": c.args[1]})
+        calls_of = [settle_calls_of(keys, entry, dead) for entry in entries]
+        calls = [c for entry_calls in calls_of for c in entry_calls]
+        replies = await self.link.scripts(calls, each_its_own=True) if calls else []
+        for c, reply in zip(calls, replies, strict=True):
+            if isinstance(reply, Exception):  # a refusal (a key of another type), for fsck to report
+                self._log_refusal(c, reply)
+        # An entry with a refused settle stays, to be carried again at a later pass: a waiting job whose own
+        # dependents could not be told (its queue's settled list holds another type) is told once fsck
+        # repaired that key, rather than never. Telling the others twice changes nothing.
+        told = iter(not isinstance(reply, Exception) for reply in replies)
+        done = [entry for entry, entry_calls in zip(entries, calls_of, strict=True)
+                if all([next(told) for _ in entry_calls])]  # fmt: skip
+        if not done:
+            return 0
         pipe = self.link.client.pipeline(transaction=False)
-        for entry in entries:
+        for entry in done:
             pipe.lrem(keys.settled, 1, entry)  # type: ignore[arg-type]
         await self.link.call(pipe.execute)
+        return len(done)
+
+    def _log_refusal(self, c: ScriptCall, refusal: Exception) -> None:
+        """Log a refused settle once, not at every pass that carries its entry again."""
+        if self._refusals.get(c.args[1]) == str(refusal):
+            return
+        log.error("could not settle a dependency: %s", refusal, extra={"job_id": c.args[1]})
+        if len(self._refusals) >= REFUSALS_REMEMBERED:
+            self._refusals.clear()
+        self._refusals[c.args[1]] = str(refusal)
 
 
 def settle_calls_of(keys: QueueKeys, entry: bytes | str, dead: DeadLetterLimits) -> list[ScriptCall]:

@@ -214,3 +214,66 @@ def test_a_settled_list_of_another_type_refuses_the_ack_naming_it_until_fsck_rep
         finally:
             daemon.signal(signal.SIGTERM)
             daemon.stop()
+
+
+FAILED_FOR_GOOD: tuple[int, dict[str, str], bytes] = (400, {}, b"bad input")
+
+
+def test_a_settled_list_of_another_type_refuses_the_kill_of_a_job_others_wait_for_until_fsck_repairs_it(
+    redis_server: RedisServer, namespace: str, tmp_path: Path
+) -> None:
+    """As for an ack: a failed job that b's job waits for is not killed without telling it. The job stays
+    active while the daemon tries again; every WRONGTYPE line names the key; after fsck --repair the kill
+    (or the reap of its lease) goes through and the waiting job is told."""
+    with handler_server() as handlers, redis_server.client() as client:
+        route = {"t": {"url": handlers.url("/t", lambda r: FAILED_FOR_GOOD)}}
+        config = write_config(tmp_path, redis_server.url, namespace, route, queues={"a": 1, "b": 1})
+        a, b = QueueDriver(client, namespace, "a"), QueueDriver(client, namespace, "b")
+        client.set(a.keys.settled, "not a list")
+        first = a.enqueue("t", 1, max_attempts=1)
+        waiting = b.enqueue("t", 2, after=[first])
+        daemon = DaemonProcess(config).start()
+        try:
+            daemon.wait_for_log(f"{a.keys.settled} holds a string")  # the kill's refusal (the settler's look: another)
+            assert a.where(first.id) is State.ACTIVE, "not dead without telling"
+            assert b.where(waiting.id) is State.WAITING
+            lines = logged(daemon, "WRONGTYPE")
+            assert lines
+            assert all(a.keys.settled in line["msg"] for line in lines), lines
+            fsck(config, "--repair")
+            wait_for(lambda: b.where(waiting.id) is State.DEAD, timeout=60, what="b's job told its dependency died")
+            assert a.where(first.id) is State.DEAD
+        finally:
+            daemon.signal(signal.SIGTERM)
+            daemon.stop()
+
+
+def test_a_settle_refused_by_the_waiting_jobs_settled_list_keeps_the_entry_until_fsck_repairs_it(
+    redis_server: RedisServer, namespace: str, tmp_path: Path
+) -> None:
+    """x (a) <- y (b) <- z (a), b's settled list holds a string: x dies, and telling y (which would die too)
+    is refused, naming the key. The entry stays in a's settled list, rather than being dropped with y left
+    waiting for ever; after fsck --repair y dies, and so does z."""
+    with handler_server() as handlers, redis_server.client() as client:
+        route = {"t": {"url": handlers.url("/t", lambda r: FAILED_FOR_GOOD)}}
+        config = write_config(tmp_path, redis_server.url, namespace, route, queues={"a": 1, "b": 1})
+        a, b = QueueDriver(client, namespace, "a"), QueueDriver(client, namespace, "b")
+        client.set(b.keys.settled, "not a list")
+        x = a.enqueue("t", 1, max_attempts=1)
+        y = b.enqueue("t", 2, after=[x])
+        z = a.enqueue("t", 3, after=[y])
+        daemon = DaemonProcess(config).start()
+        try:
+            daemon.wait_for_log("could not settle a dependency")
+            assert logged(daemon, "could not settle")[0]["msg"].count(b.keys.settled) == 1
+            assert a.where(x.id) is State.DEAD
+            assert b.where(y.id) is State.WAITING
+            assert client.llen(a.keys.settled) == 1, "the entry is kept"
+            lines = logged(daemon, "WRONGTYPE")
+            assert all(b.keys.settled in line["msg"] for line in lines), lines
+            fsck(config, "--repair")
+            wait_for(lambda: a.where(z.id) is State.DEAD, timeout=30, what="y, then z, told")
+            assert b.where(y.id) is State.DEAD
+        finally:
+            daemon.signal(signal.SIGTERM)
+            daemon.stop()
