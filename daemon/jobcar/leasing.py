@@ -29,7 +29,7 @@ from jobcar.heartbeat import AliveKey
 from jobcar.keys import QueueKeys
 from jobcar.metrics import Metrics
 from jobcar.recording import dead_letter_limits
-from jobcar.redis_link import RedisLink, RedisRefused
+from jobcar.redis_link import RedisLink, RedisRefused, naming_key
 from jobcar.scripts import Reply, ScriptCall
 from jobcar.transitions import kill_call, lease_call, parse_lease
 from jobcar.transport import AsyncRedis, closed_transport_is_connection_error, lease_on_wake
@@ -205,7 +205,10 @@ class Leaser:
                 call = self._lease(queue, count, alive_key=self.alive.key)
                 return await lease_on_wake(await self._wait_target(), wake, timeout, call)
             with closed_transport_is_connection_error():
-                return await self.link.blocking_client.blmove(wake, wake, timeout, "RIGHT", "RIGHT")
+                try:
+                    return await self.link.blocking_client.blmove(wake, wake, timeout, "RIGHT", "RIGHT")
+                except redis.exceptions.ResponseError as exc:
+                    raise naming_key(exc, wake, "list") from None
 
         with self._reserved(queue, count):
             try:

@@ -1041,3 +1041,22 @@ async def test_collecting_leases_at_a_drain_leaves_no_error_unread_when_a_wake_i
     gc.collect()
     await asyncio.sleep(0)
     assert unread == []
+
+
+@pytest.mark.asyncio
+async def test_a_wake_list_of_another_type_is_logged_naming_it(
+    target: Target, make_parts: MakeParts, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The idle wait's own BLMOVE (sent without a lease behind it, as while draining) names the key in the
+    refusal the daemon logs, as the scripts' refusals do."""
+    parts = await make_parts(target)
+    (queue,) = parts.leaser.queues
+    q = target.driver()
+    q.redis.set(q.keys.wake, "written by something else")
+    parts.runner.drain()  # no lease rides on the wait
+    queue.went_idle.set()
+    with caplog.at_level(logging.WARNING):
+        await parts.leaser.watch(queue)
+    refusals = [r.getMessage() for r in caplog.records if "WRONGTYPE" in r.getMessage()]
+    assert refusals, caplog.text
+    assert all(f"{q.keys.wake} holds another type, not a list" in line for line in refusals), refusals
