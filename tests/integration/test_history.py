@@ -4,16 +4,21 @@ shows processed and failed counts for the last minute and hour, summed over ever
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import AsyncIterator
 
 import pytest
+from redis.exceptions import ResponseError
 
 from jobcar import State
 from jobcar.admin import Admin
 from jobcar.history import History
+from jobcar.keys import QueueKeys, daemons_key
 from jobcar.recording import Recorded
 from jobcar.redis_link import RedisLink, RedisUnavailable, connect
-from jobcar.transitions import HISTORY_SLOT_MS
+from jobcar.scripts import call
+from jobcar.transitions import HISTORY_SLOT_MS, count_call
+from jobcar.transport import execute_async
 from tests.integration.conftest import StartDaemon
 from tests.integration.driver import QueueDriver
 from tests.integration.test_cli import cli
@@ -90,3 +95,24 @@ def test_a_daemon_with_history_off_counts_nothing(start_daemon: StartDaemon, q: 
     wait_for(lambda: all(q.where(i) is None for i in ids), what="every job to end")
     daemon.stop()  # a drain flushes what was counted: here, nothing
     assert not q.redis.keys(q.keys.prefix + "history*")
+
+
+@pytest.mark.asyncio
+async def test_a_history_hour_or_daemons_key_of_another_type_is_refused_naming_it(
+    link: RedisLink, namespace: str, redis_server: RedisServer
+) -> None:
+    """The counts' flush, the history's read and the fleet's announce name a key written by something else,
+    as every other refusal does, instead of a bare WRONGTYPE."""
+    keys = QueueKeys.of(namespace, "default")
+    hour = int((await link.client.time())[0]) * 1000 // HOUR_MS
+    with redis_server.client() as client:
+        client.set(keys.history_hour(hour), "written by something else")
+        client.set(daemons_key(namespace), "written by something else")
+    expected = f"{keys.history_hour(hour)} holds a string, not a hash"
+    with pytest.raises(ResponseError, match=re.escape(expected)):
+        await execute_async(link.client, [count_call(keys, {("email", "done"): 1})])
+    with pytest.raises(ResponseError, match=re.escape(expected)):
+        await Admin(link.client, namespace).history(["default"])
+    announce = call("announce", (daemons_key(namespace),), ("d1", "{}", 60_000))
+    with pytest.raises(ResponseError, match=re.escape(f"{daemons_key(namespace)} holds a string, not a hash")):
+        await execute_async(link.client, [announce])

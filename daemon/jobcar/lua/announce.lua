@@ -10,6 +10,11 @@
 -- Returns the number of entries deleted as forgotten.
 
 --- @include "now_ms"
+--- @include "wrong_type"
+
+-- A daemons key of another type (written by hand) is refused naming it, not a bare WRONGTYPE.
+local refused = wrong_type({KEYS[1], 'hash'})
+if refused then return refused end
 
 local now = now_ms()
 local forget_before = now - tonumber(ARGV[3])

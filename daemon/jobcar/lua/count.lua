@@ -10,12 +10,16 @@
 
 --- @include "keys"
 --- @include "now_ms"
+--- @include "wrong_type"
 
 local HOUR_MS, SLOT_MS = 3600000, 10000
 local prefix = ARGV[1]
 local now = now_ms()
 local hour, slot = math.floor(now / HOUR_MS), math.floor(now / SLOT_MS)
 local key = history_key_of(prefix, hour)
+-- A count of another type (written by hand) is refused naming it, before the first write.
+local refused = wrong_type({key, 'hash'})
+if refused then return refused end
 for i = 2, #ARGV, 2 do
   redis.call('HINCRBY', key, slot .. '|' .. ARGV[i], tonumber(ARGV[i + 1]))
 end

@@ -8,10 +8,13 @@
 
 --- @include "keys"
 --- @include "now_ms"
+--- @include "wrong_type"
 
 local HOUR_MS = 3600000
 local prefix = ARGV[1]
 local now = now_ms()
 local hour = math.floor(now / HOUR_MS)
+local refused = wrong_type({history_key_of(prefix, hour), 'hash', history_key_of(prefix, hour - 1), 'hash'})
+if refused then return refused end
 local this_hour = redis.call('HGETALL', history_key_of(prefix, hour))
 return {now, this_hour, redis.call('HGETALL', history_key_of(prefix, hour - 1))}
