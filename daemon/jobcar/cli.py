@@ -133,19 +133,18 @@ def _duration_flags() -> frozenset[str]:
 def _negative_values_attached(argv: Sequence[str]) -> list[str]:
     """`--delay -5s` as `--delay=-5s`, so that argparse hands the value to the option's own check."""
     out: list[str] = []
-    args = iter(argv)
-    for arg in args:
+    at = 0
+    while at < len(argv):
+        arg = argv[at]
         if arg == "--":
-            out += [arg, *args]
-            break
-        if arg.startswith("--"):
-            value = next(args, None)
-            if value is not None and _SIGNED.match(value) and arg in _duration_flags():
-                out.append(f"{arg}={value}")
-                continue
-            out += [arg] if value is None else [arg, value]
-            continue
-        out.append(arg)
+            return out + list(argv[at:])
+        value = argv[at + 1] if at + 1 < len(argv) else None
+        if value is not None and _SIGNED.match(value) and arg in _duration_flags():
+            out.append(f"{arg}={value}")
+            at += 2
+        else:
+            out.append(arg)
+            at += 1
     return out
 
 

@@ -114,6 +114,10 @@ def test_a_negative_delay_is_a_clear_error(config: Path) -> None:
     done = cli("enqueue", "-c", str(config), "t.echo", "{}", "--delay", "-5s")
     assert done.returncode == 2
     assert "argument --delay: duration must not be negative, got '-5s'" in done.stderr
+    # After a flag that takes no value too, and for every duration option (they derive from the options).
+    done = cli("enqueue", "-c", str(config), "t.echo", "{}", "--json", "--backoff", "-5s")
+    assert done.returncode == 2
+    assert "argument --backoff: duration must not be negative, got '-5s'" in done.stderr
 
 
 def test_inspecting_needs_no_handler_secret(tmp_path: Path, redis_server: RedisServer, namespace: str) -> None:
