@@ -55,6 +55,7 @@ from jobcar.listen import exposure_problem, parse_listen
 from jobcar.names import ID_PATTERN, check_name
 from jobcar.options import OPTIONS, Kind, api_name
 from jobcar.records import Payload
+from jobcar.targets import KnownTargets
 from jobcar.transitions import CancelResult
 from jobcar.ui.pages import build_ui_app
 from jobcar.units import parse_duration
@@ -108,6 +109,7 @@ RequestedJob: TypeAlias = tuple[str, Payload, dict[str, Any]]
 
 CONTEXT: Final = web.AppKey("jobcar.api.context", ApiContext)
 ADMIN: Final = web.AppKey("jobcar.api.admin", Admin)
+TARGETS: Final = web.AppKey("jobcar.api.targets", KnownTargets)
 Handler: TypeAlias = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 
@@ -119,6 +121,7 @@ def build_app(context: ApiContext) -> web.Application:
     app = web.Application(middlewares=[_json_errors, _refuse_web_pages, _auth], client_max_size=max_body)
     app[CONTEXT] = context
     app[ADMIN] = Admin(context.client.redis, context.client.namespace, context.config.queues)
+    app[TARGETS] = context.config.known_targets()  # once: every enqueue request is checked against it
     app.router.add_get("/healthz", _healthz)
     app.router.add_get("/readyz", _readyz)
     app.router.add_get("/metrics", _metrics)
@@ -267,12 +270,11 @@ async def _enqueue(request: web.Request) -> web.Response:
     if not_json is not None:
         return _error(415, not_json)
     specs, batch = parse_enqueue_request(await request.read())
-    context = request.app[CONTEXT]
-    targets = context.config.known_targets()
+    targets = request.app[TARGETS]
     problems = targets.problems((job_type, options.get("queue") or DEFAULT_QUEUE) for job_type, _, options in specs)
     if problems and targets.strict:
         return _error(400, f"{'; '.join(problems)}: nothing enqueued (strict_enqueue is on)")
-    client = context.client
+    client = request.app[CONTEXT].client
     if batch:
         infos = await client.enqueue_many(specs)
     else:
