@@ -43,4 +43,6 @@ async def test_a_round_fires_a_backlog_and_the_other_due_schedules_in_one_round_
     assert backlog is not None
     assert steady is not None
     assert 30 <= backlog.fires <= 31, "every tick of the backlog, in this one round"
+    assert round_trips[1] >= backlog.fires, "every step in the one pipeline"
+    assert (steady.fires, steady.skipped >= 30) == (0, True), "catchup none: a backlog is passed over, not fired"
     assert q.redis.llen(q.keys.pending) == backlog.fires + steady.fires

@@ -115,16 +115,18 @@ def test_with_no_result_kept_a_waiter_still_learns_the_job_is_done(
     listen = f"127.0.0.1:{free_port()}"
     start_daemon({"gated": {"command": gated}}, listen=listen, result_ttl="0s", shutdown_timeout="0s")
     gate = tmp_path / "open"
-    waited, alone = q.enqueue("gated", {"gate": str(gate)}), q.enqueue("gated", {"gate": str(gate)})
-    wait_for(lambda: q.where(waited.id) is State.ACTIVE, what="the handler to start")
+    # One job per kind of waiter, so that each waiter's own mark is what keeps its job.
+    polled, awaited, alone = (q.enqueue("gated", {"gate": str(gate)}) for _ in range(3))
+    wait_for(lambda: q.where(polled.id) is State.ACTIVE, what="the handler to start")
     answers: list[object] = []
     threads = [
-        threading.Thread(target=lambda: answers.append(get(f"http://{listen}/v1/jobs/{waited.id}?wait=30s"))),
-        threading.Thread(target=lambda: answers.append(q.producer.wait(waited.id, timeout=30))),
+        threading.Thread(target=lambda: answers.append(get(f"http://{listen}/v1/jobs/{polled.id}?wait=30s"))),
+        threading.Thread(target=lambda: answers.append(q.producer.wait(awaited.id, timeout=30))),
     ]
     for thread in threads:
         thread.start()
-    wait_for(lambda: q.redis.exists(q.keys.waiter(waited.id)), what="the waiters to say they wait")
+    for waited in (polled, awaited):
+        wait_for(lambda: q.redis.exists(q.keys.waiter(waited.id)), what="each waiter to say it waits")  # noqa: B023
     gate.touch()
     for thread in threads:
         thread.join(timeout=60)

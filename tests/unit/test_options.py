@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from jobcar.api import JOB_FIELDS
+from jobcar.api import JOB_FIELDS, job_spec
 from jobcar.errors import InvalidJob
 from jobcar.options import OPTIONS, SCHEDULE_OPTIONS, Kind, api_name
 from jobcar.records import build_record, checked
@@ -92,6 +92,12 @@ def test_every_choice_option_takes_only_its_choices(name: str) -> None:
 
 
 def test_the_http_api_takes_every_option_under_its_api_name() -> None:
+    """Each option sent under its API name reaches the client as that option, durations and instants read."""
+    given = {name: value for name, value in EVERY_OPTION.items() if value is not None and name != "content_type"}
+    body = {"type": "t", **{api_name(name): value for name, value in given.items()}}
+    _, _, options = job_spec(body)
+    assert options.keys() == given.keys()
+    assert (options["timeout"], options["backoff"]) == (10.0, 2.0)
     assert {api_name(name) for name in OPTIONS} | {"type", "payload", "payload_base64"} == JOB_FIELDS
 
 
@@ -202,6 +208,7 @@ def test_the_cli_offers_a_flag_for_every_option_that_has_one(
     from jobcar.cli import main
     from jobcar.options import flag
 
+    assert {name for name in OPTIONS if flag(name) is None} == {"traceparent", "meta", "batch"}
     assert main([*command, "--help"]) == 0
     shown = capsys.readouterr().out
     for name in names:
