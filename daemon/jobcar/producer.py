@@ -199,13 +199,17 @@ class Producer:
         deadline = _Deadline(timeout, poll)
         marked = False
         while True:
+            if queue is not None and not marked:
+                # Marked before the look that may find it running: its ack then keeps it for this wait, even
+                # without a kept result (ack.lua). An unknown queue is marked once a look has found it.
+                yield ("SET", QueueKeys.of(self.namespace, queue).waiter(job_id), "1", "PX", waiter_ttl_ms(timeout))
+                marked = True
             job = yield from self.get(job_id, queue)
             if job is None or job.state in FINISHED:
                 return job
-            queue = job.queue  # found: later looks read that queue only
-            if not marked:  # the job's ack keeps it a while for this wait, even without a kept result
-                yield ("SET", QueueKeys.of(self.namespace, queue).waiter(job_id), "1", "PX", waiter_ttl_ms(timeout))
-                marked = True
+            if queue is None:
+                queue = job.queue  # found: later looks read that queue only, and it is marked before the next
+                continue
             yield deadline.next_sleep(f"job {job_id} in queue {job.queue} ({job.state.value})")
 
     def batch_status(self, batch_id: str, queue: str) -> Operation[BatchStatus]:

@@ -603,3 +603,12 @@ def test_requeue_into_a_pending_key_of_another_type_is_refused_whole(q: QueueDri
         q.run(transitions.requeue_call(q.keys, [leased.job.id]))
     assert q.redis.zrange(q.keys.dead, 0, -1) == before
     assert q.redis.hget(q.keys.job(leased.job.id), "state") == b"dead"
+
+
+def test_a_job_named_twice_in_one_merged_ack_ends_once(q: QueueDriver) -> None:
+    """Its second copy is a lost lease: the batch counts it once, and it gives back one slot, not two."""
+    info = q.enqueue("t", batch="b1")
+    leased = q.lease_one()
+    ack = transitions.ack_call(q.keys, info.id, leased.token)
+    assert q.run(transitions.merge_acks([ack, ack])) == [1, 0]
+    assert q.redis.hget(q.keys.batch("b1"), "done") == b"1"

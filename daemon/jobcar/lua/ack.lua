@@ -7,8 +7,8 @@
 -- ARGV[1]   the queue's key prefix
 -- then five per job, the n-th job's at ARGV[5n-3 .. 5n+1]:
 --   id, lease token, final state ("done" or "canceled"),
---   retention in ms (0 deletes the job, unless someone waits for it: <prefix>waiter:<id> exists, and the job
---   then stays WAITED_RETENTION_MS; otherwise the job hash (state, finished, result) stays readable
+--   retention in ms (0 deletes the job, unless someone waits for it: while <prefix>waiter:<id> lives, the job
+--   then stays for that key's PTTL; otherwise the job hash (state, finished, result) stays readable
 --   that long), result bytes to keep with the job (already bounded by the caller; "" for none). While
 --   the server is out of memory the result is not kept: the job is done, and its `result_dropped` field
 --   says why (this script runs under OOM so that jobs still finish; a result would grow a full server).
@@ -30,9 +30,6 @@
 --- @include "tell_dependents"
 --- @include "keys"
 
--- How long a job nobody keeps (retention 0) stays for its waiter: longer than a waiter's pause between looks.
-local WAITED_RETENTION_MS = 60000
-
 local refused = wrong_type({KEYS[1], 'zset'})
 if refused then return refused end
 
@@ -40,9 +37,13 @@ local prefix = ARGV[1]
 -- Every lease read before the first write: a job others wait for tells them through <prefix>settled, and a
 -- settled list of another type refuses the whole call here, before it writes, rather than end the job
 -- without telling them. Checked only when a job of the call has dependents: other acks pay nothing for it.
-local leases, checked = {}, false
+-- A job named twice in one call ends once: its second copy is a lost lease, as it was when leases were read
+-- one job at a time.
+local leases, checked, seen = {}, false, {}
 for n = 1, #KEYS - 1 do
   local held, fields = holds_lease(KEYS[1 + n], ARGV[5 * n - 2], 'unique', 'batch', 'slots', 'dependents')
+  held = held and not seen[KEYS[1 + n]]
+  seen[KEYS[1 + n]] = true
   leases[n] = held and fields
   if held and fields[6] and not checked then
     refused = wrong_type({settled_key_of(prefix), 'list'})
@@ -75,8 +76,9 @@ for n = 1, #KEYS - 1 do
     end
     returns.add(id, fields[5])
     local left = told.add(job_key, id, final, fields[6])
-    if retention <= 0 and redis.call('EXISTS', waiter_key_of(prefix, id)) == 1 then
-      retention = WAITED_RETENTION_MS
+    if retention <= 0 then
+      -- Kept for whoever waits for it, as long as they said they would wait (no key: -2, deleted as before).
+      retention = redis.call('PTTL', waiter_key_of(prefix, id))
     end
     if retention > 0 then
       redis.call('HSET', job_key, 'state', final, 'finished', now_ms())

@@ -1,5 +1,4 @@
 --- @include "keys"
---- @include "keys"
 --- @include "group_names"
 --- @include "unpark"
 
