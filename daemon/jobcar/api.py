@@ -270,10 +270,10 @@ async def _enqueue(request: web.Request) -> web.Response:
     if not_json is not None:
         return _error(415, not_json)
     specs, batch = parse_enqueue_request(await request.read())
-    targets = request.app[TARGETS]
-    problems = targets.problems((job_type, options.get("queue") or DEFAULT_QUEUE) for job_type, _, options in specs)
-    if problems and targets.strict:
-        return _error(400, f"{'; '.join(problems)}: nothing enqueued (strict_enqueue is on)")
+    # Under strict_enqueue a TargetRefused, which is an InvalidJob: a 400 naming every problem.
+    problems = request.app[TARGETS].check(
+        (job_type, options.get("queue") or DEFAULT_QUEUE) for job_type, _, options in specs
+    )
     client = request.app[CONTEXT].client
     if batch:
         infos = await client.enqueue_many(specs)

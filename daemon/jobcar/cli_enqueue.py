@@ -18,6 +18,7 @@ from jobcar.job import DEFAULT_CONTENT_TYPE, EnqueueStatus, JobInfo
 from jobcar.keys import DEFAULT_QUEUE
 from jobcar.options import OPTIONS
 from jobcar.records import encode_payload
+from jobcar.targets import TargetRefused
 
 
 def enqueue_arguments(parser: argparse.ArgumentParser) -> None:
@@ -98,10 +99,11 @@ def cmd_enqueue(args: argparse.Namespace) -> int:
             # command), so bad input is reported as such even while Redis is away.
             return await producer.enqueue(args.type, payload, **options)
 
-    problems = config.known_targets().problems([(args.type, args.queue or DEFAULT_QUEUE)])
-    if problems and config.strict_enqueue:
-        lines = [f"jobcar: {problem}" for problem in problems]
-        raise CommandFailed("", EX_USAGE, lines=[*lines, "jobcar: nothing enqueued (strict_enqueue is on)"])
+    try:
+        problems = config.known_targets().check([(args.type, args.queue or DEFAULT_QUEUE)])
+    except TargetRefused as refused:
+        lines = [f"jobcar: {problem}" for problem in refused.problems]
+        raise CommandFailed("", EX_USAGE, lines=[*lines, "jobcar: nothing enqueued (strict_enqueue is on)"]) from None
     try:
         payload, content_type = _read_payload(args.payload, args.content_type, config.max_payload_bytes)
         options = {**given_options(args, OPTIONS), "queue": args.queue or DEFAULT_QUEUE, "content_type": content_type}

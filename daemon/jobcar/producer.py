@@ -27,7 +27,7 @@ from jobcar.dependencies import (
 )
 from jobcar.dependency_calls import DependOutcome, SealResult, seal_batch_call
 from jobcar.enqueueing import EnqueueRecord, enqueue_calls, parse_enqueue
-from jobcar.errors import InvalidJob, TargetWarning
+from jobcar.errors import TargetWarning
 from jobcar.job import FINISHED, Job, JobInfo
 from jobcar.keys import QueueKeys, queues_key, waiter_ttl_ms
 from jobcar.names import ID_PATTERN, check_name
@@ -149,9 +149,7 @@ class Producer:
 
     def _check_targets(self, records: list[EnqueueRecord]) -> None:
         assert self.targets is not None
-        problems = self.targets.problems((r.type, r.queue) for r in records)
-        if problems and self.targets.strict:
-            raise InvalidJob(f"{'; '.join(problems)}: nothing enqueued (strict_enqueue is on)")
+        problems = self.targets.check((r.type, r.queue) for r in records)
         if problems:
             warnings.warn("; ".join(problems), TargetWarning, stacklevel=2)
 

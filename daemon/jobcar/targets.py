@@ -12,6 +12,16 @@ import difflib
 from collections.abc import Collection, Iterable
 from dataclasses import dataclass
 
+from jobcar.errors import InvalidJob
+
+
+class TargetRefused(InvalidJob):
+    """Under `strict_enqueue`: jobs of a type no handler runs or to a queue not served, none written."""
+
+    def __init__(self, problems: list[str]) -> None:
+        super().__init__(f"{'; '.join(problems)}: nothing enqueued (strict_enqueue is on)")
+        self.problems = problems
+
 
 def did_you_mean(name: str, candidates: Collection[str]) -> str:
     """` (did you mean 'x'?)` for the closest of `candidates`, or "" when none is close."""
@@ -37,3 +47,10 @@ class KnownTargets:
             if queue not in self.queues:
                 found[f"queue {queue!r} is not in the queues of {self.source}{did_you_mean(queue, self.queues)}"] = None
         return list(found)
+
+    def check(self, jobs: Iterable[tuple[str, str]]) -> list[str]:
+        """The problems of `jobs` (type, queue) to warn of; TargetRefused when `strict` and there are any."""
+        problems = self.problems(jobs)
+        if problems and self.strict:
+            raise TargetRefused(problems)
+        return problems
