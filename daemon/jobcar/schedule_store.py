@@ -11,7 +11,6 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from jobcar.errors import InvalidJob
 from jobcar.keys import QueueKeys, queues_key
 from jobcar.names import check_name
 from jobcar.records import DEFAULT_MAX_PAYLOAD_BYTES
@@ -116,12 +115,6 @@ def sync_config(namespace: str, specs: Sequence[ScheduleSpec]) -> Operation[dict
             yield from change(namespace, state.spec.name, "remove")
             done[state.spec.name] = "removed"
     return done
-
-
-def require(state: ScheduleState | None, name: str) -> ScheduleState:
-    if state is None:
-        raise InvalidJob(f"no schedule named {name!r}")
-    return state
 
 
 def _as_bytes_map(reply: Reply) -> dict[bytes, bytes]:
