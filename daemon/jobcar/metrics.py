@@ -10,6 +10,10 @@ The series that move with every job (leased, wait, in flight, duration, finished
 in `JobFlow`, rendered by its collector: a prometheus_client value takes a lock per change, six
 changes per job (ADR 0006). The daemon
 changes and reads them on its event loop thread only; the rarer series keep prometheus_client's types.
+
+No `*_created` series: prometheus_client adds one per counter and histogram label set by default, a second
+series for each that only says when the daemon made it (the process start, for label sets created at 0),
+which Prometheus stores as series of their own and no dashboard or alert here reads.
 """
 
 from __future__ import annotations
@@ -21,10 +25,9 @@ from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Final, TypeVar
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, disable_created_metrics, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
 from prometheus_client.registry import Collector
-from prometheus_client.samples import Sample
 from prometheus_client.utils import floatToGoString
 
 from jobcar import __version__, keys, transitions, transport
@@ -47,11 +50,10 @@ _go_float: Callable[[float], str] = floatToGoString  # the `le` spelling of prom
 class Tally:
     """The value of a counter or a gauge, without a lock (see the module's docstring)."""
 
-    __slots__ = ("created", "value")
+    __slots__ = ("value",)
 
     def __init__(self) -> None:
         self.value = 0.0
-        self.created = time.time()
 
     def inc(self, amount: float = 1.0) -> None:
         self.value += amount
@@ -65,13 +67,12 @@ class Distribution:
     (bounds[i-1], bounds[i]], the last one those above every bound; rendered cumulative, as Prometheus
     wants."""
 
-    __slots__ = ("bounds", "counts", "created", "sum")
+    __slots__ = ("bounds", "counts", "sum")
 
     def __init__(self, bounds: Sequence[float]) -> None:
         self.bounds = tuple(bounds)
         self.counts = [0] * (len(self.bounds) + 1)
         self.sum = 0.0
-        self.created = time.time()
 
     def observe(self, value: float) -> None:
         self.counts[bisect_left(self.bounds, value)] += 1
@@ -142,13 +143,13 @@ class JobFlow(Collector):
     def collect(self) -> Iterator[Metric]:
         leased = CounterMetricFamily("jobcar_jobs_leased", "Jobs leased from Redis to run.", labels=["queue"])
         for labels, tally in self.leased.items():
-            leased.add_metric(labels, tally.value, created=tally.created)
+            leased.add_metric(labels, tally.value)
         yield leased
         finished = CounterMetricFamily(
             "jobcar_jobs_finished", "Attempts by how they were recorded in Redis.", labels=["queue", "type", "outcome"]
         )
         for labels, tally in self.finished.items():
-            finished.add_metric(labels, tally.value, created=tally.created)
+            finished.add_metric(labels, tally.value)
         yield finished
         yield _histogram("jobcar_job_duration_seconds", "Time a handler took for one attempt.", ["queue", "type"],
                          self.duration)  # fmt: skip
@@ -172,14 +173,14 @@ def _histogram(name: str, documentation: str, label_names: list[str],
     family = HistogramMetricFamily(name, documentation, labels=label_names)
     for labels, distribution in series.items():
         family.add_metric(labels, distribution.cumulative(), distribution.sum)
-        # HistogramMetricFamily takes no creation time; prometheus_client's own Histogram reports one.
-        family.samples.append(Sample(name + "_created", dict(zip(label_names, labels, strict=True)),
-                                     distribution.created))  # fmt: skip
     return family
 
 
 class Metrics:
     def __init__(self, config: Config) -> None:
+        # Off for prometheus_client's own counters and histograms below (see the module's docstring); the
+        # setting is process-wide, read at each scrape, and this process exports no other registry.
+        disable_created_metrics()  # type: ignore[no-untyped-call]  # prometheus_client leaves it unannotated
         self.registry = CollectorRegistry()
         r = self.registry
         self.flow = JobFlow()

@@ -68,6 +68,8 @@ def test_metrics_move_as_jobs_flow(redis_server: RedisServer, namespace: str, tm
             assert value(after, "jobcar_job_duration_seconds_count", queue="default", type="m") == 4
             assert value(after, "jobcar_job_wait_seconds_count", queue="default") == 5
             assert value(after, "jobcar_jobs_in_flight", queue="default") == 0
+            # Counters and histograms without a `*_created` series each (prometheus_client's default, turned off).
+            assert [name for name, _ in after if name.endswith("_created")] == []
             # Queue depths are read from Redis at scrape time, cached for a second.
             wait_for(lambda: value(scrape(base), "jobcar_queue_jobs", queue="default", state="scheduled") == 1,
                      what="the depth gauges to refresh")  # fmt: skip
