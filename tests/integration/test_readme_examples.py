@@ -69,6 +69,14 @@ NOT_RUN = {
         "a reference of commands with placeholders (ID, Q): test_every_command_of_the_cli_reference_exists"
     ),
     ("handlers/README.md", "PORT=8080"): "long-running servers: tests/integration/test_example_handlers.py runs both",
+    ("README.md", "python3 -m pip wheel"): (
+        "installs into /opt: tests/integration/test_wheel_install.py builds the wheel the same way and installs it "
+        "into a fresh venv"
+    ),
+    ("README.md", "docker build"): (
+        "needs a Docker engine and a registry: tests/unit/test_deploy.py checks the Dockerfile (hadolint, its "
+        "contract, the build context)"
+    ),
 }
 #: Blocks run by the tests below, by the same key.
 RUN = {

