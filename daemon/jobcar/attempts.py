@@ -20,8 +20,10 @@ from enum import StrEnum
 from typing import Final
 
 from jobcar.app_health import HealthGate
+from jobcar.attempt_desk import ANSWERED, CANCELED, LEASE_LOST, STOPPED, AttemptDesk, LiveAttempt
+from jobcar.attempt_logs import LogWriter
 from jobcar.batching import Batches
-from jobcar.config_types import Config, Handler
+from jobcar.config_types import CommandHandler, Config, Handler
 from jobcar.executors import BatchExecutor, Executor
 from jobcar.history import History
 from jobcar.job import Job, State
@@ -49,6 +51,15 @@ class StopReason(StrEnum):
     APP_UNHEALTHY = "returned to pending: the app is unhealthy"
 
 
+#: Why a handler's calls after its attempt stopped early are refused (attempt_desk.py).
+_ENDED_BECAUSE: Final[dict[StopReason | None, str]] = {
+    StopReason.CANCELED: CANCELED,
+    StopReason.LEASE_LOST: LEASE_LOST,
+    StopReason.SHUTDOWN: STOPPED,
+    StopReason.APP_UNHEALTHY: STOPPED,
+}
+
+
 def log_fields(job: Job) -> dict[str, object]:
     """The fields every log line about one attempt carries; built only when a line is logged."""
     return {"queue": job.queue, "job_id": job.id, "type": job.type, "attempt": job.attempt}
@@ -61,6 +72,8 @@ class RunningJob:
     last_renewed: float = field(default_factory=time.monotonic)
     stop_reason: StopReason | None = None
     task: asyncio.Task[None] | None = None
+    #: What its handler may call back (the handler API), while it runs.
+    live: LiveAttempt | None = None
 
     @property
     def job(self) -> Job:
@@ -82,8 +95,10 @@ class Attempts:
         app_health: HealthGate,
         slot_freed: asyncio.Event,
         draining: asyncio.Event,
+        desk: AttemptDesk,
     ) -> None:
         self.link = link
+        self.desk = desk
         self.metrics = metrics
         self.history = history
         self.app_health = app_health
@@ -106,6 +121,7 @@ class Attempts:
     def apply(self, config: Config, executors: Mapping[str, Executor]) -> None:
         """Take a (re)loaded config's handlers. Running jobs finish with the executor they started with."""
         self.config = config
+        self.logs = LogWriter(self.link, config.handler_api)
         self.handlers: Mapping[str, Handler] = config.handlers
         self.executors = dict(executors)
         slots: dict[str, tuple[int, asyncio.Semaphore]] = {}
@@ -203,6 +219,8 @@ class Attempts:
     def _note_stop(self, running: RunningJob, reason: StopReason) -> None:
         """Say why the attempt ends early: its task then records that instead of an outcome."""
         running.stop_reason = reason
+        if running.live is not None:  # its handler may still call while it is stopped: refused from now on
+            self.desk.close(running.live, _ENDED_BECAUSE[reason])
         if reason is StopReason.SHUTDOWN:
             self.returned_on_shutdown += 1
 
@@ -241,6 +259,12 @@ class Attempts:
             log.exception("job failed inside jobcar", extra=log_fields(job))
             outcome = Outcome.retry(f"jobcar internal error: {exc!r}")
         self._forget(running)
+        if running.live is not None and running.live.answered:
+            # Its handler answered through the handler API (a snooze, waiting for its children), which
+            # recorded that: what the handler then returned changes nothing.
+            log.debug("job answered through the handler API; its handler's own answer is not used",
+                      extra=log_fields(job))  # fmt: skip
+            return
         elapsed = time.monotonic() - started
         self.metrics.of_job(job.queue, job.type).duration.observe(elapsed)
         recorded = await self._record(running, outcome)
@@ -287,16 +311,51 @@ class Attempts:
         max_attempts = job.max_attempts or handler.max_attempts
         batches = self._batches.get(job.type)
         if batches is not None:
-            # Asked again when the batch is sent: the drain may have begun while it formed.
+            # Asked again when the batch is sent: the drain may have begun while it formed. A batch's time is
+            # its call's, shared by its jobs: none of them can extend it.
             may_start = functools.partial(self._may_start, running)
-            return await batches.outcome(job, timeout_s=timeout, max_attempts=max_attempts, may_start=may_start)
+            live = self._open(running, time.time() + timeout, 0.0)
+            try:
+                return await batches.outcome(job, timeout_s=timeout, max_attempts=max_attempts, may_start=may_start,
+                                             attempt=live)  # fmt: skip
+            finally:
+                self._close(running)
         limit = self._type_slots.get(job.type)
         if limit is None:
-            return await executor.run(job, deadline=time.time() + timeout, max_attempts=max_attempts)
+            return await self._call_handler(running, executor, timeout, handler.max_extend, max_attempts)
         # A job of a type at its concurrency limit waits here, holding one of the daemon's slots.
         async with limit[1]:
             self._check_may_start(running)
-            return await executor.run(job, deadline=time.time() + timeout, max_attempts=max_attempts)
+            return await self._call_handler(running, executor, timeout, handler.max_extend, max_attempts)
+
+    async def _call_handler(
+        self, running: RunningJob, executor: Executor, seconds: float, max_extend: float, max_attempts: int
+    ) -> Outcome:
+        deadline = time.time() + seconds
+        live = self._open(running, deadline, max_extend)
+        try:
+            return await executor.run(running.job, deadline=deadline, max_attempts=max_attempts, attempt=live)
+        finally:
+            self._close(running)
+
+    def _open(self, running: RunningJob, deadline: float, max_extend: float) -> LiveAttempt:
+        """The attempt as its handler may call it back (attempt_desk.py), from now until `_close`."""
+
+        async def answer_now(outcome: Outcome) -> bool:
+            recorded = await self._record(running, outcome)
+            return recorded is not None and recorded[0] is not Recorded.LEASE_LOST
+
+        live = self.desk.open(running.keys, running.job, running.leased.token, deadline=deadline,
+                              latest=deadline + max_extend, answer_now=answer_now)  # fmt: skip
+        handler = self.handlers.get(running.job.type)
+        if isinstance(handler, CommandHandler) and handler.log_stderr:
+            live.log_lines = self.logs.forward(live)
+        running.live = live
+        return live
+
+    def _close(self, running: RunningJob) -> None:
+        if running.live is not None:
+            self.desk.close(running.live, _ENDED_BECAUSE.get(running.stop_reason, ANSWERED))
 
     async def _record(
         self, running: RunningJob, outcome: Outcome, final: State = State.DONE, give_back: bool = False

@@ -17,6 +17,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from jobcar.attempt_desk import LiveAttempt
 from jobcar.config_types import BatchDelivery, Handler
 from jobcar.executors import BatchExecutor
 from jobcar.job import DEFAULT_CONTENT_TYPE, Job
@@ -55,6 +56,8 @@ class _Entry:
     #: Asked once, when the batch is sent: False when the job must not start now (a drain, an unhealthy
     #: app), having noted why on the attempt.
     may_start: Callable[[], bool]
+    #: What the handler may call back for this job (its attempt's URL and token).
+    attempt: LiveAttempt
     #: Cancelled once its attempt is stopped (canceled, lease lost, drained): the job then leaves a forming
     #: batch, and a call whose every answer is cancelled is stopped.
     answer: asyncio.Future[Outcome]
@@ -84,10 +87,12 @@ class Batches:
         # The calls' tasks, kept until done (the event loop holds tasks only weakly).
         self._tasks: set[asyncio.Task[None]] = set()
 
-    async def outcome(self, job: Job, *, timeout_s: float, max_attempts: int, may_start: Callable[[], bool]) -> Outcome:
+    async def outcome(
+        self, job: Job, *, timeout_s: float, max_attempts: int, may_start: Callable[[], bool], attempt: LiveAttempt
+    ) -> Outcome:
         """Run `job` as part of a batch and return its own outcome. Cancelled: the job leaves its batch, or,
         once its call runs, waits for that call to end (stopping it if no other job in it still runs)."""
-        entry = _Entry(job, timeout_s, max_attempts, may_start, asyncio.get_running_loop().create_future())
+        entry = _Entry(job, timeout_s, max_attempts, may_start, attempt, asyncio.get_running_loop().create_future())
         self._add(entry)
         try:
             # Cancelling this await cancels `answer` too: the call then skips it (nothing awaits it any more).
@@ -144,7 +149,10 @@ class Batches:
             jobs = [entry.job for entry in batch]
             try:
                 outcomes = await self.executor.run_batch(
-                    jobs, deadline=deadline, max_attempts=[entry.max_attempts for entry in batch]
+                    jobs,
+                    deadline=deadline,
+                    max_attempts=[entry.max_attempts for entry in batch],
+                    attempts=[entry.attempt for entry in batch],
                 )
             except Exception as exc:
                 log.exception("batch failed inside jobcar", extra={"type": self.handler.type, "jobs": len(batch)})

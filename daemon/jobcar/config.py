@@ -34,6 +34,7 @@ from jobcar.config_limits import BATCH_FIELDS, LIMITS_FIELDS
 from jobcar.config_schedules import SCHEDULE_FIELDS, schedules_section
 from jobcar.config_settings import (
     DEAD_LETTER_FIELDS,
+    HANDLER_API_FIELDS,
     LOG_FORMATS,
     LOG_LEVELS,
     REDIS_FIELDS,
@@ -46,7 +47,7 @@ from jobcar.config_settings import (
     section,
     valid_name,
 )
-from jobcar.config_types import Config, DeadLetter, Defaults, UiSettings
+from jobcar.config_types import Config, DeadLetter, Defaults, HandlerApiSettings, UiSettings
 from jobcar.config_values import boolean, choice, duration, integer, optional_string, size
 from jobcar.errors import JobcarError
 from jobcar.listen import exposure_problem
@@ -123,6 +124,7 @@ _TOP_FIELDS: Final[Mapping[str, Converter]] = {
     "dead_letter": section(DeadLetter, DEAD_LETTER_FIELDS),
     "schedules": schedules_section,
     "ui": section(UiSettings, UI_FIELDS),
+    "handler_api": section(HandlerApiSettings, HANDLER_API_FIELDS),
     "history": boolean,
     "strict_enqueue": boolean,
 }
@@ -135,6 +137,7 @@ KNOWN_KEYS: Final[Mapping[str, tuple[str, ...]]] = {
     "backoff": tuple(BACKOFF_FIELDS),
     "dead_letter": tuple(DEAD_LETTER_FIELDS),
     "ui": tuple(UI_FIELDS),
+    "handler_api": tuple(HANDLER_API_FIELDS),
     "http handler": tuple(HTTP_FIELDS),
     "command handler": tuple(COMMAND_FIELDS),
     "schedule": tuple(SCHEDULE_FIELDS),

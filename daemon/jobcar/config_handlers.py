@@ -15,7 +15,7 @@ import yaml
 from jobcar.config_limits import batch_section, limits_section
 from jobcar.config_settings import check_url, items
 from jobcar.config_types import Backoff, BackoffStrategy, CommandHandler, Defaults, Handler, HttpHandler
-from jobcar.config_values import choice, duration, integer, optional_string, parse_int, size
+from jobcar.config_values import boolean, choice, duration, integer, optional_string, parse_int, size
 from jobcar.names import TYPE_PATTERN, TYPE_RULE
 from jobcar.yaml_reader import Converter, Invalid, KeyPath, Reader, is_null
 
@@ -130,6 +130,8 @@ _HANDLER_FIELDS: Final[Mapping[str, Converter]] = {
     "concurrency": integer(1, optional=True),
     "limits": limits_section,
     "batch": batch_section,
+    "max_extend": duration(),
+    "max_snoozes": integer(0),
 }
 HTTP_FIELDS: Final[Mapping[str, Converter]] = {
     "url": _url,
@@ -147,6 +149,7 @@ COMMAND_FIELDS: Final[Mapping[str, Converter]] = {
     "kill_grace": duration(),
     "max_output_bytes": size(),
     "cwd": optional_string,
+    "log_stderr": boolean,
 }
 _HTTP_ONLY: Final = {
     key: "only applies to HTTP handlers (this one has a command)" for key in HTTP_FIELDS.keys() - COMMAND_FIELDS

@@ -12,7 +12,7 @@ import yaml
 
 from jobcar.browser_guard import HOST_NAME, is_ip_address
 from jobcar.config_types import RedisSettings
-from jobcar.config_values import boolean, duration, integer, parse_int, string
+from jobcar.config_values import boolean, duration, integer, parse_int, size, string
 from jobcar.listen import parse_listen
 from jobcar.names import NAME_PATTERN, NAME_RULE
 from jobcar.redis_url import is_sentinel_url, redis_url_problem
@@ -138,4 +138,14 @@ DEAD_LETTER_FIELDS: Final[Mapping[str, Converter]] = {
 UI_FIELDS: Final[Mapping[str, Converter]] = {
     "enabled": boolean,
     "write": boolean,
+}
+
+HANDLER_API_FIELDS: Final[Mapping[str, Converter]] = {
+    "url": optional_url,
+    "max_log_lines": integer(1),
+    "max_log_bytes": size(1),
+    "max_line_bytes": size(1),
+    "max_steps": integer(1),
+    "max_step_bytes": size(1),
+    "max_children": integer(1),
 }

@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field
 from enum import StrEnum
-from typing import Any
+from typing import Any, Final
 
 from jobcar.schedules import ScheduleSpec
 from jobcar.targets import KnownTargets
@@ -86,6 +86,10 @@ class BatchDelivery:
     key: str | None = None
 
 
+#: A handler's `max_snoozes` unless set.
+DEFAULT_MAX_SNOOZES: Final = 20
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class HandlerBase:
     type: str
@@ -99,6 +103,12 @@ class HandlerBase:
     limits: Limits | None = None
     #: Deliver jobs in batches (None: one call per job). `concurrency` then counts calls, not jobs.
     batch: BatchDelivery | None = None
+    #: How much longer than its timeout an attempt may run once its handler asked for more time (the handler
+    #: API's extend); 0: no extension.
+    max_extend: float = 0.0
+    #: How many times a job may come back later without spending an attempt over its life: its handler's
+    #: snoozes and its 429/503 answers with Retry-After together. Past it, they spend an attempt.
+    max_snoozes: int = DEFAULT_MAX_SNOOZES
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -123,6 +133,8 @@ class CommandHandler(HandlerBase):
     #: stdout and stderr are each captured up to this many bytes; the rest is read and dropped.
     max_output_bytes: int = 64 * 1024
     cwd: str | None = None
+    #: The command's stderr lines also go to the job's log (the handler API), as they come.
+    log_stderr: bool = False
 
 
 Handler = HttpHandler | CommandHandler
@@ -156,6 +168,24 @@ class UiSettings:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class HandlerApiSettings:
+    """The local API a handler calls during its attempt (handler_api.py, docs/handler-api.md)."""
+
+    #: The base URL handlers are given (None: this daemon's `listen` address, a wildcard one as loopback).
+    url: str | None = None
+    #: A job's log keeps at most this many lines and bytes; the oldest go first, counted.
+    max_log_lines: int = 1000
+    max_log_bytes: int = 256 * 1024
+    #: A longer line is cut to this many bytes.
+    max_line_bytes: int = 4096
+    #: A job keeps at most this many durable steps, each of at most `max_step_bytes`.
+    max_steps: int = 100
+    max_step_bytes: int = 1024 * 1024
+    #: A job's handlers may make at most this many children over its life.
+    max_children: int = 1000
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class Config:
     source: str  # the file it was read from, for messages
     redis: RedisSettings = field(default_factory=RedisSettings)
@@ -185,6 +215,7 @@ class Config:
     #: Periodic jobs: kept in Redis by every daemon of the fleet, fired by any (scheduler.py).
     schedules: tuple[ScheduleSpec, ...] = ()
     ui: UiSettings = field(default_factory=UiSettings)
+    handler_api: HandlerApiSettings = field(default_factory=HandlerApiSettings)
     #: Keep fleet-wide counts of finished attempts per 10 s (history.py): `jobcar stats`, the dashboard's charts.
     history: bool = True
     #: Refuse, rather than warn of, an enqueue by a producer that knows this config (the CLI, the HTTP API,

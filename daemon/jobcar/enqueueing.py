@@ -52,6 +52,7 @@ class EnqueueRecord:
     after: Sequence[str] = ()  # references "<queue>/<id>" of the jobs this one waits for (ADR 0016)
     on_dependency_failure: str | None = None  # "fail" (the default, not stored), "run" or "cancel"
     dependents: Sequence[str] = ()  # references of jobs stored before this one that wait for it
+    parent: str | None = None  # the reference of the job whose handler made this one (the handler API)
 
     def args(self) -> list[Arg]:
         """The record as the scripts that store jobs read it (`lua/includes/store_jobs.lua`)."""
@@ -84,11 +85,12 @@ class EnqueueRecord:
                 ("debounce_ms", self.debounce_ms),
                 ("debounce_max_ms", self.debounce_max_ms),
             )
-        if self.after or self.dependents:
+        if self.after or self.dependents or self.parent:
             optional += (
                 ("after", json.dumps(list(self.after)) if self.after else None),
                 ("on_dependency_failure", self.on_dependency_failure),
                 ("dependents", json.dumps(list(self.dependents)) if self.dependents else None),
+                ("parent", self.parent),
             )
         for name, value in optional:
             if value is not None:

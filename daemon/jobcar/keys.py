@@ -108,6 +108,19 @@ class QueueKeys:
         kept result."""
         return f"{self.prefix}waiter:{job_id}"
 
+    def log(self, job_id: str) -> str:
+        """The LIST of the job's log lines, oldest first, each a JSON object {"at", "attempt", "line"}: written by
+        its handlers through the handler API, bounded (the job hash's `log_bytes` and `log_dropped` count)."""
+        return f"{self.prefix}log:{job_id}"
+
+    def steps(self, job_id: str) -> str:
+        """The HASH of the job's durable steps: name -> "<ms> <result bytes>", kept across its attempts."""
+        return f"{self.prefix}steps:{job_id}"
+
+    def children(self, job_id: str) -> str:
+        """The ZSET of the references "<queue>/<id>" of the jobs its handlers made as its children, by creation ms."""
+        return f"{self.prefix}children:{job_id}"
+
     def unique(self, unique_key: str) -> str:
         return f"{self.prefix}unique:{unique_key}"
 

@@ -46,5 +46,11 @@ class Outcome:
                    busy=busy)  # fmt: skip
 
     @classmethod
+    def snooze(cls, delay: float) -> Outcome:
+        """The handler's snooze: come back in `delay` seconds without spending an attempt (while the job has
+        snoozes left: its handler's `max_snoozes`)."""
+        return cls.retry(f"snoozed by its handler for {delay:g}s", after=delay, spend_attempt=False)
+
+    @classmethod
     def fail(cls, error: str) -> Outcome:
         return cls(OutcomeKind.FAIL, error=bound_error(error))

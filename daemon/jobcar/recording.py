@@ -15,7 +15,7 @@ from enum import StrEnum
 from typing import Final
 
 from jobcar.backoff import retry_delay
-from jobcar.config_types import Config, Limits
+from jobcar.config_types import DEFAULT_MAX_SNOOZES, Config, Limits
 from jobcar.job import State
 from jobcar.keys import QueueKeys
 from jobcar.outcome import Outcome, OutcomeKind
@@ -30,9 +30,6 @@ from jobcar.transitions import (
     kill_call,
     retry_call,
 )
-
-#: How many times a job may give its attempt back (429/503 + Retry-After) over its life.
-MAX_FREE_RETRIES: Final = 20
 
 
 class Recorded(StrEnum):
@@ -110,6 +107,7 @@ def outcome_call(
             policy = replace(policy, base=job.backoff_ms / 1000)
         delay = retry_delay(policy, job.attempt)
     limits = handler.limits if handler else None
+    max_snoozes = handler.max_snoozes if handler else DEFAULT_MAX_SNOOZES
     hold = hold_back(limits) if outcome.busy and limits is not None and limits.on_429 != "job" else None
     call = retry_call(
         keys,
@@ -117,9 +115,10 @@ def outcome_call(
         leased.token,
         delay_ms=int(delay * 1000),
         error=outcome.error or "retry",
-        spend_attempt=outcome.spend_attempt,
+        # A handler allowed no snooze spends its attempt on every one.
+        spend_attempt=outcome.spend_attempt or (max_snoozes == 0 and not give_back),
         # A drain gives attempts back without limit: a restart must never cost a job its attempts.
-        max_free_retries=0 if give_back else MAX_FREE_RETRIES,
+        max_free_retries=0 if give_back else max_snoozes,
         dead=dead_letter_limits(config),
         hold=hold,
     )

@@ -22,6 +22,7 @@ import secrets
 from collections.abc import Mapping
 
 from jobcar.app_health import AlwaysHealthy, HealthGate
+from jobcar.attempt_desk import AttemptDesk
 from jobcar.attempts import Attempts, StopReason
 from jobcar.config_types import Config
 from jobcar.executors import Executor
@@ -50,8 +51,11 @@ class Runner:
         executors: Mapping[str, Executor],
         app_health: HealthGate | None = None,
         metrics: Metrics | None = None,
+        desk: AttemptDesk | None = None,
     ) -> None:
         self.link = link
+        #: The running attempts as their handlers may call them back (the daemon's handler API finds them here).
+        self.desk = desk or AttemptDesk()
         self.metrics = metrics or Metrics(config)
         app_health = app_health or AlwaysHealthy()
         self._tasks: set[asyncio.Task[None]] = set()
@@ -61,7 +65,8 @@ class Runner:
         # ADR 0005: a one-queue daemon queues a lease behind its idle wait, guarded by its alive key.
         alive = AliveKey(queues[0].keys.alive(secrets.token_hex(8))) if len(queues) == 1 else None
         self.history = History(config.namespace, link, list(config.queues))
-        self.attempts = Attempts(link, self.metrics, self.history, app_health, self._changed, self._draining)
+        self.attempts = Attempts(link, self.metrics, self.history, app_health, self._changed, self._draining,
+                                 self.desk)  # fmt: skip
         self.leaser = Leaser(queues, link, self.attempts, self.metrics, app_health, self._changed,
                              self._draining, alive)  # fmt: skip
         self.heartbeat = Heartbeat(self.attempts, link, self.metrics, config.lease, alive)

@@ -23,6 +23,7 @@ import pytest_asyncio
 import redis
 
 from jobcar import transport
+from jobcar.attempt_desk import LiveAttempt
 from jobcar.attempts import Attempts, StopReason
 from jobcar.config_types import Backoff, BackoffStrategy, BatchDelivery, Config, Handler, HttpHandler, RedisSettings
 from jobcar.executors import Executor
@@ -210,7 +211,7 @@ class Returns:
     outcome: Outcome | Exception
     ran: list[str] = field(default_factory=list)
 
-    async def run(self, job: Job, *, deadline: float, max_attempts: int) -> Outcome:
+    async def run(self, job: Job, *, deadline: float, max_attempts: int, attempt: LiveAttempt | None = None) -> Outcome:
         self.ran.append(job.id)
         if isinstance(self.outcome, Exception):
             raise self.outcome
@@ -230,7 +231,7 @@ class Held:
             self._outcomes[job_id] = asyncio.get_running_loop().create_future()
         return self._outcomes[job_id]
 
-    async def run(self, job: Job, *, deadline: float, max_attempts: int) -> Outcome:
+    async def run(self, job: Job, *, deadline: float, max_attempts: int, attempt: LiveAttempt | None = None) -> Outcome:
         self.started.append(job.id)
         try:
             return await self._outcome(job.id)
@@ -598,8 +599,8 @@ def test_recording_a_retry_of_the_last_attempt_kills_the_job(any_target: Target)
 
 
 def test_recording_a_give_back_returns_the_job_to_pending_with_its_attempt(any_target: Target) -> None:
-    """A drain gives attempts back however often it happened before: MAX_FREE_RETRIES bounds only the
-    handlers' own requests for a later slot."""
+    """A drain gives attempts back however often it happened before: a handler's `max_snoozes` bounds
+    only the handlers' own requests for a later slot."""
     q = any_target.driver()
     job_id = q.enqueue("t").id
     leased = q.lease_one(max_attempts=1)
@@ -811,10 +812,17 @@ class HeldCalls:
     def __init__(self, calls: list[tuple[HeldCalls, list[str], asyncio.Future[None]]]) -> None:
         self.calls = calls
 
-    async def run(self, job: Job, *, deadline: float, max_attempts: int) -> Outcome:
+    async def run(self, job: Job, *, deadline: float, max_attempts: int, attempt: LiveAttempt | None = None) -> Outcome:
         raise AssertionError("a batched handler's jobs go through run_batch")
 
-    async def run_batch(self, jobs: Sequence[Job], *, deadline: float, max_attempts: Sequence[int]) -> list[Outcome]:
+    async def run_batch(
+        self,
+        jobs: Sequence[Job],
+        *,
+        deadline: float,
+        max_attempts: Sequence[int],
+        attempts: Sequence[LiveAttempt] = (),
+    ) -> list[Outcome]:
         done = asyncio.get_running_loop().create_future()
         self.calls.append((self, [job.id for job in jobs], done))
         await done

@@ -22,6 +22,7 @@ from jobcar.config_types import (
     Config,
     DeadLetter,
     Defaults,
+    HandlerApiSettings,
     HttpHandler,
     Limits,
     Rate,
@@ -906,6 +907,7 @@ def test_the_loader_accepts_exactly_the_dataclass_fields() -> None:
     assert set(KNOWN_KEYS["backoff"]) == _field_names(Backoff)
     assert set(KNOWN_KEYS["dead_letter"]) == _field_names(DeadLetter)
     assert set(KNOWN_KEYS["ui"]) == _field_names(UiSettings)
+    assert set(KNOWN_KEYS["handler_api"]) == _field_names(HandlerApiSettings)
     assert set(KNOWN_KEYS["http handler"]) == _field_names(HttpHandler, without=("type",))
     assert set(KNOWN_KEYS["command handler"]) == _field_names(CommandHandler, without=("type",))
     assert set(KNOWN_KEYS["limits"]) == _field_names(Limits)
@@ -949,6 +951,7 @@ def _schema_sections(schema: dict[str, Any]) -> dict[str, dict[str, Any]]:
         "backoff": _resolve(schema, defaults["properties"]["backoff"]),
         "dead_letter": _resolve(schema, top["dead_letter"]),
         "ui": _resolve(schema, top["ui"]),
+        "handler_api": _resolve(schema, top["handler_api"]),
         "http handler": http,
         "command handler": command,
         "schedule": _resolve(schema, top["schedules"]["additionalProperties"]),

@@ -43,6 +43,9 @@ MIRROR: dict[str, Callable[[QueueKeys, str], str]] = {
     "settled_key_of": lambda k, _: k.settled,
     "limit_groups_key_of": lambda k, _: k.limit_groups,
     "throttled_key_of": lambda k, _: k.throttled,
+    "log_key_of": lambda k, x: k.log(x),
+    "steps_key_of": lambda k, x: k.steps(x),
+    "children_key_of": lambda k, x: k.children(x),
 }
 #: Ids, keys and names as producers give them: any printable text (history takes an hour).
 ARGUMENTS = ["42", "a:b", "{other}", "with space", "#@~", "'quote\"", "*?[x]\\", "ключ", "473000"]

@@ -20,7 +20,7 @@ from jobcar.schedules import SCHEDULE_FIELDS, SPEC_FIELDS, make_spec
 ROOT = Path(__file__).resolve().parents[2]
 STORE_JOBS = ROOT / "daemon" / "jobcar" / "lua" / "includes" / "store_jobs.lua"
 #: Fields of a record that no option sets: the client's dependency protocol writes them (ADR 0016).
-INTERNAL_FIELDS = {"dependents"}
+INTERNAL_FIELDS = {"dependents", "parent"}
 
 #: A value of each option that passes its checks alone or with the others below.
 EVERY_OPTION: dict[str, Any] = {

@@ -2,9 +2,11 @@
 objects, and the handler's answers back to one Outcome per job. Pure: no I/O.
 
 A job goes out as `{"id", "type", "queue", "attempt", "max_attempts", "enqueued_at", "content_type",
-"payload" | "payload_base64", "meta"?, "key"?, ...}`; an answer comes back as `{"id", "outcome": "done" |
-"retry" | "fail", "error"?, "retry_after"?, "result"?}`. A job without a well-formed answer of its own has
-failed (a retry that spends its attempt): a missing or malformed answer is never a success.
+"payload" | "payload_base64", "meta"?, "key"?, "attempt_url"?, "attempt_token"?, ...}`; an answer comes back
+as `{"id", "outcome": "done" | "retry" | "fail" | "snooze", "error"?, "retry_after"?, "delay"?, "result"?}`
+("snooze": come back after `delay` seconds without spending an attempt, as the handler API's snooze). A job
+without a well-formed answer of its own has failed (a retry that spends its attempt): a missing or malformed
+answer is never a success.
 """
 
 from __future__ import annotations
@@ -17,13 +19,14 @@ import re
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any, Final
 
+from jobcar.attempt_desk import TOKEN_FIELD, URL_FIELD, LiveAttempt
 from jobcar.job import DEFAULT_CONTENT_TYPE, Job
 from jobcar.outcome import Outcome
 from jobcar.timestamps import rfc3339, rfc3339_ms
 
 __all__ = ["command_input", "http_body", "outcomes_from_array", "outcomes_from_lines"]
 
-_OUTCOMES: Final = ("done", "retry", "fail")
+_OUTCOMES: Final = ("done", "retry", "fail", "snooze")
 _DONE: Final = Outcome.success()  # frozen: one for every job answered done without a result
 _encode = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False).encode
 
@@ -32,7 +35,7 @@ _encode = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False).encode
 _string: Final[Callable[[str], str]] = json.encoder.encode_basestring
 
 
-def _item(job: Job, max_attempts: int, *, one_line: bool) -> bytes:
+def _item(job: Job, max_attempts: int, attempt: LiveAttempt | None, *, one_line: bool) -> bytes:
     """One job as a JSON object. Built as text rather than as a dict to encode: this runs for every job of
     every batch, and a JSON payload is spliced in as its producer wrote it (after a check that it parses)."""
     head = (
@@ -50,6 +53,8 @@ def _item(job: Job, max_attempts: int, *, one_line: bool) -> bytes:
         head += f',"schedule":{_string(job.schedule or "")},"scheduled_at":"{rfc3339_ms(job.scheduled_at_ms)}"'
     if job.after:
         head += ',"after":' + _encode(list(job.after))
+    if attempt is not None:
+        head += f',"{URL_FIELD}":{_string(attempt.url)},"{TOKEN_FIELD}":"{attempt.token}"'
     return head.encode() + _payload(job, one_line=one_line) + b"}"
 
 
@@ -78,15 +83,23 @@ def _refuse_constant(name: str) -> object:
     raise ValueError(f"{name} is not JSON")
 
 
-def http_body(jobs: Sequence[Job], max_attempts: Sequence[int]) -> bytes:
+def http_body(jobs: Sequence[Job], max_attempts: Sequence[int], attempts: Sequence[LiveAttempt] = ()) -> bytes:
     """A batch as one HTTP request body: a JSON array of the jobs."""
-    items = [_item(job, most, one_line=False) for job, most in zip(jobs, max_attempts, strict=True)]
+    items = [_item(job, most, attempt, one_line=False) for job, most, attempt in _each(jobs, max_attempts, attempts)]
     return b"[" + b",".join(items) + b"]"
 
 
-def command_input(jobs: Sequence[Job], max_attempts: Sequence[int]) -> bytes:
+def command_input(jobs: Sequence[Job], max_attempts: Sequence[int], attempts: Sequence[LiveAttempt] = ()) -> bytes:
     """A batch as a command's stdin: one JSON object per line."""
-    return b"".join(_item(job, most, one_line=True) + b"\n" for job, most in zip(jobs, max_attempts, strict=True))
+    each = _each(jobs, max_attempts, attempts)
+    return b"".join(_item(job, most, attempt, one_line=True) + b"\n" for job, most, attempt in each)
+
+
+def _each(
+    jobs: Sequence[Job], max_attempts: Sequence[int], attempts: Sequence[LiveAttempt]
+) -> zip[tuple[Job, int, LiveAttempt | None]]:
+    each: Sequence[LiveAttempt | None] = attempts or [None] * len(jobs)
+    return zip(jobs, max_attempts, each, strict=True)
 
 
 def outcomes_from_array(
@@ -151,6 +164,11 @@ def _outcome(answer: dict[str, Any], *, result_limit: int, max_retry_after: floa
         return Outcome.success(_encode(answer["result"]).encode()[:result_limit])
     if kind == "fail":
         return Outcome.fail(error or "the handler's batch answer says fail")
+    if kind == "snooze":
+        delay = answer.get("delay")
+        if isinstance(delay, bool) or not isinstance(delay, int | float) or not math.isfinite(delay) or delay < 0:
+            return Outcome.retry(f"batch answer: a snooze's delay must be a number of seconds, not {_shown(delay)}")
+        return Outcome.snooze(min(float(delay), max_retry_after))
     after = answer.get("retry_after")
     if after is not None:
         if isinstance(after, bool) or not isinstance(after, int | float) or not math.isfinite(after) or after < 0:

@@ -5,16 +5,20 @@ Outcome.
 captures, and its whole tree ended when the job is, so that nothing a handler forked outlives its job.
 
 Outcomes: exit 0 → success with stdout as the result; an exit code in `permanent_exit_codes` → fail;
-any other exit, death by a signal or a timeout → retry. The tail of stderr becomes the error text.
+exit 75 (EX_TEMPFAIL) with a duration on stdout (`30s`) → a snooze, as the handler API's; any other exit,
+death by a signal or a timeout → retry. The tail of stderr becomes the error text.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import signal
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from typing import Final
 
+from jobcar.attempt_desk import TOKEN_ENV, URL_ENV, LiveAttempt
 from jobcar.config_types import DEFAULT_ENV_ALLOW, CommandHandler
 from jobcar.executors.batch_wire import command_input, outcomes_from_lines
 from jobcar.executors.command_process import Capture, CommandProcess, Ended
@@ -22,8 +26,12 @@ from jobcar.executors.guardian import Guardian
 from jobcar.job import Job
 from jobcar.outcome import MAX_ERROR_CHARS, Outcome
 from jobcar.timestamps import rfc3339, rfc3339_ms
+from jobcar.units import parse_duration
 
-__all__ = ["CommandExecutor"]
+__all__ = ["SNOOZE_EXIT_CODE", "CommandExecutor"]
+
+#: The exit code of a command that snoozes its job, its stdout the delay (sysexits.h's EX_TEMPFAIL).
+SNOOZE_EXIT_CODE: Final = 75
 
 
 class CommandExecutor:
@@ -39,7 +47,9 @@ class CommandExecutor:
         # handler unless named.
         self._base_env = {name: os.environ[name] for name in names if name in os.environ}
 
-    def _environment(self, job: Job, *, deadline: float, max_attempts: int) -> dict[str, str]:
+    def _environment(
+        self, job: Job, *, deadline: float, max_attempts: int, attempt: LiveAttempt | None
+    ) -> dict[str, str]:
         env = {**self._base_env, **self.handler.env}
         env.update(
             {
@@ -60,6 +70,9 @@ class CommandExecutor:
             env["JOBCAR_SCHEDULED_AT"] = rfc3339_ms(job.scheduled_at_ms) or ""
         if job.after_header:
             env["JOBCAR_AFTER"] = job.after_header
+        if attempt is not None:  # where the handler calls back during the attempt
+            env[URL_ENV] = attempt.url
+            env[TOKEN_ENV] = attempt.token
         return env
 
     def _batch_environment(self, first: Job, count: int, *, deadline: float) -> dict[str, str]:
@@ -75,18 +88,36 @@ class CommandExecutor:
         )
         return env
 
-    async def run(self, job: Job, *, deadline: float, max_attempts: int) -> Outcome:
+    async def run(self, job: Job, *, deadline: float, max_attempts: int, attempt: LiveAttempt | None = None) -> Outcome:
         handler = self.handler
-        budget = min(handler.timeout, deadline - time.time())
+        started = time.time()
+        budget = min(handler.timeout, deadline - started)
         if budget <= 0:
             return Outcome.retry("timeout: the job's deadline passed before the command started")
-        env = self._environment(job, deadline=deadline, max_attempts=max_attempts)
+        env = self._environment(job, deadline=deadline, max_attempts=max_attempts, attempt=attempt)
         stdout = Capture(handler.max_output_bytes, keep_tail=False)
-        stderr = Capture(handler.max_output_bytes, keep_tail=True)
-        ended = await self._process.run(env, job.payload, budget, stdout, stderr)
-        return ended if isinstance(ended, Outcome) else self._outcome(ended, stdout, stderr)
+        tee = _lines_to(attempt.log_lines) if attempt is not None and attempt.log_lines is not None else None
+        stderr = Capture(handler.max_output_bytes, keep_tail=True, tee=tee)
+        extendable = attempt if attempt is not None and attempt.extendable else None
+        if extendable is not None:
+            extendable.deadline = started + budget
+        ended = await self._process.run(env, job.payload, budget, stdout, stderr, extendable)
+        if tee is not None:
+            tee(b"\n")  # the last line, if it had no line break
+        if isinstance(ended, Outcome):
+            return ended
+        if extendable is not None and ended.timed_out:
+            ended = dataclasses.replace(ended, budget=extendable.deadline - started)
+        return self._outcome(ended, stdout, stderr)
 
-    async def run_batch(self, jobs: Sequence[Job], *, deadline: float, max_attempts: Sequence[int]) -> list[Outcome]:
+    async def run_batch(
+        self,
+        jobs: Sequence[Job],
+        *,
+        deadline: float,
+        max_attempts: Sequence[int],
+        attempts: Sequence[LiveAttempt] = (),
+    ) -> list[Outcome]:
         """Run the command once with the jobs as JSON lines on stdin; each job's outcome is its answer line on
         stdout (`batch_wire`). A job without one gets the run's own outcome, even after exit 0: no answer is
         never a success. Answers printed before a crash or a timeout still count."""
@@ -98,7 +129,7 @@ class CommandExecutor:
         env = self._batch_environment(jobs[0], count, deadline=deadline)
         stdout = Capture(handler.max_output_bytes * count, keep_tail=False)
         stderr = Capture(handler.max_output_bytes, keep_tail=True)
-        ended = await self._process.run(env, command_input(jobs, max_attempts), budget, stdout, stderr)
+        ended = await self._process.run(env, command_input(jobs, max_attempts, attempts), budget, stdout, stderr)
         if isinstance(ended, Outcome):
             return [ended] * count
         answers = outcomes_from_lines(jobs, stdout.data, result_limit=handler.max_output_bytes,
@@ -127,7 +158,30 @@ class CommandExecutor:
             return Outcome.retry(_error_text(f"killed by signal {_signal_name(-code)}", stdout, stderr))
         if code in self.handler.permanent_exit_codes:
             return Outcome.fail(_error_text(f"exit code {code}", stdout, stderr))
+        if code == SNOOZE_EXIT_CODE:
+            try:
+                delay = parse_duration(stdout.data.decode("utf-8", errors="replace").strip())
+            except ValueError as exc:
+                return Outcome.retry(_error_text(f"exit code {code} (a snooze) without a delay on stdout: {exc}",
+                                                 Capture(0, keep_tail=False), stderr))  # fmt: skip
+            return Outcome.snooze(min(delay, self.handler.max_retry_after))
         return Outcome.retry(_error_text(f"exit code {code}", stdout, stderr))
+
+
+def _lines_to(sink: Callable[[list[str]], None]) -> Callable[[bytes], None]:
+    """A stream's chunks as whole lines to `sink` (a partial line waits for its end; b"\\n" flushes it)."""
+    pending = bytearray()
+
+    def feed(chunk: bytes) -> None:
+        pending.extend(chunk)
+        end = pending.rfind(b"\n")
+        if end < 0:
+            return
+        lines = bytes(pending[:end]).decode("utf-8", errors="replace").split("\n")
+        del pending[: end + 1]
+        sink([line for line in lines if line.strip()])
+
+    return feed
 
 
 def _signal_name(signum: int) -> str:

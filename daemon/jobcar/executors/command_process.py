@@ -18,10 +18,11 @@ import logging
 import os
 import signal
 import subprocess
-from collections.abc import Coroutine
+from collections.abc import Callable, Coroutine
 from dataclasses import dataclass
 from typing import Any, Final, TypeVar, cast
 
+from jobcar.attempt_desk import LiveAttempt
 from jobcar.config_types import CommandHandler
 from jobcar.executors.containment import ProcessTree
 from jobcar.executors.guardian import Guardian
@@ -47,13 +48,17 @@ _CLEANUPS: set[asyncio.Task[Any]] = set()
 class Capture:
     """A bounded copy of one output stream: the first or the last `limit` bytes, and the total count."""
 
-    def __init__(self, limit: int, *, keep_tail: bool) -> None:
+    def __init__(self, limit: int, *, keep_tail: bool, tee: Callable[[bytes], None] | None = None) -> None:
         self.limit = max(0, limit)
         self.keep_tail = keep_tail
         self.total = 0
         self._kept = bytearray()
+        #: Also given every chunk as it comes (a command's stderr for the job's log: `log_stderr`).
+        self._tee = tee
 
     def feed(self, chunk: bytes) -> None:
+        if self._tee is not None:
+            self._tee(chunk)
         self.total += len(chunk)
         if self.keep_tail:
             self._kept += chunk
@@ -96,10 +101,17 @@ class CommandProcess:
         self._use_cgroups = use_cgroups
 
     async def run(
-        self, env: dict[str, str], stdin: bytes, budget: float, stdout: Capture, stderr: Capture
+        self,
+        env: dict[str, str],
+        stdin: bytes,
+        budget: float,
+        stdout: Capture,
+        stderr: Capture,
+        attempt: LiveAttempt | None = None,
     ) -> Ended | Outcome:
         """Run the command with `stdin` for up to `budget` seconds and end its whole tree; an Outcome when it
-        could not be started."""
+        could not be started. An extendable `attempt` sets the time instead: until its deadline, which its
+        handler may move."""
         tree = ProcessTree.create(use_cgroups=self._use_cgroups)
         protocol = _HandlerProtocol(stdout, stderr)
         if self._guardian is not None and tree.cgroup is not None:
@@ -124,7 +136,7 @@ class CommandProcess:
         timed_out = False
         try:
             try:
-                async with asyncio.timeout(budget):
+                async with asyncio.timeout(budget) if attempt is None else attempt.bounded():
                     await protocol.exited.wait()
             except TimeoutError:
                 timed_out = True

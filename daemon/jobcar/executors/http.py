@@ -23,6 +23,7 @@ from email.utils import parsedate_to_datetime
 from typing import Final
 
 from jobcar import __version__
+from jobcar.attempt_desk import TOKEN_HEADER, URL_HEADER, LiveAttempt
 from jobcar.config_types import HttpHandler
 from jobcar.executors.batch_wire import http_body, outcomes_from_array
 from jobcar.executors.http_client import (
@@ -116,6 +117,8 @@ _OWN_HEADERS: Final = frozenset(
         "jobcar-timestamp",
         "jobcar-signature",
         "jobcar-batch-size",
+        URL_HEADER.lower(),
+        TOKEN_HEADER.lower(),
     }
 )
 #: Job fields end up in header values: a line break there would let a producer forge headers.
@@ -150,7 +153,9 @@ class HttpExecutor:
         self._default_traceparent = f"traceparent: {traceparent[1]}\r\n" if traceparent else ""
         self._limit = max(handler.max_response_bytes, ERROR_BODY_BYTES)
 
-    def _request_head(self, job: Job, *, deadline: float, max_attempts: int) -> bytes | None:
+    def _request_head(
+        self, job: Job, *, deadline: float, max_attempts: int, attempt: LiveAttempt | None
+    ) -> bytes | None:
         """The request head for one job, or None when a job field would break out of its header."""
         after = job.after_header
         job_fields = job.content_type + job.id + job.type + job.queue + (job.traceparent or "") + (job.schedule or "")
@@ -168,6 +173,8 @@ class HttpExecutor:
             head += f"Jobcar-Schedule: {job.schedule}\r\nJobcar-Scheduled-At: {rfc3339_ms(job.scheduled_at_ms)}\r\n"
         if after:  # a step of a chain: which jobs it ran after (their results, while kept, are theirs)
             head += f"Jobcar-After: {after}\r\n"
+        if attempt is not None:  # where the handler calls back during the attempt (its URL quotes the job id)
+            head += f"{URL_HEADER}: {attempt.url}\r\n{TOKEN_HEADER}: {attempt.token}\r\n"
         return (head + self._signature(job.payload) + "\r\n").encode()
 
     def _signature(self, body: bytes) -> str:
@@ -177,19 +184,30 @@ class HttpExecutor:
         signature = sign(self.handler.signing_secret, timestamp, body)
         return f"Jobcar-Timestamp: {timestamp}\r\nJobcar-Signature: {signature}\r\n"
 
-    async def run(self, job: Job, *, deadline: float, max_attempts: int) -> Outcome:
-        budget = min(self.handler.timeout, deadline - time.time())
+    async def run(self, job: Job, *, deadline: float, max_attempts: int, attempt: LiveAttempt | None = None) -> Outcome:
+        started = time.time()
+        budget = min(self.handler.timeout, deadline - started)
         if budget <= 0:
             return Outcome.retry("timeout: the job's deadline passed before the request was sent")
-        head = self._request_head(job, deadline=deadline, max_attempts=max_attempts)
+        head = self._request_head(job, deadline=deadline, max_attempts=max_attempts, attempt=attempt)
         if head is None:
             return Outcome.fail("the job's id, type, queue, content type, traceparent or schedule holds a line break")
         # CancelledError is never caught here: the client drops the connection, so the handler sees
         # the client go away.
         try:
-            expires = asyncio.get_running_loop().time() + budget
-            response = await self._client.post(self._origin, head, job.payload, self._limit, expires)
+            if attempt is not None and attempt.extendable:
+                # Its deadline may move (the handler asks for more time): the attempt's own timeout ends it, and
+                # the client's is only the latest it could reach. Not on every request: it costs (ADR 0006).
+                attempt.deadline = started + budget
+                expires = asyncio.get_running_loop().time() + attempt.latest - started
+                async with attempt.bounded():
+                    response = await self._client.post(self._origin, head, job.payload, self._limit, expires)
+            else:
+                expires = asyncio.get_running_loop().time() + budget
+                response = await self._client.post(self._origin, head, job.payload, self._limit, expires)
         except TimeoutError:
+            if attempt is not None and attempt.deadline > started + budget:
+                return Outcome.retry(f"timeout after {attempt.deadline - started:.1f}s (extended by its handler)")
             return Outcome.retry(f"timeout after {budget:.1f}s")
         except RequestFailed as exc:
             return Outcome.retry(_describe(exc))
@@ -198,7 +216,14 @@ class HttpExecutor:
             return Outcome.success(response.body[: self.handler.max_response_bytes])
         return self._error_outcome(response)
 
-    async def run_batch(self, jobs: Sequence[Job], *, deadline: float, max_attempts: Sequence[int]) -> list[Outcome]:
+    async def run_batch(
+        self,
+        jobs: Sequence[Job],
+        *,
+        deadline: float,
+        max_attempts: Sequence[int],
+        attempts: Sequence[LiveAttempt] = (),
+    ) -> list[Outcome]:
         """POST the jobs as one JSON array; each gets its own outcome from the answer (`batch_wire`). An
         answer that is not a 2xx, a timeout or a failed request is every job's outcome."""
         count = len(jobs)
@@ -208,7 +233,7 @@ class HttpExecutor:
         first = jobs[0]  # a batch holds jobs of one type and one queue
         if _UNSAFE_IN_HEADER.search(first.type + first.queue):
             return [Outcome.fail("the job's type or queue holds a line break")] * count
-        body = http_body(jobs, max_attempts)
+        body = http_body(jobs, max_attempts, attempts)
         limit = self._limit * count  # the answer holds a result of up to max_response_bytes per job
         head = (
             f"{self._head}Content-Type: application/json\r\nContent-Length: {len(body)}\r\n"

@@ -12,7 +12,8 @@
 --   that long), result bytes to keep with the job (already bounded by the caller; "" for none). While
 --   the server is out of memory the result is not kept: the job is done, and its `result_dropped` field
 --   says why (this script runs under OOM so that jobs still finish; a result would grow a full server).
--- Touches <prefix>unique:<key> (released), <prefix>batch:<batch> (done or canceled += 1), the job's limit
+-- Touches the job's handler data (includes/handler_data.lua: expires with it, or deleted), <prefix>unique:<key>
+-- (released), <prefix>batch:<batch> (done or canceled += 1), the job's limit
 -- slots (given back: includes/release_slots.lua),
 -- <prefix>settled (the jobs waiting for it are told: includes/tell_dependents.lua).
 -- Returns one integer per job, in order: 1 finished, 2 finished and jobs in other queues waited for it or for
@@ -29,6 +30,7 @@
 --- @include "release_slots"
 --- @include "tell_dependents"
 --- @include "keys"
+--- @include "handler_data"
 
 local refused = wrong_type({KEYS[1], 'zset'})
 if refused then return refused end
@@ -41,7 +43,8 @@ local prefix = ARGV[1]
 -- one job at a time.
 local leases, checked, seen = {}, false, {}
 for n = 1, #KEYS - 1 do
-  local held, fields = holds_lease(KEYS[1 + n], ARGV[5 * n - 2], 'unique', 'batch', 'slots', 'dependents')
+  local held, fields = holds_lease(KEYS[1 + n], ARGV[5 * n - 2], 'unique', 'batch', 'slots', 'dependents',
+    'handler_data')
   held = held and not seen[KEYS[1 + n]]
   seen[KEYS[1 + n]] = true
   leases[n] = held and fields
@@ -91,8 +94,10 @@ for n = 1, #KEYS - 1 do
         end
       end
       redis.call('PEXPIRE', job_key, retention)
+      if fields[7] then expire_handler_data(prefix, id, retention) end
     else
       redis.call('DEL', job_key)
+      if fields[7] then drop_handler_data(prefix, id) end
     end
     finished[n] = left and 2 or 1
   else

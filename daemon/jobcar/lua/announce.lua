@@ -12,17 +12,17 @@
 --- @include "now_ms"
 --- @include "wrong_type"
 
--- A daemons key of another type (written by hand) is refused naming it, not a bare WRONGTYPE.
-local refused = wrong_type({KEYS[1], 'hash'})
-if refused then return refused end
+-- One read of the entries: this daemon's own gives its first announce's time, the others are looked at for
+-- the forget time. A daemons key of another type (written by hand) fails that read, the script's first
+-- command, and is refused naming it, not a bare WRONGTYPE: the TYPE is asked only then, so a renewal
+-- costs no command for it (ADR 0022).
+local entries = redis.pcall('HGETALL', KEYS[1])
+if entries.err then return wrong_type({KEYS[1], 'hash'}) or redis.error_reply(entries.err) end
 
 local now = now_ms()
 local forget_before = now - tonumber(ARGV[3])
--- One read of the entries: this daemon's own gives its first announce's time, the others are looked at for
--- the forget time.
 local started = now
 local forgotten = 0
-local entries = redis.call('HGETALL', KEYS[1])
 for i = 1, #entries, 2 do
   local ok, entry = pcall(cjson.decode, entries[i + 1])
   if not (ok and type(entry) == 'table') then entry = {} end

@@ -24,6 +24,7 @@
 --- @include "count_in_batch"
 --- @include "unpark"
 --- @include "tell_dependents"
+--- @include "handler_data"
 
 local prefix, id = ARGV[1], ARGV[2]
 local state = redis.call('HGET', KEYS[3], 'state')
@@ -59,4 +60,5 @@ release_unique(prefix, KEYS[3], id)
 count_in_batch(prefix, KEYS[3], 'canceled', 1)
 tell_dependents(prefix, KEYS[3], id, 'canceled', marked)
 redis.call('DEL', KEYS[3])
+drop_handler_data(prefix, id)
 return {'canceled', state}

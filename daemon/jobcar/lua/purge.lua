@@ -5,10 +5,11 @@
 -- ARGV[1] the queue's key prefix
 -- ARGV[2] the most jobs to delete in this call ("purge all" calls again until it returns 0)
 -- ARGV[3..] ids to delete; none means the oldest dead jobs, up to ARGV[2]
--- Touches <prefix>job:<id> HASH (deleted).
+-- Touches <prefix>job:<id> HASH and its handler data (deleted).
 -- Returns the number of jobs deleted. Ids that are not in the dead set are skipped.
 
 --- @include "keys"
+--- @include "handler_data"
 
 local prefix = ARGV[1]
 local ids = {}
@@ -21,6 +22,7 @@ local deleted = 0
 for _, id in ipairs(ids) do
   if redis.call('ZREM', KEYS[1], id) == 1 then
     redis.call('DEL', job_key_of(prefix, id))
+    drop_handler_data(prefix, id)
     deleted = deleted + 1
   end
 end

@@ -35,6 +35,7 @@
 --- @include "count_in_batch"
 --- @include "tell_dependents"
 --- @include "release_waiting"
+--- @include "handler_data"
 
 local prefix, id, outcome, counts = ARGV[1], ARGV[2], ARGV[3], ARGV[6]
 local job_key = KEYS[5]
@@ -67,6 +68,7 @@ if policy == 'cancel' then
   count_in_batch(prefix, job_key, 'canceled', 1)
   tell_dependents(prefix, job_key, id, 'canceled', marked)
   redis.call('DEL', job_key)
+  drop_handler_data(prefix, id)
   return 'canceled'
 end
 move_to_dead(prefix, KEYS[3], job_key, id, now_ms(), 'dependency ' .. failed .. ' ' .. outcome,

@@ -4,6 +4,9 @@
 -- (scripts.py): a name built here costs what it cost written out, on the hot path too.
 local function job_key_of(prefix, id) return prefix .. 'job:' .. id end
 local function waiter_key_of(prefix, id) return prefix .. 'waiter:' .. id end
+local function log_key_of(prefix, id) return prefix .. 'log:' .. id end
+local function steps_key_of(prefix, id) return prefix .. 'steps:' .. id end
+local function children_key_of(prefix, id) return prefix .. 'children:' .. id end
 local function unique_key_of(prefix, unique) return prefix .. 'unique:' .. unique end
 local function window_key_of(prefix, unique) return prefix .. 'window:' .. unique end
 local function debounce_key_of(prefix, debounce) return prefix .. 'debounce:' .. debounce end

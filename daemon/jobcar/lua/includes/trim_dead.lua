@@ -1,6 +1,7 @@
 --- @include "keys"
+--- @include "handler_data"
 
--- Keep the dead set within max_jobs and max_age_ms, deleting the trimmed jobs' hashes. Bounded per
+-- Keep the dead set within max_jobs and max_age_ms, deleting the trimmed jobs' hashes and handler data. Bounded per
 -- call so one transition never runs long; every later death trims a little more.
 local TRIM_BATCH = 500
 local function trim_dead(prefix, dead_key, max_jobs, max_age_ms, now)
@@ -15,7 +16,10 @@ local function trim_dead(prefix, dead_key, max_jobs, max_age_ms, now)
     end
   end
   if #victims > 0 then
-    for _, id in ipairs(victims) do redis.call('DEL', job_key_of(prefix, id)) end
+    for _, id in ipairs(victims) do
+      redis.call('DEL', job_key_of(prefix, id))
+      drop_handler_data(prefix, id)
+    end
     redis.call('ZREM', dead_key, unpack(victims))
   end
 end
