@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from jobcar import handler_calls
 from jobcar.cli import main
 from jobcar.fsck.checks import CHECKS, Check
 from jobcar.job import State
@@ -485,6 +486,52 @@ def _expired_batch(q: QueueDriver) -> tuple[str, str]:
     return "lost_dependency", "nightly.on_complete"
 
 
+def _handler_data_of_a_gone_job(write: Callable[[QueueDriver, str], None]) -> Callable[[QueueDriver], tuple[str, str]]:
+    """A corruption: the key `write` writes for job "gone" (its log, steps or children), which has no hash."""
+
+    def corrupt(q: QueueDriver) -> tuple[str, str]:
+        write(q, "gone")
+        (key,) = (k.decode() for k in q.redis.keys(q.keys.prefix + "*:gone"))
+        return "orphan_handler_data", key
+
+    return corrupt
+
+
+def _no_handler_data_left(q: QueueDriver) -> None:
+    assert q.redis.keys(q.keys.prefix + "*:gone") == []
+
+
+def _write_log(q: QueueDriver, job_id: str, token: str) -> None:
+    entry = handler_calls.log_entry(1, "a line", q.now_ms())
+    reply = handler_calls.parse_log(q.run(handler_calls.log_call(q.keys, job_id, token, [entry], 100, 10_000)))
+    assert reply.refusal is None
+
+
+def _write_step(q: QueueDriver, job_id: str, token: str) -> None:
+    value = handler_calls.step_value(b'{"n": 1}', q.now_ms())
+    assert q.run(handler_calls.step_call(q.keys, job_id, token, "first", value, 10)) == b"ok"
+
+
+def _write_child(q: QueueDriver, job_id: str, token: str, child: str) -> None:
+    assert q.run(handler_calls.adopt_call(q.keys, job_id, token, [f"{q.keys.queue}/{child}"], 10)) == b"ok"
+
+
+def _kept_log_without_ttl(q: QueueDriver) -> tuple[str, str]:
+    enqueue_id(q, "kept")
+    token = q.lease_one().token
+    _write_log(q, "kept", token)
+    assert q.ack("kept", token, retention_ms=3_600_000) == 1
+    assert 0 < q.redis.pttl(q.keys.log("kept")) <= q.redis.pttl(q.keys.job("kept"))
+    q.redis.persist(q.keys.log("kept"))
+    return "handler_data_no_ttl", q.keys.log("kept")
+
+
+def _expires_with_its_job(q: QueueDriver) -> None:
+    job_ttl = q.redis.pttl(q.keys.job("kept"))
+    assert 0 < job_ttl - 1000 < q.redis.pttl(q.keys.log("kept")) <= job_ttl
+    assert q.redis.llen(q.keys.log("kept")) == 1, "kept, as the job's result is"
+
+
 CASES = {
     "missing hash (pending)": Case(_missing_hash, _missing_hash_check),
     "missing hash (scheduled)": Case(_missing_hash_zset, _missing_hash_check),
@@ -534,6 +581,20 @@ CASES = {
     "turns of another type": Case(_string_at(lambda k: k.turns("t")), _gone(lambda k: k.turns("t"))),
     "history of another type": Case(_string_at(lambda k: k.history_hour(1)), _gone(lambda k: k.history_hour(1))),
     "daemons of another type": Case(_string_at(_daemons), _gone(_daemons)),
+    "log of another type": Case(_string_at(lambda k: k.log("x")), _gone(lambda k: k.log("x"))),
+    "steps of another type": Case(_string_at(lambda k: k.steps("x")), _gone(lambda k: k.steps("x"))),
+    "children of another type": Case(_string_at(lambda k: k.children("x")), _gone(lambda k: k.children("x"))),
+    "log of a job that is gone": Case(
+        _handler_data_of_a_gone_job(lambda q, i: q.redis.rpush(q.keys.log(i), '{"line": "x"}')), _no_handler_data_left
+    ),
+    "steps of a job that is gone": Case(
+        _handler_data_of_a_gone_job(lambda q, i: q.redis.hset(q.keys.steps(i), "first", "1 x")), _no_handler_data_left
+    ),
+    "children of a job that is gone": Case(
+        _handler_data_of_a_gone_job(lambda q, i: q.redis.zadd(q.keys.children(i), {"default/c": 1})),
+        _no_handler_data_left,
+    ),
+    "kept log without ttl": Case(_kept_log_without_ttl, _expires_with_its_job),
 }
 
 
@@ -579,7 +640,16 @@ TESTED_BY = {
         "rate key of another type",
         "turns of another type",
         "history of another type",
+        "log of another type",
+        "steps of another type",
+        "children of another type",
     ],
+    "orphan_handler_data": [
+        "log of a job that is gone",
+        "steps of a job that is gone",
+        "children of a job that is gone",
+    ],
+    "handler_data_no_ttl": ["kept log without ttl"],
     "mistyped_namespace_keys": ["daemons of another type"],
     "mistyped_deps_sets": ["deps set of another type", "deps set of another type, no after"],
     "waiting_for_nothing": ["waiting for nothing"],
@@ -667,7 +737,13 @@ def test_a_healthy_queue_in_every_state_has_no_findings(q: QueueDriver, run: Run
     for job_id in ("done", "retried", "dead", "active"):
         enqueue_id(q, job_id)
     enqueue_id(q, "unique", unique_for=600, unique_key="k")
-    done, retried, dead, _active, _unique = (leased.token for leased in q.lease(5).jobs)
+    done, retried, dead, active, _unique = (leased.token for leased in q.lease(5).jobs)
+    # What handlers wrote through the handler API: kept with the done job, the dead one and the running one.
+    _write_log(q, "done", done)
+    _write_step(q, "dead", dead)
+    _write_log(q, "active", active)
+    _write_step(q, "active", active)
+    _write_child(q, "active", active, "pending")
     # A limit group with a slot taken and a job held (ADR 0014).
     enqueue_id(q, "limited", key="k")
     enqueue_id(q, "held", key="k")

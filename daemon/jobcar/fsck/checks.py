@@ -225,6 +225,23 @@ def _lost_dependency(seen: Picture) -> Iterator[Suspect]:
                 yield Suspect(job_id, f"waits for {ref}, {why}", (ref,))
 
 
+def _orphan_handler_data(seen: Picture) -> Iterator[Suspect]:
+    """A job's log, steps or children left behind by its hash (every script that deletes a job deletes
+    them, includes/handler_data.lua): nothing reads them any more."""
+    for data in seen.handler_data:
+        if data.job_pttl == -2:
+            yield Suspect(data.key, f"handler data of job {data.job_id}, which has no hash", (data.job_id,))
+
+
+def _handler_data_no_ttl(seen: Picture) -> Iterator[Suspect]:
+    """A kept job's handler data expires with it (ack gives both the same TTL): its repair gives the key the
+    job's PTTL."""
+    for data in seen.handler_data:
+        if data.pttl == -1 and data.job_pttl > 0:
+            detail = f"handler data of job {data.job_id} without a TTL, while its job expires"
+            yield Suspect(data.key, detail, (data.job_id,))
+
+
 def _dead_over_limit(seen: Picture) -> Iterator[Suspect]:
     limits, dead = seen.dead_limits, seen.dead
     over = len(dead) - limits.max_jobs if limits.max_jobs > 0 else 0
@@ -285,6 +302,8 @@ CHECKS: Final = (
         _WRONG_TYPE,
     ),
     Check("mistyped_other_keys", Kind.WRONG_TYPE, _of_another_type(lambda seen: seen.mistyped_apart), _WRONG_TYPE),
+    Check("orphan_handler_data", Kind.ORPHAN_HANDLER_DATA, _orphan_handler_data, script(Kind.ORPHAN_HANDLER_DATA)),
+    Check("handler_data_no_ttl", Kind.HANDLER_DATA_NO_TTL, _handler_data_no_ttl, script(Kind.HANDLER_DATA_NO_TTL)),
     Check(
         "mistyped_namespace_keys",
         Kind.WRONG_TYPE,

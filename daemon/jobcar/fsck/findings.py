@@ -28,13 +28,16 @@ class Kind:
     LEAKED_SLOT: Final = "leaked_slot"  # a concurrency slot held for a job that is not active
     LOST_DEPENDENCY: Final = "lost_dependency"  # a waiting job's dependency that will never tell it it ended
     WAITING_FOR_NOTHING: Final = "waiting_for_nothing"  # a waiting job with no dependency left
+    ORPHAN_HANDLER_DATA: Final = "orphan_handler_data"  # a job's log, steps or children without its job hash
+    HANDLER_DATA_NO_TTL: Final = "handler_data_no_ttl"  # a job's log, steps or children that outlives its job
 
 
 @dataclass(frozen=True, slots=True)
 class Finding:
     queue: str
     kind: str
-    #: The job id; for unique-lock and wrong_type findings the key; "dead" for the dead set's bounds.
+    #: The job id; for unique-lock, handler-data and wrong_type findings the key; "dead" for the dead set's
+    #: bounds.
     job_id: str
     detail: str
     repaired: bool = False

@@ -1,10 +1,11 @@
 """What fsck reads of one queue before it checks anything: a `Picture`, read with plain commands.
 
 SCAN finds the job hashes and the keys that live apart from the state sets (unique locks, windows and
-debounce keys, schedules, batch counters); plain reads take the rest. Under a running daemon the picture is
-not one instant: a job acked or leased between two reads may look inconsistent for a moment, which is why
-every repair re-checks its condition first. A key that holds another type than jobcar writes there is noted
-(`Mistyped`) and read as empty, as the scripts pass over it, so that one such key never stops the check.
+debounce keys, schedules, batch counters, the handler data beside a job); plain reads take the rest. Under
+a running daemon the picture is not one instant: a job acked or leased between two reads may look
+inconsistent for a moment, which is why every repair re-checks its condition first. A key that holds
+another type than jobcar writes there is noted (`Mistyped`) and read as empty, as the scripts pass over
+it, so that one such key never stops the check.
 """
 
 from __future__ import annotations
@@ -56,6 +57,18 @@ class Lock:
 
 
 @dataclass(frozen=True, slots=True)
+class HandlerData:
+    """A key of what a job's handlers wrote beside its hash (its log, steps or children: `QueueKeys.log`,
+    `steps`, `children`), with its PTTL and its job hash's, read one after the other (-2: none; -1: it never
+    expires)."""
+
+    key: str
+    job_id: str
+    pttl: int
+    job_pttl: int
+
+
+@dataclass(frozen=True, slots=True)
 class Picture:
     """One queue as fsck read it, and the bounds its dead set is held to."""
 
@@ -91,11 +104,14 @@ class Picture:
     #: The deps keys that hold another type, by the id of the job they belong to.
     mistyped_deps: dict[str, Mistyped]
     #: The queue's other keys of one per id, group or hour (dependents sets, waiters, history, alive keys,
-    #: rate and turn keys) that hold another type.
+    #: rate and turn keys, the jobs' handler data) that hold another type.
     mistyped_apart: list[Mistyped]
     #: The namespace's keys outside every queue (queues, daemons, layout, the schedule index) that hold
     #: another type.
     mistyped_namespace: list[Mistyped]
+    #: The keys of the jobs' handler data that hold the type jobcar writes there (the others are in
+    #: `mistyped_apart`).
+    handler_data: list[HandlerData]
     #: Each waiting job old enough to check, with each dependency it waits for and why that one will never
     #: tell it it ended (None when it will).
     dependencies: dict[str, dict[str, str | None]]
@@ -129,7 +145,8 @@ async def read_queue(
     slots, mistyped_slots = await _read_slots(client, keys, groups)
     mistyped_batches = await _mistyped(client, dict.fromkeys(await _scan(client, keys.all_batches()), "hash"))
     mistyped_deps = await _read_mistyped_deps(client, keys)
-    mistyped_apart = await _mistyped(client, await _apart_keys(client, keys))
+    handler_data, mistyped_handler_data = await _read_handler_data(client, keys)
+    mistyped_apart = await _mistyped(client, await _apart_keys(client, keys)) + mistyped_handler_data
     mistyped_namespace = await _mistyped(client, _namespace_keys(keys.namespace)) if namespace else []
     now = await _redis_now_ms(client)
     return Picture(
@@ -152,6 +169,7 @@ async def read_queue(
         mistyped_deps=mistyped_deps,
         mistyped_apart=mistyped_apart,
         mistyped_namespace=mistyped_namespace,
+        handler_data=handler_data,
         dependencies=await _read_dependencies(client, keys, zsets[State.WAITING.value], now, set(mistyped_deps)),
         dead=zsets[State.DEAD.value],
         now=now,
@@ -362,6 +380,32 @@ async def _apart_keys(client: AsyncRedis, keys: QueueKeys) -> dict[str, str]:
     for start, holds in kinds:
         expected.update(dict.fromkeys(await _scan(client, all_starting(start)), holds))
     return expected
+
+
+async def _read_handler_data(client: AsyncRedis, keys: QueueKeys) -> tuple[list[HandlerData], list[Mistyped]]:
+    """Every key of the jobs' handler data, with its PTTL and its job hash's, and those of another type. A key
+    and its job are read one right after the other, so that a job acked meanwhile is seen with its data (both
+    gone, or both there) rather than one without the other, as a hash read by the earlier SCAN would."""
+    kinds = ((keys.log(""), "list"), (keys.steps(""), "hash"), (keys.children(""), "zset"))
+    expected: dict[str, str] = {}
+    job_ids: dict[str, str] = {}
+    for start, holds in kinds:
+        for key in await _scan(client, all_starting(start)):
+            expected[key], job_ids[key] = holds, key[len(start) :]
+    mistyped = await _mistyped(client, expected)
+    wrong = {m.key for m in mistyped}
+    found: list[HandlerData] = []
+    for chunk in _chunks([key for key in expected if key not in wrong]):
+        pipe = client.pipeline(transaction=False)
+        for key in chunk:
+            pipe.pttl(key)
+            pipe.pttl(keys.job(job_ids[key]))
+        replies = await pipe.execute()
+        for i, key in enumerate(chunk):
+            pttl, job_pttl = int(replies[2 * i]), int(replies[2 * i + 1])
+            if pttl != -2:  # else gone since the scan
+                found.append(HandlerData(key, job_ids[key], pttl, job_pttl))
+    return found, mistyped
 
 
 def _namespace_keys(namespace: str) -> dict[str, str]:
