@@ -12,6 +12,8 @@
     DELETE /v1/jobs/{id}   200 canceled or cancel_requested | 404 | 409 already finished, or in several queues
     POST   /v1/drain       202 {"status": "draining"}: a graceful drain, for a preStop hook
     /v1/schedules...       periodic jobs: api_schedules.py
+    /v1/attempts/{id}/...  the handler API: what a running attempt's handler may do (handler_api.py), with
+                           the attempt's own token instead of the api_token
     /ui/...                the web dashboard (ui/pages.py), with its own rules for browsers and sessions
 
 Every error is JSON {"error": "..."}. Redis refusing a write (OOM under noeviction, a replica...) or unreachable
@@ -31,6 +33,7 @@ from __future__ import annotations
 import base64
 import binascii
 import contextlib
+import dataclasses
 import logging
 import re
 from collections.abc import Awaitable, Callable, Mapping
@@ -44,11 +47,13 @@ from redis import exceptions as redis_errors
 from jobcar.admin import Admin
 from jobcar.admin_reads import AmbiguousJob, JobNotFound
 from jobcar.api_schedules import add_schedule_routes
+from jobcar.attempt_desk import AttemptDesk
 from jobcar.browser_guard import bearer_matches, cross_site_problem, host_problem
 from jobcar.client import AsyncClient
 from jobcar.config_types import Config, limit_rule_table
 from jobcar.errors import InvalidJob, PayloadTooLarge
 from jobcar.formats import loads_strict, redact
+from jobcar.handler_api import add_handler_routes, is_attempt_route
 from jobcar.job import DEFAULT_CONTENT_TYPE, FINISHED, EnqueueStatus, JobInfo, State
 from jobcar.keys import DEFAULT_QUEUE
 from jobcar.listen import exposure_problem, parse_listen
@@ -102,6 +107,8 @@ class ApiContext:
     drain: Callable[[], None]
     #: The Prometheus text exposition, already rendered.
     metrics: Callable[[], Awaitable[bytes]]
+    #: The running attempts, for the handler API (handler_api.py).
+    desk: AttemptDesk = dataclasses.field(default_factory=AttemptDesk)
 
 
 #: One job of a request: (type, payload, enqueue options), as AsyncClient.enqueue takes them.
@@ -131,6 +138,8 @@ def build_app(context: ApiContext) -> web.Application:
     app.router.add_post("/v1/drain", _drain)
     app.router.add_get("/v1/limits", _limits)
     add_schedule_routes(app, lambda request: request.app[CONTEXT].client, _not_json)
+    add_handler_routes(app, context.desk, lambda request: request.app[CONTEXT].config,
+                       lambda request: request.app[CONTEXT].client, parse_enqueue_request)  # fmt: skip
     if context.config.ui.enabled:
         app.router.add_get(UI_PREFIX, to_dashboard)
         app.add_subapp(UI_PREFIX, build_ui_app(app[ADMIN], context.config))
@@ -234,7 +243,8 @@ async def _refuse_web_pages(request: web.Request, handler: Handler) -> web.Strea
 @web.middleware
 async def _auth(request: web.Request, handler: Handler) -> web.StreamResponse:
     token = request.app[CONTEXT].config.api_token
-    open_route = request.path in PUBLIC_PATHS or _is_dashboard(request)  # the dashboard has its own sign-in
+    # The dashboard has its own sign-in; the handler API takes the attempt's token instead.
+    open_route = request.path in PUBLIC_PATHS or _is_dashboard(request) or is_attempt_route(request.path)
     if token and not open_route and not bearer_matches(request.headers.get(hdrs.AUTHORIZATION), token):
         return _error(401, "missing or wrong bearer token", {hdrs.WWW_AUTHENTICATE: 'Bearer realm="jobcar"'})
     return await handler(request)

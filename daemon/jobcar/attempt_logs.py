@@ -12,8 +12,8 @@ from collections.abc import Callable, Sequence
 from jobcar.attempt_desk import LiveAttempt
 from jobcar.config_types import HandlerApiSettings
 from jobcar.handler_calls import LogReply, log_call, log_entry, now_ms, parse_log
-from jobcar.redis_link import REDIS_ERRORS, RedisLink
-from jobcar.transport import execute_async
+from jobcar.redis_link import REDIS_ERRORS
+from jobcar.transport import AsyncRedis, execute_async
 
 log = logging.getLogger("jobcar.attempt_logs")
 
@@ -27,8 +27,8 @@ def cut(line: str, limit: int) -> str:
 
 
 class LogWriter:
-    def __init__(self, link: RedisLink, settings: HandlerApiSettings) -> None:
-        self.link = link
+    def __init__(self, client: AsyncRedis, settings: HandlerApiSettings) -> None:
+        self.client = client
         self.settings = settings
 
     async def write(self, live: LiveAttempt, lines: Sequence[str]) -> LogReply:
@@ -38,7 +38,7 @@ class LogWriter:
         entries = [log_entry(live.job.attempt, cut(line, settings.max_line_bytes), at) for line in lines]
         call = log_call(live.keys, live.job.id, live.lease_token, entries, settings.max_log_lines,
                         settings.max_log_bytes)  # fmt: skip
-        (reply,) = await execute_async(self.link.client, [call])
+        (reply,) = await execute_async(self.client, [call])
         return parse_log(reply)
 
     def forward(self, live: LiveAttempt) -> Callable[[list[str]], None]:

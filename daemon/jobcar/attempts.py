@@ -121,7 +121,7 @@ class Attempts:
     def apply(self, config: Config, executors: Mapping[str, Executor]) -> None:
         """Take a (re)loaded config's handlers. Running jobs finish with the executor they started with."""
         self.config = config
-        self.logs = LogWriter(self.link, config.handler_api)
+        self.logs = LogWriter(self.link.client, config.handler_api)
         self.handlers: Mapping[str, Handler] = config.handlers
         self.executors = dict(executors)
         slots: dict[str, tuple[int, asyncio.Semaphore]] = {}
@@ -284,7 +284,10 @@ class Attempts:
         fields = {**log_fields(job), "outcome": recorded.value, "duration_s": round(elapsed, 6)}
         why = _reason(outcome.error)
         max_attempts = job.max_attempts or self._max_attempts(job)
-        if recorded is Recorded.RETRIED:
+        if recorded is Recorded.RETRIED and not outcome.spend_attempt:
+            log.log(level, "job retried: %s; the next try in %.1f s, attempt %d not spent", why,
+                    recording.retry_in or 0.0, job.attempt, extra=fields)  # fmt: skip
+        elif recorded is Recorded.RETRIED:
             log.log(level, "job retried: %s; attempt %d of %d failed, the next in %.1f s", why, job.attempt,
                     max_attempts, recording.retry_in or 0.0, extra=fields)  # fmt: skip
         elif recorded is Recorded.DEAD:

@@ -27,6 +27,7 @@ import redis.exceptions
 
 from jobcar.api import UI_PREFIX, ApiContext, bound_port, build_app, check_exposure, start_listener
 from jobcar.app_health import AppHealth
+from jobcar.attempt_desk import AttemptDesk
 from jobcar.client import AsyncClient
 from jobcar.config import ConfigError, load_config
 from jobcar.config_types import CommandHandler, Config
@@ -145,6 +146,8 @@ class Daemon:
         self.notifier = Notifier.from_environ()
         #: Where the dashboard answers, for the banner (None: no dashboard).
         self._dashboard: str | None = None
+        #: The running attempts, shared by the runner and the handler API on the listener.
+        self.desk = AttemptDesk()
 
     async def serve(self) -> int:
         """Run until stopped; the process exit code."""
@@ -201,8 +204,10 @@ class Daemon:
         except OSError as exc:
             raise StartRefused(f"cannot listen on {self.config.listen}: {exc}", EX_FAILURE) from None
         opened.push_async_callback(listener.cleanup)
-        if self.config.ui.enabled:  # at the port the listener got (a configured 0 takes a free one)
-            bound = f"{self.config.listen.rpartition(':')[0]}:{bound_port(listener)}"
+        # At the port the listener got (a configured 0 takes a free one).
+        bound = f"{self.config.listen.rpartition(':')[0]}:{bound_port(listener)}"
+        self.desk.base_url = (self.config.handler_api.url or local_url(bound, "")).rstrip("/")
+        if self.config.ui.enabled:
             self._dashboard = local_url(bound, UI_PREFIX + "/")
         if not await self._wait_for_redis():
             return None
@@ -216,7 +221,7 @@ class Daemon:
         await self.guardian.start()
         self.app_health.watch([self.config.health_url])
         executors = build_executors(self.config, self.http, self.guardian)
-        self.runner = Runner(self.config, self.link, executors, self.app_health, self.metrics)
+        self.runner = Runner(self.config, self.link, executors, self.app_health, self.metrics, self.desk)
         if self.signals:
             self.runner.drain()
         if embedded is not None:
@@ -244,6 +249,7 @@ class Daemon:
             readiness=self._readiness,
             drain=lambda: self._drain("drain requested over HTTP"),
             metrics=self._render_metrics,
+            desk=self.desk,
         )
 
     async def _readiness(self) -> tuple[bool, str]:
