@@ -13,9 +13,11 @@ import pytest
 
 from jobcar import handler_calls
 from jobcar.cli import main
+from jobcar.dependency_calls import depend_call
 from jobcar.fsck.checks import CHECKS, Check
 from jobcar.job import State
 from jobcar.keys import QueueKeys, daemons_key
+from jobcar.replies import as_text
 from tests.integration.driver import QueueDriver
 from tests.integration.test_cli import cli
 
@@ -532,6 +534,25 @@ def _expires_with_its_job(q: QueueDriver) -> None:
     assert q.redis.llen(q.keys.log("kept")) == 1, "kept, as the job's result is"
 
 
+def _parent_waiting_for_nothing(q: QueueDriver) -> tuple[str, str]:
+    """A parent that ended its attempt waiting for its child (the handler API), its deps set then lost."""
+    enqueue_id(q, "first")  # what the parent once waited for (`after`), ended and gone since
+    enqueue_id(q, "parent", after=["first"])
+    q.ack("first", q.lease_one().token)
+    assert q.job("first") is None
+    leased = q.lease_one()
+    assert leased.job.id == "parent"
+    token = leased.token
+    _write_child(q, "parent", token, "child")
+    enqueue_id(q, "child")
+    why, refs = handler_calls.parse_await(q.run(handler_calls.await_children_call(q.keys, "parent", token, "fail")))
+    assert (why, refs) == (None, ["default/child"])
+    assert as_text(q.run(depend_call(q.keys, "child", "default/parent"))) == "registered"
+    q.redis.delete(q.keys.deps("parent"))
+    _aged(q, "parent")
+    return "waiting_for_nothing", "parent"
+
+
 CASES = {
     "missing hash (pending)": Case(_missing_hash, _missing_hash_check),
     "missing hash (scheduled)": Case(_missing_hash_zset, _missing_hash_check),
@@ -595,6 +616,9 @@ CASES = {
         _no_handler_data_left,
     ),
     "kept log without ttl": Case(_kept_log_without_ttl, _expires_with_its_job),
+    "a parent waiting for its children, for nothing": Case(
+        _parent_waiting_for_nothing, _waits_then_runs_after("child", "parent")
+    ),
 }
 
 
@@ -652,7 +676,7 @@ TESTED_BY = {
     "handler_data_no_ttl": ["kept log without ttl"],
     "mistyped_namespace_keys": ["daemons of another type"],
     "mistyped_deps_sets": ["deps set of another type", "deps set of another type, no after"],
-    "waiting_for_nothing": ["waiting for nothing"],
+    "waiting_for_nothing": ["waiting for nothing", "a parent waiting for its children, for nothing"],
     "lost_dependency": [
         "waiting for a job that never registered it",
         "waiting for a job deleted by hand",
