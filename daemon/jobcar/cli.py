@@ -1,5 +1,5 @@
 """The `jobcar` command line: `run` the daemon and `check` a config here; `enqueue` a job (cli_enqueue.py),
-the operators' commands (`stats`, `limits`, `fsck` in cli_ops.py; `jobs list|show` in cli_jobs.py; `dead
+the operators' commands (`stats`, `limits`, `fsck` in cli_ops.py; `jobs list|show|logs` in cli_jobs.py; `dead
 requeue|purge`, `queue pause|resume`, `cancel` in cli_actions.py; `schedules ...` in cli_schedules.py;
 `migrate`, `health`, `ui` in cli_migrate.py, cli_health.py, cli_ui.py); what all commands share is in
 cli_support.py.
@@ -269,6 +269,12 @@ COMMANDS: Final[tuple[Command, ...]] = (
                 "show every field of a job and its error history",
                 _later("jobcar.cli_jobs:cmd_jobs_show"),
                 _later("jobcar.cli_jobs:jobs_show_arguments"),
+            ),
+            Command(
+                "logs",
+                "print a job's log lines; --follow prints new ones until it has finished",
+                _later("jobcar.cli_jobs:cmd_jobs_logs"),
+                _later("jobcar.cli_jobs:jobs_logs_arguments"),
             ),
         ),
     ),

@@ -1,26 +1,30 @@
-"""`jobcar jobs list` and `jobcar jobs show`: the jobs of a queue as a table, one job whole."""
+"""`jobcar jobs list`, `jobcar jobs show` and `jobcar jobs logs`: the jobs of a queue (or a job's children) as
+a table, one job whole, one job's log."""
 
 from __future__ import annotations
 
 import argparse
+import asyncio
 import json
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Final
 
 from jobcar.admin import Admin
-from jobcar.admin_reads import JobListing, JobView
-from jobcar.cli_format import printable, span, table
+from jobcar.admin_reads import JobListing, JobView, LogEntry, LogRead, StepInfo
+from jobcar.cli_format import byte_size, printable, progress_text, span, table
 from jobcar.cli_ops import add_json_option, add_queue_option
 from jobcar.cli_support import ID_HELP, count, load, positive_int, print_json, with_admin
 from jobcar.exit_codes import EX_OK
-from jobcar.job import STORED_IN_SETS, Job, State
+from jobcar.job import FINISHED, STORED_IN_SETS, Job, State
 from jobcar.timestamps import rfc3339_ms
 
 #: What `jobs list --state` takes: the state sets, and done jobs while their result is kept.
 LISTABLE: Final = (*STORED_IN_SETS, State.DONE)
 #: Longest last error shown in a `jobs list` table (--json gives it whole).
 ERROR_COLUMN: Final = 60
+#: How often `jobs logs --follow` reads the log again.
+FOLLOW_POLL_SECONDS: Final = 0.5
 
 
 def jobs_list_arguments(parser: argparse.ArgumentParser) -> None:
@@ -32,6 +36,12 @@ def jobs_list_arguments(parser: argparse.ArgumentParser) -> None:
         "kept while result_ttl holds them)",
     )
     parser.add_argument("--type", dest="job_type", metavar="TYPE", help="only jobs of this type")
+    parser.add_argument(
+        "--parent",
+        metavar="REF",
+        help="only the children of this job, [QUEUE/]ID, oldest first (read from its children, not by a scan; "
+        "--queue, --state and --type filter them)",
+    )
     parser.add_argument(
         "--limit", type=positive_int, default=20, metavar="N", help="at most N jobs per queue and state (default: 20)"
     )
@@ -48,7 +58,20 @@ def _last_error_cell(error: str | None) -> str:
 def cmd_jobs_list(args: argparse.Namespace) -> int:
     states = [State(args.state)] if args.state else list(STORED_IN_SETS)
 
+    def kept(job: Job) -> bool:
+        return (
+            (args.queue is None or job.queue == args.queue)
+            and (args.state is None or job.state.value == args.state)
+            and (args.job_type is None or job.type == args.job_type)
+        )
+
     async def read(admin: Admin) -> JobListing:
+        if args.parent is not None:
+            listing, total = await admin.children(args.parent, args.limit, kept)
+            if total > len(listing.jobs) and len(listing.jobs) == args.limit:
+                children = "1 child" if total == 1 else f"{total} children"
+                listing.unreadable.append(f"the first {args.limit} of {children} shown (--limit N for more)")
+            return listing
         queues = await admin.queues(args.queue)
         listing = await admin.list_jobs(queues, states, args.limit, args.job_type)
         if not args.state and not listing.jobs and not listing.unreadable:
@@ -79,7 +102,7 @@ def cmd_jobs_list(args: argparse.Namespace) -> int:
         print("\n".join(table(header, rows, numeric={4, 5})))
     else:
         print("no jobs")
-    for note in listing.unreadable:
+    for note in listing.unreadable:  # and, for --parent, how many children were left out
         print(f"jobcar: {note}", file=sys.stderr)
     for queue, state, shown, total in listing.partial:
         of = "more may match" if total < 0 else f"of {total} shown"
@@ -124,7 +147,14 @@ def _job_lines(view: JobView) -> list[str]:
         ("started", when(job.started_ms)),
         ("finished", when(job.finished_ms)),
         ("lease expires", when(lease_deadline_ms)),
-        ("lease token", job.token),
+        (
+            "progress",
+            None
+            if job.progress is None
+            else printable(progress_text(job.progress))
+            + f" (attempt {job.progress.attempt}, {when(job.progress.at_ms)})",
+        ),
+        ("parent", None if job.parent is None else printable(job.parent)),
         ("timeout", None if job.timeout_ms is None else span(job.timeout_ms / 1000)),
         ("content type", job.content_type),
         ("priority", str(job.priority) if job.priority else None),
@@ -143,6 +173,7 @@ def _job_lines(view: JobView) -> list[str]:
         ("meta", printable(json.dumps(job.meta, ensure_ascii=False)) if job.meta else None),
         ("payload", _bytes_text(job.payload)),
         ("result", None if job.result is None else _bytes_text(job.result)),
+        ("log", _log_text(view)),
     ]
     width = max(len(label) for label, _ in fields)
     lines = []
@@ -157,7 +188,27 @@ def _job_lines(view: JobView) -> list[str]:
         for e in job.errors:
             message = printable(e.error).replace("\n", "\n    ")
             lines.append(f"  attempt {e.attempt} at {rfc3339_ms(e.at_ms)}: {message}")
+    if view.steps:
+        lines.append(f"steps ({len(view.steps)}):")
+        lines += [f"  {line}" for line in table(("NAME", "SIZE", "WRITTEN"), [_step_row(s, when) for s in view.steps])]
+    if view.children_total:
+        shown = len(view.children)
+        more = f", the first {shown} shown" if shown < view.children_total else ""
+        lines.append(f"children ({view.children_total}{more}, oldest first; jobs list --parent for more):")
+        rows = [(printable(c.ref), "gone" if c.state is None else c.state.value) for c in view.children]
+        lines += [f"  {line}" for line in table(("JOB", "STATE"), rows)]
     return lines
+
+
+def _log_text(view: JobView) -> str | None:
+    if not view.log_lines and not view.log_dropped:
+        return None
+    dropped = f", {count(view.log_dropped, 'older line')} dropped" if view.log_dropped else ""
+    return f"{count(view.log_lines, 'line')} kept{dropped} (jobcar jobs logs {printable(view.job.id)})"
+
+
+def _step_row(step: StepInfo, when: Callable[[int | None], str | None]) -> tuple[str, str, str]:
+    return printable(step.name), byte_size(step.size), when(step.at_ms) or "?"
 
 
 def _refs_text(refs: Sequence[str], on_failure: str | None = None) -> str | None:
@@ -177,4 +228,51 @@ def cmd_jobs_show(args: argparse.Namespace) -> int:
         print_json(view.document())
     else:
         print("\n".join(_job_lines(view)))
+    return EX_OK
+
+
+def jobs_logs_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("job_id", metavar="ID", help=ID_HELP)
+    add_queue_option(parser, "the job's queue (default: search every queue)")
+    parser.add_argument(
+        "--follow",
+        "-f",
+        action="store_true",
+        help="print new lines as its handler writes them, until the job has finished or is gone",
+    )
+    add_json_option(parser, "each log line, an object {at, attempt, line} per output line,")
+
+
+def _log_line(entry: LogEntry, as_json: bool) -> str:
+    if as_json:
+        return json.dumps({"at": rfc3339_ms(entry.at_ms), "attempt": entry.attempt, "line": entry.line},
+                          ensure_ascii=False)  # fmt: skip
+    # One output line per log line: a line's own newlines are shown escaped, as its other control characters.
+    line = printable(entry.line).replace("\n", "\\n")
+    return f"{rfc3339_ms(entry.at_ms) or '?'}  #{entry.attempt}  {line}"
+
+
+def _print_log(read: LogRead, as_json: bool) -> None:
+    if read.missed:  # on stderr: stdout holds only log lines, as text or JSON
+        note = f"{count(read.missed, 'line')} dropped before these (the job's log keeps its newest lines)"
+        print(f"jobcar: {note}", file=sys.stderr, flush=True)
+    if read.entries:
+        print("\n".join(_log_line(entry, as_json) for entry in read.entries), flush=True)
+
+
+def cmd_jobs_logs(args: argparse.Namespace) -> int:
+    """Print the job's log; with --follow, go on printing until it has finished (done, dead) or is gone."""
+
+    async def read(admin: Admin) -> None:
+        queue, _ = await admin.locate(args.job_id, args.queue)
+        index = 0
+        while True:
+            got = await admin.log_since(args.job_id, queue, index)
+            _print_log(got, args.json)
+            index = got.next_index
+            if not args.follow or got.state is None or got.state in FINISHED:
+                return
+            await asyncio.sleep(FOLLOW_POLL_SECONDS)
+
+    with_admin(load(args), read)
     return EX_OK

@@ -80,6 +80,36 @@ def parse_errors(raw: bytes | None) -> tuple[AttemptError, ...]:
     return tuple(AttemptError(int(e["attempt"]), int(e["at"]), str(e["error"])) for e in entries)
 
 
+@dataclass(frozen=True, slots=True)
+class Progress:
+    """The latest progress a job's handler reported through the handler API (the hash's `progress` field): a
+    percentage and/or a short message, when (ms, the daemon's clock) and in which attempt."""
+
+    at_ms: int
+    attempt: int
+    percent: float | None = None
+    message: str | None = None
+
+
+def parse_progress(raw: bytes | None) -> Progress | None:
+    """The `progress` field; a field that is not the documented JSON object (written by hand) reads as none."""
+    if not raw:
+        return None
+    try:
+        document = json.loads(raw)
+        if not isinstance(document, dict):
+            return None
+        percent, message = document.get("percent"), document.get("message")
+        return Progress(
+            int(document["at"]),
+            int(document["attempt"]),
+            float(percent) if isinstance(percent, int | float) and not isinstance(percent, bool) else None,
+            message if isinstance(message, str) else None,
+        )
+    except (ValueError, KeyError, TypeError):
+        return None
+
+
 def _ms_to_datetime(value: int | None) -> datetime | None:
     return None if value is None else datetime.fromtimestamp(value / 1000, tz=UTC)
 
@@ -140,6 +170,10 @@ class Job:
     #: does to it (None: the default, "fail").
     after: tuple[str, ...] = ()
     on_dependency_failure: str | None = None
+    #: The latest progress its handler reported (the handler API), or None.
+    progress: Progress | None = None
+    #: The job whose handler made it, as a reference "<queue>/<id>" (a child job), or None.
+    parent: str | None = None
 
     @property
     def after_header(self) -> str | None:
@@ -208,6 +242,8 @@ class Job:
             held_at_ms=_opt_int(get(b"held_at")),
             after=_refs(get(b"after")),
             on_dependency_failure=_opt_str(get(b"on_dependency_failure")),
+            progress=parse_progress(get(b"progress")),
+            parent=_opt_str(get(b"parent")),
         )
 
 

@@ -7,7 +7,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from jobcar.formats import loads_strict
-from jobcar.job import DEFAULT_CONTENT_TYPE, Job
+from jobcar.job import DEFAULT_CONTENT_TYPE, Job, Progress
 from jobcar.timestamps import rfc3339_ms
 
 
@@ -16,14 +16,15 @@ def job_document(
 ) -> dict[str, Any]:
     """A job as JSON, the same from `jobcar jobs show --json`, `GET /v1/jobs/{id}` and the dashboard.
 
-    Times are RFC 3339 in UTC. The payload is the JSON value itself when it is stored as JSON, else
+    The attempt's lease token is not shown: it is the fence of the attempt's writes. Times are RFC 3339 in UTC.
+    The payload is the JSON value itself when it is stored as JSON, else
     `payload_base64`; the result (kept for `result_ttl`) is text when it is UTF-8, else `result_base64`.
     """
     document: dict[str, Any] = {
         "id": job.id, "queue": job.queue, "type": job.type, "state": job.state.value, "attempt": job.attempt,
         "max_attempts": job.max_attempts, "created_at": rfc3339_ms(job.created_ms), "run_at": rfc3339_ms(job.run_at_ms),
         "started_at": rfc3339_ms(job.started_ms), "finished_at": rfc3339_ms(job.finished_ms),
-        "lease_expires_at": rfc3339_ms(lease_deadline_ms), "lease_token": job.token,
+        "lease_expires_at": rfc3339_ms(lease_deadline_ms),
         "cancel_requested": job.cancel_requested,
         "timeout_seconds": None if job.timeout_ms is None else job.timeout_ms / 1000,
         "backoff_seconds": None if job.backoff_ms is None else job.backoff_ms / 1000,
@@ -34,7 +35,8 @@ def job_document(
         "schedule": job.schedule, "scheduled_at": rfc3339_ms(job.scheduled_at_ms),
         "key": job.limit_key, "held_for": job.held_for, "after": list(job.after),
         "on_dependency_failure": job.on_dependency_failure or ("fail" if job.after else None),
-        "waiting_for": list(waiting_for), "dependents": list(dependents),
+        "waiting_for": list(waiting_for), "dependents": list(dependents), "parent": job.parent,
+        "progress": progress_document(job.progress),
         "errors": [{"attempt": e.attempt, "at": rfc3339_ms(e.at_ms), "error": e.error} for e in job.errors],
     }  # fmt: skip
     try:
@@ -53,3 +55,12 @@ def job_document(
         except UnicodeDecodeError:
             document["result_base64"] = base64.b64encode(job.result).decode("ascii")
     return document
+
+
+def progress_document(progress: Progress | None) -> dict[str, Any] | None:
+    """The latest progress a handler reported: percent and message (each null when not given), when, and in
+    which attempt."""
+    if progress is None:
+        return None
+    return {"percent": progress.percent, "message": progress.message, "at": rfc3339_ms(progress.at_ms),
+            "attempt": progress.attempt}  # fmt: skip

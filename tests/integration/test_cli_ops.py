@@ -11,7 +11,11 @@ from __future__ import annotations
 import base64
 import itertools
 import json
+import os
+import re
 import socket
+import subprocess
+import sys
 import threading
 from collections.abc import Callable, Iterator
 from datetime import datetime
@@ -20,16 +24,16 @@ from pathlib import Path
 
 import pytest
 
-from jobcar import Client, Job, transitions, transport
+from jobcar import Client, Job, handler_calls, transitions, transport
 from jobcar.cli import main
 from jobcar.cli_health import health_url
 from jobcar.config import load_config
 from jobcar.config_types import limit_rules
 from jobcar.job import State
-from jobcar.keys import QueueKeys, queues_key
+from jobcar.keys import QueueKeys, job_ref, queues_key
 from tests.integration.driver import QueueDriver
-from tests.integration.test_cli import cli, write_config
-from tests.servers import RedisServer, free_port
+from tests.integration.test_cli import ROOT, cli, write_config
+from tests.servers import RedisServer, free_port, wait_for
 
 Run = Callable[..., tuple[int, str, str]]
 
@@ -70,6 +74,44 @@ def lease(client: Client, count: int, queue: str = "default") -> list[transition
     leased = transitions.parse_lease(keys, reply).jobs
     assert len(leased) == count
     return leased
+
+
+def talk_back(
+    client: Client,
+    leased: transitions.LeasedJob,
+    *,
+    percent: float | None = None,
+    message: str | None = None,
+    lines: tuple[str, ...] = (),
+    max_lines: int = 1000,
+    steps: dict[str, bytes] | None = None,
+    children: tuple[tuple[str, str], ...] = (),
+) -> None:
+    """Write what a running job's handler writes through the handler API, with the real scripts (handler_calls),
+    fenced by its lease: progress, log lines (the log keeping `max_lines`), steps; and `children` (queue, id),
+    recorded with the parent and then enqueued naming it, as the handler API makes them."""
+    keys = QueueKeys.of(client.namespace, leased.job.queue)
+    job_id, token, attempt = leased.job.id, leased.token, leased.job.attempt
+    now = handler_calls.now_ms()
+    calls = []
+    if percent is not None or message is not None:
+        document = handler_calls.progress_document(attempt, percent, message)
+        calls.append(handler_calls.progress_call(keys, job_id, token, document))
+    if lines:
+        entries = [handler_calls.log_entry(attempt, line, now) for line in lines]
+        calls.append(handler_calls.log_call(keys, job_id, token, entries, max_lines, 1 << 20))
+    for name, value in (steps or {}).items():
+        calls.append(handler_calls.step_call(keys, job_id, token, name, handler_calls.step_value(value, now), 100))
+    if children:
+        refs = [job_ref(queue, child) for queue, child in children]
+        calls.append(handler_calls.adopt_call(keys, job_id, token, refs, 1000))
+    for reply in transport.execute(client.redis, calls):
+        status = handler_calls.parse_log(reply).refusal is None if isinstance(reply, list) else reply == b"ok"
+        assert status, reply
+    parent = job_ref(leased.job.queue, job_id)
+    for queue, child in children:
+        client.enqueue("t.echo", {"child": child}, queue=queue, job_id=child)
+        client.redis.hset(QueueKeys.of(client.namespace, queue).job(child), "parent", parent)
 
 
 def make_dead(client: Client, count: int, queue: str = "default", reason: str = "boom") -> list[str]:
@@ -335,13 +377,16 @@ def test_jobs_show_an_active_job_and_a_binary_payload(run: Run, client: Client) 
     assert isinstance(shown, dict)
     assert "payload" not in shown
     assert base64.b64decode(shown["payload_base64"]) == raw
-    assert (shown["state"], shown["attempt"], shown["lease_token"]) == ("active", 1, leased.token)
+    assert (shown["state"], shown["attempt"]) == ("active", 1)
+    assert "lease_token" not in shown  # the attempt's fence stays inside
+    assert leased.token not in json.dumps(shown)
     assert datetime.fromisoformat(shown["lease_expires_at"]) > datetime.fromisoformat(shown["started_at"])
     assert shown["content_type"] == "application/octet-stream"
     code, out, _ = run("jobs", "show", "blob")
     assert code == 0
     assert "<256 bytes, not UTF-8 text; --json gives them in base64>" in out
     assert "lease expires" in out
+    assert leased.token not in out
 
 
 def test_jobs_show_a_missing_or_ambiguous_id(run: Run, client: Client, config: Path) -> None:
@@ -359,6 +404,154 @@ def test_jobs_show_a_missing_or_ambiguous_id(run: Run, client: Client, config: P
     assert isinstance(shown, dict)
     assert shown["payload"] == 2
     assert run("jobs", "show", "twice", "--queue", "nope")[0] == 1
+
+
+# -- what a job's handler wrote (the handler API) -------------------------------------------------------
+
+
+def test_jobs_show_progress_log_steps_children_and_parent(run: Run, client: Client) -> None:
+    client.enqueue("t.echo", {"n": 1}, job_id="parent")
+    (leased,) = lease(client, 1)
+    talk_back(
+        client, leased, percent=42.5, message="copying \x1b[31mred", lines=("one", "two", "three"), max_lines=2,
+        steps={"fetch": b"x" * 2048, "parse": b""}, children=(("default", "kid1"), ("low", "kid2")),
+    )  # fmt: skip
+    lease(client, 1)  # kid1 runs
+
+    code, out, err = run("jobs", "show", "parent")
+    assert (code, err) == (0, "")
+    lines = out.splitlines()
+    progress = next(line for line in lines if line.startswith("progress"))
+    assert "42.5%: copying \\x1b[31mred (attempt 1, " in progress  # the handler's text, made printable
+    assert "\x1b" not in out
+    assert re.search(r"^log +2 lines kept, 1 older line dropped \(jobcar jobs logs parent\)$", out, re.MULTILINE)
+    assert "steps (2):\n  NAME " in out
+    assert re.search(r"^  fetch +2\.0 KiB +\d{4}-\d\d-\d\dT[\d:.]+Z \(.+ ago\)$", out, re.MULTILINE)
+    assert re.search(r"^  parse +0 B +\d{4}-", out, re.MULTILINE)
+    assert "children (2, oldest first; jobs list --parent for more):" in out
+    assert re.search(r"^  default/kid1 +active$", out, re.MULTILINE)
+    assert re.search(r"^  low/kid2 +pending$", out, re.MULTILINE)
+    assert leased.token not in out
+
+    shown = run_json(run, "jobs", "show", "parent")
+    assert isinstance(shown, dict)
+    assert shown["progress"]["percent"] == 42.5
+    assert shown["progress"]["message"] == "copying \x1b[31mred"
+    assert shown["progress"]["attempt"] == 1
+    assert datetime.fromisoformat(shown["progress"]["at"])
+    assert shown["log"] == {"lines": 2, "dropped": 1}
+    assert [(s["name"], s["bytes"]) for s in shown["steps"]] == [("fetch", 2048), ("parse", 0)]
+    assert all(datetime.fromisoformat(s["at"]) for s in shown["steps"])
+    assert "x" * 100 not in json.dumps(shown), "a step's result is never in the document"
+    assert [(c["ref"], c["state"]) for c in shown["children"]] == [("default/kid1", "active"), ("low/kid2", "pending")]
+    assert shown["children_total"] == 2
+    assert shown["parent"] is None
+    assert "lease_token" not in shown
+
+    child = run_json(run, "jobs", "show", "kid2")
+    assert isinstance(child, dict)
+    assert (child["parent"], child["progress"], child["log"], child["steps"], child["children"]) == (
+        "default/parent",
+        None,
+        {"lines": 0, "dropped": 0},
+        [],
+        [],
+    )
+    code, out, _ = run("jobs", "show", "kid2")
+    assert re.search(r"^parent +default/parent$", out, re.MULTILINE)
+    assert "progress" not in out
+    job = client.get("parent")
+    assert job is not None
+    assert job.progress is not None
+    assert (job.progress.percent, job.progress.message, job.progress.attempt) == (42.5, "copying \x1b[31mred", 1)
+    assert get(client, "kid1").parent == "default/parent"
+
+
+def test_jobs_show_counts_every_child_and_lists_the_first_hundred(run: Run, client: Client) -> None:
+    client.enqueue("t.echo", {}, job_id="many")
+    (leased,) = lease(client, 1)
+    talk_back(client, leased, children=tuple(("low", f"c{n:03d}") for n in range(105)))
+    shown = run_json(run, "jobs", "show", "many")
+    assert isinstance(shown, dict)
+    assert shown["children_total"] == 105
+    assert len(shown["children"]) == 100
+    assert shown["children"][0]["ref"] == "low/c000"
+    _, out, _ = run("jobs", "show", "many")
+    assert "children (105, the first 100 shown, oldest first; jobs list --parent for more):" in out
+
+
+def test_jobs_logs_prints_each_line_and_says_what_was_dropped(run: Run, client: Client, config: Path) -> None:
+    client.enqueue("t.echo", {}, job_id="talker")
+    (leased,) = lease(client, 1)
+    talk_back(client, leased, lines=("first", "second <b>", "third\nwith a newline \x07"), max_lines=2)
+    code, out, err = run("jobs", "logs", "talker")
+    assert code == 0
+    assert err == "jobcar: 1 line dropped before these (the job's log keeps its newest lines)\n"
+    first, second = out.splitlines()
+    assert re.fullmatch(r"\d{4}-\d\d-\d\dT[\d:.]+Z  #1  second <b>", first)
+    assert second.endswith("  #1  third\\nwith a newline \\x07")
+    code, out, _ = run("jobs", "logs", "talker", "--json", "--queue", "default")
+    assert code == 0
+    entries = [json.loads(line) for line in out.splitlines()]
+    assert [(e["attempt"], e["line"]) for e in entries] == [(1, "second <b>"), (1, "third\nwith a newline \x07")]
+    assert all(datetime.fromisoformat(e["at"]) for e in entries)
+
+    client.enqueue("t.echo", {}, job_id="quiet")
+    assert run("jobs", "logs", "quiet") == (0, "", "")
+    done = cli("jobs", "logs", "nope", "-c", str(config))
+    assert (done.returncode, done.stdout, done.stderr) == (1, "", "jobcar: no such job nope\n")
+
+
+def test_jobs_logs_follow_prints_new_lines_until_the_job_ends(client: Client, config: Path) -> None:
+    client.enqueue("t.echo", {}, job_id="long")
+    (leased,) = lease(client, 1)
+    talk_back(client, leased, lines=("a",))
+    command = [sys.executable, "-m", "jobcar.cli", "-c", str(config), "jobs", "logs", "long", "--follow"]
+    environ = {**os.environ, "PYTHONPATH": str(ROOT / "daemon")}
+    printed: list[str] = []
+    with subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=environ) as follower:
+        assert follower.stdout is not None
+        assert follower.stderr is not None
+        reader = threading.Thread(target=lambda: printed.extend(iter(follower.stdout.readline, "")), daemon=True)  # type: ignore[union-attr]
+        reader.start()
+        try:
+            wait_for(lambda: len(printed) == 1, what="the line written before")
+            talk_back(client, leased, lines=("b",))
+            wait_for(lambda: len(printed) == 2, what="a line written while it follows")
+            # Five lines while the log keeps two: three are dropped before the follower reads them.
+            talk_back(client, leased, lines=("c", "d", "e", "f", "g"), max_lines=2)
+            wait_for(lambda: len(printed) == 4, what="the lines kept")
+            assert follower.poll() is None, "it follows while the job is active"
+            keys = QueueKeys.of(client.namespace, "default")
+            transport.execute(client.redis, [transitions.ack_call(keys, "long", leased.token, retention_ms=60_000)])
+            assert follower.wait(timeout=30) == 0
+        finally:
+            if follower.poll() is None:
+                follower.kill()
+        reader.join(timeout=10)
+        dropped = follower.stderr.read()
+    assert [line.split("  ")[-1].strip() for line in printed] == ["a", "b", "f", "g"]
+    assert dropped == "jobcar: 3 lines dropped before these (the job's log keeps its newest lines)\n"
+
+
+def test_jobs_list_parent_lists_the_children_from_the_parents_set(run: Run, client: Client) -> None:
+    client.enqueue("t.echo", {}, job_id="p")
+    client.enqueue("t.echo", {}, job_id="stranger")  # no child: never listed
+    (leased,) = lease(client, 1)
+    talk_back(client, leased, children=(("low", "k1"), ("default", "k2"), ("low", "k3")))
+    client.redis.delete(QueueKeys.of(client.namespace, "low").job("k3"))  # gone: not listed
+    listed = run_json(run, "jobs", "list", "--parent", "default/p")
+    # Oldest first; made in the same ms, by reference.
+    assert [(j["queue"], j["id"]) for j in listed] == [("default", "k2"), ("low", "k1")]  # type: ignore[union-attr]
+    listed = run_json(run, "jobs", "list", "--parent", "p", "--queue", "low")
+    assert [j["id"] for j in listed] == ["k1"]  # type: ignore[union-attr]
+    assert run_json(run, "jobs", "list", "--parent", "p", "--state", "active") == []
+    code, out, err = run("jobs", "list", "--parent", "p", "--limit", "1")
+    assert code == 0
+    assert table(out)["default"][2] == "k2"
+    assert "stranger" not in out
+    assert err == "jobcar: the first 1 of 3 children shown (--limit N for more)\n"
+    assert run("jobs", "list", "--parent", "default/nope")[:2] == (1, "")
 
 
 # -- dead requeue / purge ----------------------------------------------------------------------------
