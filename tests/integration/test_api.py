@@ -28,7 +28,7 @@ from jobcar.api import (
     check_exposure,
     start_listener,
 )
-from jobcar.client import AsyncClient
+from jobcar.client import AsyncClient, Client
 from jobcar.config_types import Backoff, Config, HttpHandler, Limits, Rate
 from jobcar.formats import redact
 from jobcar.job import State
@@ -37,6 +37,7 @@ from jobcar.listen import is_loopback
 from tests.integration.conftest import StartDaemon
 from tests.integration.daemon_harness import post
 from tests.integration.driver import QueueDriver
+from tests.integration.test_cli_ops import talk_back
 from tests.servers import RedisServer, find_server_binary, free_port, wait_for
 
 TOKEN = "t0ken-for-tests"
@@ -774,6 +775,36 @@ async def test_a_retried_job_shows_its_errors(api: Api, namespace: str, r: redis
     assert (error["attempt"], error["error"]) == (1, "HTTP 503 from handler")
     assert abs(time_of(error["at"]) - time.time()) < 60
     assert time_of(job["run_at"]) > time.time() + 30
+
+
+async def test_the_document_shows_what_the_handler_wrote(api: Api, namespace: str, r: redis.Redis) -> None:
+    driver = QueueDriver(r, namespace)
+    job_id = (await api.enqueue({"type": "t", "id": "parent"})).body["id"]
+    leased = driver.lease_one()
+    talk_back(
+        Client(r, namespace=namespace), leased, percent=100, message="<b>done</b>", lines=("a", "b", "c"),
+        max_lines=1, steps={"s1": b"\x00" * 10}, children=(("other", "kid"),),
+    )  # fmt: skip
+    job = (await api.get(job_id)).body
+    assert job["progress"]["percent"] == 100
+    assert job["progress"]["message"] == "<b>done</b>"
+    assert job["progress"]["attempt"] == 1
+    assert abs(time_of(job["progress"]["at"]) - time.time()) < 60
+    assert job["log"] == {"lines": 1, "dropped": 2}
+    [step] = job["steps"]
+    assert (step["name"], step["bytes"]) == ("s1", 10)
+    assert abs(time_of(step["at"]) - time.time()) < 60
+    assert [(c["ref"], c["state"]) for c in job["children"]] == [("other/kid", "pending")]
+    assert (job["children_total"], job["parent"]) == (1, None)
+    assert "lease_token" not in job
+    assert leased.token not in json.dumps(job)
+    child = (await api.get("kid", "other")).body
+    assert (child["parent"], child["progress"], child["children"], child["children_total"]) == (
+        "default/parent",
+        None,
+        [],
+        0,
+    )
 
 
 # -- Redis refusing writes --------------------------------------------------------------------------------------
