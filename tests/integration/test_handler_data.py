@@ -325,6 +325,16 @@ def test_the_log_keeps_within_its_bytes_oldest_dropped_first(q: QueueDriver) -> 
     assert _log_fields(q) == (0, 4)
 
 
+def test_a_log_list_gone_while_its_job_runs_counts_from_nothing(q: QueueDriver) -> None:
+    token = leased(q, "j")
+    size = len(handler_calls.log_entry(1, "a", 1000))
+    assert _log(q, token, ["a", "b"], LINES, 2 * size + 1) == handler_calls.LogReply(None, 2, 0)
+    q.redis.delete(q.keys.log("j"))  # as fsck --repair deletes a log key that held another type
+    assert _log(q, token, ["c"], LINES, 2 * size + 1) == handler_calls.LogReply(None, 1, 0)
+    assert _lines(q) == ["c"]
+    assert _log_fields(q) == (size, 0)
+
+
 def test_a_job_keeps_at_most_its_steps_and_a_step_written_again_is_replaced(q: QueueDriver) -> None:
     token = leased(q, "j")
     assert as_text(q.run(handler_calls.step_call(q.keys, "j", token, "a", b"1 first", 2))) == "ok"

@@ -20,13 +20,17 @@ if refused then return {refused} end
 refused = wrong_type({KEYS[2], 'list'})
 if refused then return refused end
 local max_lines, max_bytes = tonumber(ARGV[2]), tonumber(ARGV[3])
-local bytes = tonumber(redis.call('HGET', KEYS[1], 'log_bytes') or '0') or 0
+local kept = tonumber(redis.call('HGET', KEYS[1], 'log_bytes') or '0') or 0
+local bytes = 0
 local entries = {}
 for i = 4, #ARGV do
   entries[#entries + 1] = ARGV[i]
   bytes = bytes + #ARGV[i]
 end
 local length = redis.call('RPUSH', KEYS[2], unpack(entries))
+-- `log_bytes` counts the list's older entries: none when the list was gone (deleted by fsck when it held
+-- another type), whatever the field still says.
+if length > #entries then bytes = bytes + kept end
 local dropped = 0
 while length > 0 and (length > max_lines or bytes > max_bytes) do
   bytes = bytes - #redis.call('LPOP', KEYS[2])
