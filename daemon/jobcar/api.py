@@ -138,7 +138,8 @@ def build_app(context: ApiContext) -> web.Application:
     app.router.add_post("/v1/drain", _drain)
     app.router.add_get("/v1/limits", _limits)
     add_schedule_routes(app, lambda request: request.app[CONTEXT].client, _not_json)
-    add_handler_routes(app, context.desk, lambda request: request.app[CONTEXT].config,
+    # The handler API's bounds are the runner's config, which a reload changes.
+    add_handler_routes(app, context.desk, lambda request: context.desk.config or request.app[CONTEXT].config,
                        lambda request: request.app[CONTEXT].client, parse_enqueue_request)  # fmt: skip
     if context.config.ui.enabled:
         app.router.add_get(UI_PREFIX, to_dashboard)

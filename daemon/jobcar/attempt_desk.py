@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from typing import Final
 from urllib.parse import quote
 
+from jobcar.config_types import Config
 from jobcar.job import Job
 from jobcar.keys import QueueKeys
 from jobcar.outcome import Outcome
@@ -108,6 +109,8 @@ class AttemptDesk:
     def __init__(self) -> None:
         #: Where handlers reach this daemon's handler API (set once the listener is bound).
         self.base_url = ""
+        #: The config the running attempts run under (the runner's, reloads included): the API's bounds.
+        self.config: Config | None = None
         self._live: dict[str, LiveAttempt] = {}
         self._ended: OrderedDict[str, tuple[str, str]] = OrderedDict()  # job id -> (token, why)
 

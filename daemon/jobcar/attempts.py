@@ -121,6 +121,7 @@ class Attempts:
     def apply(self, config: Config, executors: Mapping[str, Executor]) -> None:
         """Take a (re)loaded config's handlers. Running jobs finish with the executor they started with."""
         self.config = config
+        self.desk.config = config
         self.logs = LogWriter(self.link.client, config.handler_api)
         self.handlers: Mapping[str, Handler] = config.handlers
         self.executors = dict(executors)

@@ -215,11 +215,16 @@ class _HandlerApi:
         body = await _json_object(request)
         _only(body, {"by"})
         seconds = _duration("by", body.get("by"))
-        if not live.extendable:
-            why = ("its handler allows no extension (handlers.<type>.max_extend)" if live.latest <= live.deadline
-                   else "the attempt is at its handler's max_extend")  # fmt: skip
-            raise Refused(409, f"cannot extend: {why}")
         config = self._config(request)
+        if not live.extendable:
+            handler = config.handlers.get(live.job.type)
+            if handler is not None and handler.batch is not None:
+                why = "a batched job's time is its batch call's"
+            elif handler is None or not handler.max_extend:
+                why = f"its handler allows none (handlers.{live.job.type}.max_extend is 0)"
+            else:
+                why = f"the attempt is at its handler's max_extend ({handler.max_extend:g}s)"
+            raise Refused(409, f"cannot extend: {why}")
         # The lease is renewed in the same step: a handler that lost it learns so now, and one that asks for
         # more time gets a full lease from now, whatever the heartbeat's phase.
         call = extend_call(live.keys, int(config.lease * 1000), [(live.job.id, live.lease_token)])

@@ -96,6 +96,9 @@ TALK = textwrap.dedent(
     elif mode == "extend":
         note(status=call("POST", "/extend", {"by": "4s"})[0])
         time.sleep(2)
+    elif mode == "extend-refused":
+        status, body = call("POST", "/extend", {"by": "4s"})
+        note(status=status, body=body.decode())
     elif mode == "parent":
         if not os.path.exists(out):
             children = {"jobs": [{"type": "child", "id": job["kids"][0], "payload": {}},
@@ -293,6 +296,14 @@ def test_extend_moves_the_timeout(daemon: DaemonProcess, hq: QueueDriver, tmp_pa
     job_id = run(hq, daemon, {"mode": "extend", "out": str(out)}, job_type="short")  # timeout 1s, runs 2s
     assert notes(out) == [{"attempt": "1", "status": 200}]
     assert hq.redis.hget(hq.keys.job(job_id), "attempt") == b"1"
+
+
+def test_extend_is_refused_without_max_extend(daemon: DaemonProcess, hq: QueueDriver, tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    run(hq, daemon, {"mode": "extend-refused", "out": str(out)})
+    (seen,) = notes(out)
+    assert seen["status"] == 409
+    assert "handlers.talk.max_extend is 0" in seen["body"]
 
 
 def test_a_parent_waits_for_its_children(daemon: DaemonProcess, hq: QueueDriver, tmp_path: Path) -> None:
