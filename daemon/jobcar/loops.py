@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Awaitable, Callable, Coroutine
+from collections.abc import Awaitable, Callable, Coroutine, Sequence
 from typing import Any
 
-from jobcar.redis_link import REDIS_ERRORS, Reachability, RedisUnavailable
+from jobcar.redis_link import REDIS_ERRORS, Reachability, RedisLink, RedisUnavailable
 
 log = logging.getLogger("jobcar.loops")
 
@@ -52,3 +52,14 @@ async def forever(name: str, step: Callable[[], Awaitable[None]], reachability: 
         except Exception:
             log.exception("%s: unexpected error; continuing", name)
             await asyncio.sleep(1)
+
+
+async def any_exists(link: RedisLink, keys: Sequence[str]) -> bool:
+    """Whether any of `keys` exists (of whatever type), in one EXISTS: how an idle daemon's periodic looks
+    find that there is nothing to look at for one command, not one script per queue (ADR 0022). On a
+    Cluster redis-py sends one EXISTS per slot and adds the counts."""
+    if not keys:
+        return False
+    client = link.client
+    found: int = await link.call(lambda: client.exists(*keys))
+    return found > 0

@@ -2,7 +2,8 @@
 to the dead-letter queue when their attempts are spent. Any daemon reaps every queue it serves.
 
 A pass runs at start-up and then when the earliest lease held in Redis expires, as the reap script reports
-it in Redis time: a `kill -9`ed daemon's jobs are back within their lease, not a polling interval later."""
+it in Redis time: a `kill -9`ed daemon's jobs are back within their lease, not a polling interval later.
+While no served queue holds a lease or a limit group, a pass is one EXISTS and no script (ADR 0022)."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from typing import Final
 
 from jobcar.config_types import Config, limit_rules
 from jobcar.keys import QueueKeys
+from jobcar.loops import any_exists
 from jobcar.metrics import Metrics
 from jobcar.recording import dead_letter_limits
 from jobcar.redis_link import RedisLink, RedisUnavailable
@@ -39,10 +41,23 @@ class Reaper:
         """The next pass when the earliest lease expires, at once when Redis answers again after an outage
         (leases that expired during it are due now), and at most MAX_INTERVAL after the last one."""
         await self.link.reachability.pause(self._next_pass_in)
-        await self.reap()
+        await self.reap(skip_idle=True)
 
-    async def reap(self) -> dict[str, dict[str, str]]:
-        """One pass over every queue: queue -> {job id: where it went ("pending", "dead" or "missing")}."""
+    async def reap(self, *, skip_idle: bool = False) -> dict[str, dict[str, str]]:
+        """One pass over every queue: queue -> {job id: where it went ("pending", "dead" or "missing")}.
+
+        `skip_idle` (the loop's passes): first one EXISTS over every queue's active set and limit groups,
+        and no reap script when none exists. Such a pass would find no lease to reap and no held job to let
+        go, and write nothing: an idle daemon pays one command per pass, not a script per queue (ADR 0022).
+        The next pass is then a lease from now at the latest, as after a pass that found no lease held."""
+        watched = [key for keys in self.queues for key in (keys.active, keys.limit_groups)]
+        try:
+            if skip_idle and not await any_exists(self.link, watched):
+                self._next_pass_in = min(self.config.lease, MAX_INTERVAL)
+                return {}
+        except RedisUnavailable:
+            self._next_pass_in = 0.0
+            raise
         limits = limit_rules(self.config)
         dead = dead_letter_limits(self.config)
         default_max_attempts = self.config.defaults.max_attempts

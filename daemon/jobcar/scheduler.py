@@ -4,7 +4,8 @@ Every daemon of the fleet does this, with no leader: each step is a compare-and-
 a tick another daemon fired already is found moved and skipped here (ADR 0012). A round reads each queue's
 due schedules in Redis time, plans their steps by their catch-up policy (`schedules.plan`), fires them, and
 sleeps until the earliest next tick, at most MAX_SLEEP (so a schedule created or changed elsewhere is seen).
-All the steps of a round are sent in one round trip.
+All the steps of a round are sent in one round trip. A queue found without schedules is then looked at by
+one EXISTS shared with the other such queues, not by its script, until a schedule appears (ADR 0022).
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from typing import Final
 from jobcar import schedule_store
 from jobcar.config_types import Config
 from jobcar.keys import QueueKeys
+from jobcar.loops import any_exists
 from jobcar.metrics import Metrics
 from jobcar.redis_link import RedisLink, RedisUnavailable
 from jobcar.schedules import ScheduleSpec, Step, due_call, fire_call, parse_due, parse_fire, plan
@@ -24,7 +26,8 @@ from jobcar.transport import run_async
 log = logging.getLogger("jobcar.scheduler")
 
 #: The longest sleep between two rounds: how soon a schedule created or changed elsewhere is seen when no
-#: tick of the queue's schedules comes sooner (one read per queue and round: an idle daemon's cost).
+#: tick of the queue's schedules comes sooner (one read per queue with schedules and round, and one EXISTS
+#: for the queues without: an idle daemon's cost).
 MAX_SLEEP: Final = 5.0
 #: Slept past the earliest tick, which is due once Redis time reaches it.
 TICK_MARGIN: Final = 0.002
@@ -40,6 +43,8 @@ class Scheduler:
         #: The schedule hashes of another type seen due, by (queue, name): logged once each, and a config
         #: schedule among them is written again once the key no longer shows there (fsck deleted it).
         self._broken: set[tuple[str, str]] = set()
+        #: The queues whose schedule ZSET held nothing at the last read: looked at by one EXISTS per round.
+        self._without: set[str] = set()
 
     def apply(self, config: Config) -> None:
         """Take a (re)loaded config: its schedules are written to Redis before the next round."""
@@ -71,18 +76,24 @@ class Scheduler:
         not late by its length (a `none` or `latest` schedule would count the ticks that came due
         meanwhile as passed over)."""
         try:
-            replies = await self.link.scripts([due_call(keys) for keys in self.queues], each_its_own=True)
+            read = await self._to_read()
+            replies = await self.link.scripts([due_call(keys) for keys in read], each_its_own=True) if read else []
         except RedisUnavailable:
             self._sleep = 0.0  # at once when Redis answers again: ticks came due meanwhile
             raise
         waits: list[int] = []
         planned: list[tuple[QueueKeys, ScheduleSpec, list[Step], int]] = []
         broken: set[tuple[str, str]] = set()
-        for keys, reply in zip(self.queues, replies, strict=True):
+        for keys, reply in zip(read, replies, strict=True):
             if isinstance(reply, Exception):
+                self._without.discard(keys.queue)
                 broken |= {b for b in self._broken if b[0] == keys.queue}  # not read: as it was
                 continue  # a refusal, logged by the link: the other queues' schedules fire
             due = parse_due(reply)
+            if due.next_in_ms is None and not due.schedules and not due.broken:
+                self._without.add(keys.queue)  # no schedule waits in its ZSET: not read again while it has none
+            else:
+                self._without.discard(keys.queue)
             for name, key, holds in due.broken:
                 broken.add((keys.queue, name))
                 if (keys.queue, name) not in self._broken:
@@ -102,6 +113,16 @@ class Scheduler:
             if next_ms is not None:
                 waits.append(next_ms - now_ms)
         return min(MAX_SLEEP, max(0, min(waits)) / 1000 + TICK_MARGIN) if waits else MAX_SLEEP
+
+    async def _to_read(self) -> list[QueueKeys]:
+        """The queues whose schedules this round reads: those that had some at the last read, and the others
+        too when any of their schedule ZSETs exists now (one EXISTS for all of them). An idle daemon whose
+        queues have no schedule then costs one command per round, not a script per queue, and a schedule
+        created elsewhere is still seen by the next round (ADR 0022)."""
+        without = [keys for keys in self.queues if keys.queue in self._without]
+        if without and await any_exists(self.link, [keys.schedules for keys in without]):
+            self._without.clear()
+        return [keys for keys in self.queues if keys.queue not in self._without]
 
     def _resync_repaired(self, broken: set[tuple[str, str]]) -> None:
         """A config schedule whose hash was of another type and no longer shows (fsck deleted it, with its

@@ -5,7 +5,8 @@ outcome, [reference, ...]] (the jobs one call ended the same way for the same wa
 tells each waiting job (the settle script, on that job's own slot, which on a Cluster may be another
 node's), then removes the entry. A daemon whose ack, kill or retry left an entry settles its queue at
 once; every daemon also looks at the queues it serves every PASS_INTERVAL, which carries what a crash left
-between the two steps, and what other scripts (a reap, a cancel) left. Telling a job twice changes
+between the two steps, and what other scripts (a reap, a cancel) left. That look is one EXISTS over every
+served queue's list, and reads the lists only when one exists (ADR 0022). Telling a job twice changes
 nothing, so two daemons carrying the same entry are harmless.
 """
 
@@ -22,6 +23,7 @@ from typing import Final
 from jobcar.config_types import Config
 from jobcar.dependency_calls import settle_call
 from jobcar.keys import QueueKeys, job_ref, split_job_ref
+from jobcar.loops import any_exists
 from jobcar.recording import dead_letter_limits
 from jobcar.redis_link import RedisLink, naming_key
 from jobcar.scripts import Arg, ScriptCall
@@ -65,11 +67,16 @@ class Settler:
                 await self._woken.wait()
         self._woken.clear()
         due, self._due = self._due, set()
-        if time.monotonic() >= self._full_pass_at + PASS_INTERVAL:
-            due = set(self.queues)
-            self._full_pass_at = time.monotonic()
         queues = [self.queues[queue] for queue in sorted(due)]
         try:
+            if time.monotonic() >= self._full_pass_at + PASS_INTERVAL:
+                self._full_pass_at = time.monotonic()
+                # The pass first asks whether any of the other queues' settled lists exists, in one command:
+                # an idle daemon's pass is that one EXISTS, not one LRANGE per queue (ADR 0022). A list of
+                # another type exists too, so its refusal is still logged (the look names the key).
+                others = [keys for queue, keys in sorted(self.queues.items()) if queue not in due]
+                if await any_exists(self.link, [keys.settled for keys in others]):
+                    queues = [self.queues[queue] for queue in sorted(self.queues)]
             while queues:  # again for the queues whose look was full: they may hold more
                 looks, outage = await self._look(queues)
                 carried = [await self._carry(keys, entries) if entries else 0
