@@ -488,12 +488,14 @@ def _expired_batch(q: QueueDriver) -> tuple[str, str]:
     return "lost_dependency", "nightly.on_complete"
 
 
-def _handler_data_of_a_gone_job(write: Callable[[QueueDriver, str], None]) -> Callable[[QueueDriver], tuple[str, str]]:
+def _handler_data_of_a_gone_job(
+    write: Callable[[QueueDriver, str], object],
+) -> Callable[[QueueDriver], tuple[str, str]]:
     """A corruption: the key `write` writes for job "gone" (its log, steps or children), which has no hash."""
 
     def corrupt(q: QueueDriver) -> tuple[str, str]:
         write(q, "gone")
-        (key,) = (k.decode() for k in q.redis.keys(q.keys.prefix + "*:gone"))
+        (key,) = (as_text(k) for k in q.redis.keys(q.keys.prefix + "*:gone"))
         return "orphan_handler_data", key
 
     return corrupt
