@@ -16,6 +16,7 @@ loaded from and which of the refused modules are loaded, and stores that in each
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import stat
@@ -81,9 +82,10 @@ def _package_zip(archive: Path) -> Path:
     return archive
 
 
-@pytest.fixture(scope="module")
-def spark(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SparkSession]:
-    work = tmp_path_factory.mktemp("spark")
+@contextlib.contextmanager
+def spark_session(work: Path, **conf: str) -> Iterator[SparkSession]:
+    """A local[2,4] session whose executors import jobcar only from the zip it ships (EXECUTOR_BOOT): one per
+    test module (the JVM stays up between them, only the context restarts)."""
     boot = work / "executor_boot.py"
     boot.write_text(EXECUTOR_BOOT.format(blocked=BLOCKED))
     wrapper = work / "executor-python"
@@ -92,7 +94,7 @@ def spark(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SparkSession]:
     saved_env, saved_path = os.environ.get("PYSPARK_PYTHON"), list(sys.path)
     os.environ["PYSPARK_PYTHON"] = str(wrapper)
     try:
-        session = (
+        builder = (
             SparkSession.builder.master("local[2,4]")  # 2 threads; a task may fail 3 times and be retried
             .appName("jobcar-tests")
             .config("spark.ui.enabled", "false")
@@ -100,8 +102,10 @@ def spark(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SparkSession]:
             .config("spark.sql.shuffle.partitions", "2")
             .config("spark.default.parallelism", "2")
             .config("spark.driver.memory", "512m")
-            .getOrCreate()
         )
+        for key, value in conf.items():
+            builder = builder.config(key, value)
+        session = builder.getOrCreate()
     finally:
         if saved_env is None:
             del os.environ["PYSPARK_PYTHON"]
@@ -109,9 +113,17 @@ def spark(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SparkSession]:
             os.environ["PYSPARK_PYTHON"] = saved_env
     session.sparkContext.setLogLevel("ERROR")
     session.sparkContext.addPyFile(str(_package_zip(work / "jobcar.zip")))
-    yield session
-    session.stop()
-    sys.path[:] = saved_path  # addPyFile put the zip on the driver's path too
+    try:
+        yield session
+    finally:
+        session.stop()
+        sys.path[:] = saved_path  # addPyFile put the zip on the driver's path too
+
+
+@pytest.fixture(scope="module")
+def spark(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SparkSession]:
+    with spark_session(tmp_path_factory.mktemp("spark")) as session:
+        yield session
 
 
 def _provenance(row: Row) -> dict[str, Any]:
