@@ -36,6 +36,7 @@ from jobcar.ui import reads
 from tests.integration.driver import QueueDriver
 from tests.integration.test_api import TOKEN, running_api
 from tests.integration.test_cli import ROOT, cli
+from tests.integration.test_cli_ops import talk_back
 from tests.servers import RedisServer, wait_for
 
 CSRF = re.compile(r'name="csrf" value="([0-9a-f]+)"')
@@ -411,6 +412,61 @@ async def test_a_job_page_links_what_it_waits_for_and_what_waits_for_it(ui: Ui) 
     missing = await ui.get("/ui/job?queue=default&id=nope")
     assert missing.status == 404
     assert "no such job" in missing.text
+
+
+async def test_a_job_page_shows_what_its_handler_writes_escaped(ui: Ui, q: QueueDriver) -> None:
+    info = await ui.client.enqueue("t.x", {}, job_id="parent")
+    leased = q.lease_one()
+    talk_back(q.producer, leased, lines=("oldest", "older", "old"), max_lines=2)  # one dropped
+    talk_back(
+        q.producer, leased, percent=30, message=XSS[0], lines=(*(f"line {n}" for n in range(200)), XSS[1]),
+        steps={"<b>step</b>": b"x" * 3000}, children=(("default", "kid<i>"),),
+    )  # fmt: skip
+    page = await ui.get(f"/ui/job?queue=default&id={info.id}")
+    assert page.status == 200
+    assert "<script>alert" not in page.text
+    assert "<img src=x" not in page.text
+    assert "<b>step" not in page.text
+    assert '<progress max="100" value="30.0"' in page.text
+    assert '<span class="percent">30%</span>' in page.text
+    assert '<span class="message">&lt;script&gt;alert(&#34;type&#34;)&lt;/script&gt;</span>' in page.text
+    log = re.search(r'<ol class="log" id="job-log">(.*?)</ol>', page.text, re.S)
+    assert log
+    lines = re.findall(r'<span class="line">([^<]*)</span>', log.group(1))
+    assert len(lines) == 200  # the newest
+    assert (lines[0], lines[-1]) == ("line 1", "&#34;&gt;&lt;img src=x onerror=alert(1)&gt;")
+    assert "203 line(s) kept, 1 older dropped; the last 200 shown" in page.text
+    assert re.search(r"<tr><td>&lt;b&gt;step&lt;/b&gt;</td><td class=\"num\">2\.9 KiB</td><td>\d{4}-", page.text)
+    assert 'href="/ui/job?queue=default&amp;id=kid%3Ci%3E">default/kid&lt;i&gt;</a>' in page.text
+    assert 'data-live="/ui/job.json?queue=default&amp;id=parent"' in page.text
+
+    live = await ui.http.get("/ui/job.json?queue=default&id=parent")
+    assert live.headers["Cache-Control"] == "no-store"
+    job = await live.json()
+    assert (job["state"], job["finished"], job["progress"]["message"]) == ("active", False, XSS[0])
+    assert (job["progress"]["percent"], job["progress"]["percent_text"]) == (30, "30%")
+    assert (job["log"]["lines"], job["log"]["dropped"], len(job["log"]["lines_read"])) == (203, 1, 200)
+    assert job["log"]["lines_read"][-1]["line"] == XSS[1]
+    assert [(s["name"], s["bytes"], s["size"]) for s in job["steps"]] == [("<b>step</b>", 3000, "2.9 KiB")]
+    assert [(c["ref"], c["state"], c["link"]) for c in job["children"]] == [
+        ("default/kid<i>", "pending", "/ui/job?queue=default&id=kid%3Ci%3E")
+    ]
+
+    child = await ui.get("/ui/job?queue=default&id=kid%3Ci%3E")
+    assert 'child of <a href="/ui/job?queue=default&amp;id=parent" id="job-parent">default/parent</a>' in child.text
+    assert "None reported." in child.text
+
+    queue = await ui.get("/ui/queues/default?state=active")
+    assert '<th scope="col">Progress</th>' in queue.text
+    assert '<progress max="100" value="30.0" aria-label="Progress of job parent"></progress>' in queue.text
+    assert "&lt;script&gt;alert" in queue.text
+    assert "<script>alert" not in queue.text
+    pending = await ui.get("/ui/queues/default?state=pending")
+    assert '<th scope="col">Progress</th>' not in pending.text
+
+    q.ack(info.id, leased.token, retention_ms=60_000)
+    done = await ui.get(f"/ui/job?queue=default&id={info.id}")
+    assert "data-live" not in done.text, "a finished job's page does not update"
 
 
 async def test_cancel_requeue_and_delete_from_a_job_page(ui: Ui, q: QueueDriver) -> None:

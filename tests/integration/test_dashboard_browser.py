@@ -20,6 +20,7 @@ from jobcar.job import State
 from tests.integration.conftest import StartDaemon
 from tests.integration.daemon_harness import listen_url
 from tests.integration.driver import QueueDriver
+from tests.integration.test_cli_ops import talk_back
 from tests.servers import wait_for
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -268,6 +269,47 @@ def test_payloads_and_errors_that_try_to_run_script_render_as_text(
     expect(page.locator(".groups")).to_contain_text(XSS[0])
     assert page.locator("main img").count() == 0
     save(page, "escaped")
+
+
+def test_a_running_jobs_page_follows_its_progress_and_log_as_text(
+    page: Page, start_daemon: StartDaemon, r: redis.Redis, namespace: str
+) -> None:
+    base = dashboard(start_daemon, {"t.ok": {"command": ["true"]}})
+    parked = QueueDriver(r, namespace, "parked")  # served by no daemon: the test is the job's handler
+    job_id = parked.enqueue("t.long", {}).id
+    leased = parked.lease_one()
+    talk_back(parked.producer, leased, percent=10, message="starting", lines=("first line",))
+    page.goto(f"{base}job?queue=parked&id={job_id}")
+    expect(page.locator("#job-progress progress")).to_have_attribute("value", "10.0")
+    expect(page.locator("#job-progress-text")).to_contain_text("10% starting")
+    expect(page.locator("#job-log li")).to_have_count(1)
+    expect(page.locator("#job-no-steps")).to_be_visible()
+
+    talk_back(
+        parked.producer, leased, percent=60, message=XSS[1], lines=(XSS[0], "last <b>line</b>"),
+        steps={"fetch": b"x" * 5000}, children=(("parked", "kid"),),
+    )  # fmt: skip
+    expect(page.locator("#job-progress-text .percent")).to_have_text("60%", timeout=15_000)
+    assert page.evaluate("document.querySelector('#job-progress progress').value") == 60
+    expect(page.locator("#job-progress-text .message")).to_have_text(XSS[1])
+    expect(page.locator("#job-log li")).to_have_count(3)
+    expect(page.locator("#job-log li .line").nth(1)).to_have_text(XSS[0])
+    expect(page.locator("#job-log li .line").nth(2)).to_have_text("last <b>line</b>")
+    expect(page.locator("#job-steps tbody tr")).to_have_text(re.compile(r"fetch\s*4\.9 KiB"))
+    expect(page.locator("#job-children a")).to_have_attribute("href", "/ui/job?queue=parked&id=kid")
+    assert page.locator("main img").count() == 0
+    assert page.locator("#job-live b, #job-live script").count() == 0
+    save(page, "job-running")
+
+    page.goto(f"{base}queues/parked?state=active")
+    expect(page.locator("td.progress-cell")).to_contain_text("60%")
+    expect(page.locator("td.progress-cell .message")).to_have_text(XSS[1])
+    assert page.locator("main img").count() == 0
+
+    page.goto(f"{base}job?queue=parked&id={job_id}")
+    expect(page.locator("#job-state")).to_have_text("active")
+    parked.ack(job_id, leased.token, retention_ms=60_000)
+    expect(page.locator("#job-state")).to_have_text("done", timeout=15_000)  # and the script stops there
 
 
 def tab_to(page: Page, label: str, backwards: bool = False) -> None:

@@ -4,7 +4,8 @@
     GET  /ui/                       overview: queues, last hour, live daemons (`overview.json` for the updates)
     GET  /ui/queues/{queue}         a queue's jobs by state, paged and filtered
     GET  /ui/queues/{queue}/dead    its dead-letter queue, grouped by type and error, with bulk actions
-    GET  /ui/job?queue=&id=         a job (`/ui/job/payload?...` its raw payload, as a download)
+    GET  /ui/job?queue=&id=         a job (`/ui/job/payload?...` its raw payload, as a download; `/ui/job.json?...`
+                                    what its handler writes while it runs, for the page's updates)
     GET  /ui/schedules, /ui/limits  periodic jobs; flow control now
     POST /ui/job/{cancel|requeue|delete}, /ui/queues/{queue}/{pause|resume},
          /ui/queues/{queue}/dead/{confirm|apply}, /ui/schedules/{name}/{pause|resume|trigger}
@@ -28,8 +29,8 @@ from aiohttp import web
 from redis import exceptions as redis_errors
 
 from jobcar.admin import Admin
-from jobcar.admin_reads import AmbiguousJob, JobNotFound
-from jobcar.cli_format import span
+from jobcar.admin_reads import AmbiguousJob, JobNotFound, JobView, LogRead
+from jobcar.cli_format import byte_size, percent_text, span
 from jobcar.config_types import Config, limit_rule_table
 from jobcar.errors import InvalidJob
 from jobcar.formats import redact
@@ -45,6 +46,8 @@ from jobcar.ui.access import ACCESS, CSRF_FIELD, SESSION_COOKIE, SESSION_SECONDS
 
 #: The payload shown on a job's page, pretty-printed; the download has all of it.
 PAYLOAD_SHOWN_BYTES: Final = 64 * 1024
+#: The newest lines of a job's log its page shows (`jobcar jobs logs` prints them all).
+LOG_SHOWN_LINES: Final = 200
 _HERE: Final = Path(__file__).parent
 log = logging.getLogger("jobcar.ui")
 #: Where signing in may lead: a dashboard path and query, printable ASCII without a backslash.
@@ -69,6 +72,7 @@ def build_ui_app(admin: Admin, config: Config) -> web.Application:
     get("/queues/{queue}", _queue)
     get("/queues/{queue}/dead", _dead)
     get("/job", _job)
+    get("/job.json", _job_json)
     get("/job/payload", _payload)
     get("/schedules", _schedules)
     get("/limits", _limits)
@@ -96,6 +100,8 @@ def _templates() -> jinja2.Environment:
     env.filters["time"] = lambda ms: rfc3339_ms(ms) or "—"
     env.filters["ago"] = _ago
     env.filters["seconds"] = span
+    env.filters["bytes"] = byte_size
+    env.filters["percent"] = percent_text
     return env
 
 
@@ -232,7 +238,9 @@ async def _dead(request: web.Request) -> web.Response:
 
 async def _job(request: web.Request) -> web.Response:
     queue, job_id = _job_ref(request.query)
-    view = await request.app[ADMIN].job(job_id, queue)
+    admin = request.app[ADMIN]
+    view = await admin.job(job_id, queue)
+    log = await _log_tail(admin, view)
     document = view.document()
     if "payload" in document:
         shown = json.dumps(document["payload"], indent=2, ensure_ascii=False)
@@ -243,9 +251,39 @@ async def _job(request: web.Request) -> web.Response:
         shown = shown.encode()[:PAYLOAD_SHOWN_BYTES].decode("utf-8", "ignore")
     return render(
         request, "job.html", job=view.job, view=view, document=document, payload=shown, payload_cut=cut,
-        now_ms=view.now_ms, finished=view.job.state in FINISHED,
+        now_ms=view.now_ms, finished=view.job.state in FINISHED, log=log, log_shown=LOG_SHOWN_LINES,
         payload_link=_link("/ui/job/payload", queue=queue, id=job_id), job_link=_job_link,
+        live_link=_link("/ui/job.json", queue=queue, id=job_id),
     )  # fmt: skip
+
+
+async def _log_tail(admin: Admin, view: JobView) -> LogRead | None:
+    """The newest LOG_SHOWN_LINES lines of the job's log, when it has one."""
+    if not view.log_lines:
+        return None
+    return await admin.log_since(view.job.id, view.job.queue, last=LOG_SHOWN_LINES)
+
+
+async def _job_json(request: web.Request) -> web.Response:
+    """What changes on a job's page while it runs, for its script: state, progress, the log's newest lines,
+    steps, children. Text is the handler's own: the script writes it as text, never as HTML."""
+    queue, job_id = _job_ref(request.query)
+    admin = request.app[ADMIN]
+    view = await admin.job(job_id, queue)
+    log = await _log_tail(admin, view)
+    document = view.document()
+    progress, reported = document["progress"], view.job.progress
+    if progress is not None and reported is not None:
+        progress["percent_text"] = None if reported.percent is None else percent_text(reported.percent)
+    return web.json_response({
+        "state": view.job.state.value, "finished": view.job.state in FINISHED, "attempt": view.job.attempt,
+        "progress": progress,
+        "log": {**document["log"], "shown": LOG_SHOWN_LINES, "lines_read": [] if log is None else [
+            {"at": rfc3339_ms(e.at_ms), "attempt": e.attempt, "line": e.line} for e in log.entries]},
+        "steps": [{**step, "size": byte_size(step["bytes"])} for step in document["steps"]],
+        "children": [{**child, "link": _job_link(child["ref"], queue)} for child in document["children"]],
+        "children_total": document["children_total"],
+    }, headers={"Cache-Control": "no-store"})  # fmt: skip
 
 
 def _job_link(ref: str, queue: str) -> str:

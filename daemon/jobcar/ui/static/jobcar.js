@@ -1,9 +1,11 @@
-// jobcar dashboard: the overview's live numbers and charts, and "select all" on the dead-letter page.
+// jobcar dashboard: the overview's live numbers and charts, a running job's progress, log, steps and children,
+// and "select all" on the dead-letter page.
 // Everything works without this script; it only adds. Values are written with textContent, never as HTML.
 "use strict";
 
 (function () {
   const REFRESH_MS = 5000;
+  const JOB_REFRESH_MS = 2000;
   const charts = new Map();
 
   function minuteLabel(ms) {
@@ -113,8 +115,113 @@
     }
   }
 
+  // A job's page while the job has not finished: what its handler writes (ui/pages.py `_job_json`). Every value is
+  // the handler's own text: written with textContent only.
+  function element(tag, text, className) {
+    const made = document.createElement(tag);
+    if (text !== undefined) made.textContent = text;
+    if (className) made.className = className;
+    return made;
+  }
+
+  function show(id, shown) {
+    const found = document.getElementById(id);
+    if (found) found.hidden = !shown;
+  }
+
+  function setText(id, text) {
+    const found = document.getElementById(id);
+    if (found && found.textContent !== text) found.textContent = text;
+  }
+
+  function updateJob(job) {
+    const state = document.getElementById("job-state");
+    if (state) {
+      state.textContent = job.state;
+      state.className = "state state-" + job.state;
+    }
+    const p = job.progress;
+    show("job-progress", p !== null);
+    show("job-no-progress", p === null);
+    if (p !== null) {
+      const bar = document.querySelector("#job-progress progress");
+      if (p.percent === null) bar.removeAttribute("value");
+      else bar.value = p.percent;
+      const text = document.getElementById("job-progress-text");
+      text.querySelector(".percent").textContent = p.percent_text === null ? "" : p.percent_text;
+      text.querySelector(".message").textContent = p.message === null ? "" : p.message;
+      text.querySelector(".when").textContent = "attempt " + p.attempt + ", " + p.at;
+    }
+    const log = job.log;
+    let summary = "No lines.";
+    if (log.lines || log.dropped) {
+      summary = log.lines + " line(s) kept" + (log.dropped ? ", " + log.dropped + " older dropped" : "") +
+        (log.lines > log.shown ? "; the last " + log.shown + " shown" : "") + " (jobcar jobs logs prints them all).";
+    }
+    setText("job-log-summary", summary);
+    const lines = document.getElementById("job-log");
+    if (lines) {
+      lines.replaceChildren(...log.lines_read.map((e) => {
+        const item = element("li");
+        item.append(element("time", e.at || "—", "when"), " ", element("span", "#" + e.attempt, "attempt"), " ",
+          element("span", e.line, "line"));
+        return item;
+      }));
+    }
+    const steps = document.querySelector("#job-steps tbody");
+    if (steps) {
+      steps.replaceChildren(...job.steps.map((step) => {
+        const row = element("tr");
+        row.append(element("td", step.name), element("td", step.size, "num"), element("td", step.at || "—"));
+        return row;
+      }));
+    }
+    show("job-steps", job.steps.length > 0);
+    show("job-no-steps", job.steps.length === 0);
+    const children = document.getElementById("job-children");
+    if (children) {
+      children.replaceChildren(...job.children.map((child) => {
+        const item = element("li");
+        const link = element("a", child.ref);
+        if (child.link.startsWith("/ui/job?")) link.href = child.link;
+        const state = child.state === null ? "gone" : child.state;
+        item.append(link, " ", element("span", state, "state state-" + state));
+        return item;
+      }));
+    }
+    const shown = job.children.length;
+    setText("job-children-summary", job.children_total ? job.children_total + " child job(s)" +
+      (job.children_total > shown ? "; the first " + shown + " shown" : "") + "." : "None.");
+  }
+
+  function followJob(section) {
+    const url = section.dataset.live;
+    let timer = null;
+    async function round() {
+      let job;
+      try {
+        const response = await fetch(url, { credentials: "same-origin", cache: "no-store" });
+        if (response.status === 404) {  // gone: it ended without a kept result, or was canceled
+          clearInterval(timer);
+          setText("job-state", "gone");
+          return;
+        }
+        if (!response.ok) return;
+        job = await response.json();
+      } catch (error) {
+        return; // the next round tries again
+      }
+      updateJob(job);
+      document.body.dataset.refreshed = String(Date.now());
+      if (job.finished) clearInterval(timer);
+    }
+    timer = setInterval(round, JOB_REFRESH_MS);
+  }
+
   document.addEventListener("DOMContentLoaded", () => {
     selectAll();
+    const live = document.querySelector("#job-live[data-live]");
+    if (live) followJob(live);
     if (document.getElementById("queues")) {
       refresh();
       setInterval(refresh, REFRESH_MS);
