@@ -8,6 +8,7 @@ import json
 import sys
 from collections.abc import Iterator
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -21,6 +22,7 @@ from jobcar import Client, State
 from jobcar.options import OPTIONS
 from jobcar.spark_rows import ROW_RESERVED
 from jobcar.spark_source import COLUMN_SUFFIX, JobcarDataSource
+from tests.integration.daemon_harness import DaemonProcess, Received, handler_server, write_config
 from tests.integration.test_spark import spark_session
 from tests.servers import RedisServer
 
@@ -146,3 +148,59 @@ def test_the_driver_refuses_a_bad_write_before_any_task(
     with Client.from_url(redis_server.url, namespace=namespace) as client:
         assert client.get("0") is None
 
+
+def test_a_read_of_a_10000_job_batch_returns_every_outcome(
+    spark: SparkSession, redis_server: RedisServer, namespace: str, tmp_path: Path
+) -> None:
+    """10,000 jobs written by the format, run by a daemon (batched, a hundred a call; ids ending in 007 fail
+    for good), read back in five partitions: every job with its state, result or last error."""
+    rows = 10_000
+
+    def handle(req: Received) -> tuple[int, dict[str, str], bytes]:
+        answers = []
+        for job in json.loads(req.body):
+            n = job["payload"]["n"]
+            answers.append(
+                {"id": job["id"], "outcome": "fail", "error": f"row {n} refused"}
+                if n % 1000 == 7
+                else {"id": job["id"], "outcome": "done", "result": {"double": 2 * n}}
+            )
+        return 200, {"Content-Type": "application/json"}, json.dumps(answers).encode()
+
+    df = spark.range(rows, numPartitions=4).select(
+        F.col("id").alias("n"), F.concat(F.lit("job-"), F.col("id").cast("string")).alias("job_id")
+    )
+    with handler_server() as handlers:
+        handler = {"spark.read": {"url": handlers.url("/rows", handle), "batch": {"max_size": 100}}}
+        config = write_config(tmp_path, redis_server.url, namespace, handler, concurrency=200, result_ttl="1h")
+        daemon = DaemonProcess(config).start()
+        try:
+            _writer(df, redis_server.url, namespace, type="spark.read", id="job_id", batch="big",
+                    max_attempts="1").save()  # fmt: skip
+            with Client.from_url(redis_server.url, namespace=namespace) as client:
+                status = client.wait_batch("big", timeout=120, poll=0.1)
+        finally:
+            daemon.stop()
+    assert (status.total, status.done, status.dead) == (rows, rows - 10, 10)
+
+    reader = spark.read.format("jobcar").option("url", redis_server.url).option("namespace", namespace)
+    jobs = reader.option("batch", "big").option("partition_size", "2000").load()
+    assert jobs.rdd.getNumPartitions() == 5
+    got = {r["id"]: r for r in jobs.select("id", "state", "attempt", "result", "last_error", "finished_at").collect()}
+    assert len(got) == rows
+    for n in range(rows):
+        row = got[f"job-{n}"]
+        assert row["finished_at"] is not None
+        if n % 1000 == 7:
+            assert (row["state"], row["result"], row["last_error"]) == ("dead", None, f"row {n} refused")
+        else:
+            assert (row["state"], json.loads(row["result"]), row["last_error"]) == ("done", {"double": 2 * n}, None)
+
+    dead = reader.option("state", "dead").load().select("id", "errors").collect()
+    assert sorted(r["id"] for r in dead) == sorted(f"job-{n}" for n in range(rows) if n % 1000 == 7)
+    assert all(r["errors"][0]["attempt"] == 1 for r in dead)
+    # Past text_limit a result is binary only.
+    small = reader.option("batch", "big").option("state", "done").option("text_limit", "13").load()
+    sizes = small.select(F.col("result").isNull().alias("binary"), F.length("result_binary").alias("size"))
+    assert {(r["binary"], r["size"] is not None and r["size"] > 13) for r in sizes.collect()} == {
+        (False, False), (True, True)}  # fmt: skip
