@@ -239,9 +239,9 @@ class _HandlerApi:
         body = await _json_object(request)
         _only(body, {"delay"})
         delay = _duration("delay", body.get("delay"))
-        handler = self._config(request).handlers.get(live.job.type)
-        if handler is not None:
-            delay = min(delay, handler.max_retry_after)
+        config = self._config(request)
+        handler = config.handlers.get(live.job.type)
+        delay = min(delay, handler.max_retry_after if handler else config.defaults.max_retry_after)
         live.answered = True  # from now on the attempt's own answer is not recorded
         if not await live.answer_now(Outcome.snooze(delay)):
             live.answered = False
@@ -272,6 +272,10 @@ class _HandlerApi:
         policy = body.get("on_child_failure", "run")
         if policy not in CHILD_FAILURE_POLICIES:
             raise InvalidJob(f"on_child_failure must be one of {', '.join(CHILD_FAILURE_POLICIES)}")
+        if policy != "run" and not self._config(request).result_ttl:
+            # A child that succeeded is deleted at once: it would read as gone, which counts as a failure.
+            raise InvalidJob(f"on_child_failure {policy} needs result_ttl above 0, to tell a child that succeeded "
+                             "from one that is gone; with result_ttl 0 only run can be used")  # fmt: skip
         redis = self._client(request).redis
         live.answered = True  # from now on the attempt's own answer is not recorded
         try:
