@@ -288,14 +288,20 @@ class AdminReads:
             queue, _ = await self.locate(job_id)
             gone = f"no such job {job_id} (it finished just now)"
         keys = self.keys(queue)
+        # A cluster's pipelines refuse TIME (it names no key): asked of the job's node apart.
+        cluster = isinstance(self.redis, AsyncRedisCluster)
         pipe = self.redis.pipeline(transaction=False)
         pipe.hgetall(keys.job(job_id))
         pipe.zscore(keys.active, job_id)
-        pipe.time()
+        if not cluster:
+            pipe.time()
         pipe.smembers(keys.deps(job_id))
         pipe.smembers(keys.dependents(job_id))
         # The sets' replies may be refusals (a key of another type reads as none); the job's own may not.
-        fields, deadline, now, deps, dependents = await pipe.execute(raise_on_error=False)
+        replies = await pipe.execute(raise_on_error=False)
+        if cluster:
+            replies.insert(2, await self._node_time(keys))
+        fields, deadline, now, deps, dependents = replies
         for reply in (fields, deadline):
             if isinstance(reply, Exception):
                 raise reply
@@ -475,6 +481,14 @@ class AdminReads:
             cursor, found = await self.redis.scan(cursor, match=match, count=count)
         prefix = len(keys.job(""))
         return int(cursor), [as_text(k)[prefix:] for k in found]
+
+    async def _node_time(self, keys: QueueKeys) -> Any:
+        """TIME from the node of the queue's slot (a cluster's client sends a command naming no key anywhere)."""
+        assert isinstance(self.redis, AsyncRedisCluster)
+        node = self.redis.get_node_from_key(keys.pending)
+        if node is None:
+            raise redis_errors.ClusterDownError(f"no node serves the slot of queue {keys.queue}")
+        return await self.redis.time(target_nodes=node)
 
     async def now_ms(self) -> int:
         """Redis time, the clock every stored time was taken with."""

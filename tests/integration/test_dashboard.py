@@ -344,6 +344,36 @@ async def test_done_jobs_are_found_on_the_queues_node_of_a_cluster(
         sync.close()
 
 
+@pytest.mark.cluster
+async def test_what_a_handler_wrote_is_read_on_a_cluster(redis_cluster: list[RedisServer], namespace: str) -> None:
+    """The job's own keys on its queue's node, its children's states from theirs (other queues, other slots)."""
+    sync = redis.RedisCluster(host="127.0.0.1", port=redis_cluster[0].port)
+    client = AsyncClient.from_url(f"redis://127.0.0.1:{redis_cluster[0].port}", namespace=namespace, cluster=True)
+    try:
+        q = QueueDriver(sync, namespace)
+        info = q.enqueue("t.x", {})
+        leased = q.lease_one()
+        children = (("low", "a"), ("other", "b"), ("default", "c"))
+        talk_back(q.producer, leased, percent=5, lines=("x", "y", "z"), max_lines=2, steps={"s": b"123"},
+                  children=children)  # fmt: skip
+        admin = Admin(client.redis, namespace, ["default"])
+        view = await admin.job(info.id, "default")
+        assert view.job.progress is not None
+        assert view.job.progress.percent == 5
+        assert (view.log_lines, view.log_dropped, view.children_total) == (2, 1, 3)
+        assert [(s.name, s.size) for s in view.steps] == [("s", 3)]
+        assert [(c.ref, c.state) for c in view.children] == [
+            ("default/c", State.PENDING), ("low/a", State.PENDING), ("other/b", State.PENDING)
+        ]  # fmt: skip
+        log = await admin.log_since(info.id, "default", 0)
+        assert ([e.line for e in log.entries], log.missed, log.next_index) == (["y", "z"], 1, 3)
+        listing, total = await admin.children(f"default/{info.id}", 10)
+        assert ([job.id for job in listing.jobs], total) == (["c", "a", "b"], 3)
+    finally:
+        await client.close()
+        sync.close()
+
+
 async def test_filters_by_type_error_text_and_id_prefix(ui: Ui, q: QueueDriver) -> None:
     timeouts = dead_jobs(q, 3, "t.mail", "timeout after 10s")
     crashes = dead_jobs(q, 2, "t.pdf", "exit code 3")
