@@ -18,7 +18,7 @@ import time
 from collections import OrderedDict
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import Final
+from typing import Final, Protocol
 from urllib.parse import quote
 
 from jobcar.config_types import Config
@@ -44,6 +44,14 @@ ANSWERED: Final = "the attempt already answered"
 LEASE_LOST: Final = "the attempt lost its lease"
 CANCELED: Final = "the job was canceled"
 STOPPED: Final = "the attempt was stopped"
+
+
+class StderrSink(Protocol):
+    """Takes a command's stderr lines as they come; `flush` returns once they are written."""
+
+    def add(self, lines: list[str]) -> None: ...
+
+    async def flush(self) -> None: ...
 
 
 class Refused(Exception):
@@ -73,7 +81,7 @@ class LiveAttempt:
     #: ignored, and its lease is no longer renewed.
     answered: bool = False
     #: Where a command's stderr lines go as they come, when its handler has `log_stderr` (the job's log).
-    log_lines: Callable[[list[str]], None] | None = None
+    stderr_lines: StderrSink | None = None
     _scope: asyncio.Timeout | None = field(default=None, repr=False)
 
     @property

@@ -7,7 +7,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
+from typing import Final
 
 from jobcar.attempt_desk import LiveAttempt
 from jobcar.config_types import HandlerApiSettings
@@ -16,6 +17,9 @@ from jobcar.redis_link import REDIS_ERRORS
 from jobcar.transport import AsyncRedis, execute_async
 
 log = logging.getLogger("jobcar.attempt_logs")
+
+#: The most lines one log write carries (lua/log.lua pushes them in one command, within Lua's stack).
+LINES_PER_WRITE: Final = 1000
 
 
 def cut(line: str, limit: int) -> str:
@@ -41,27 +45,40 @@ class LogWriter:
         (reply,) = await execute_async(self.client, [call])
         return parse_log(reply)
 
-    def forward(self, live: LiveAttempt) -> Callable[[list[str]], None]:
-        """A sink for a command's stderr lines: written in order, in the background, while the attempt runs. A
-        line that cannot be written (Redis away, the lease lost) is dropped: stderr's tail is still the
-        error of a failed attempt."""
-        queue: asyncio.Queue[list[str]] = asyncio.Queue()
-        writer: asyncio.Task[None] | None = None
+    def forward(self, live: LiveAttempt) -> StderrLines:
+        """Where a command's stderr lines go while the attempt runs (`log_stderr`)."""
+        return StderrLines(self, live)
 
-        async def drain() -> None:
-            while not queue.empty():
-                lines = queue.get_nowait()
-                try:
-                    await self.write(live, lines)
-                except REDIS_ERRORS as exc:
-                    log.debug("stderr lines not logged: %s", exc, extra={"job_id": live.job.id})
 
-        def sink(lines: list[str]) -> None:
-            nonlocal writer
-            if not lines:
-                return
-            queue.put_nowait(lines)
-            if writer is None or writer.done():
-                writer = asyncio.create_task(drain(), name=f"stderr of {live.job.id}")
+class StderrLines:
+    """A command's stderr lines on their way to the job's log: written in order, in the background, and all
+    written (`flush`) before the attempt records how it ended, while its lease still fences the writes. A line
+    that cannot be written (Redis away, the lease lost) is dropped: stderr's tail is still the error of a failed
+    attempt."""
 
-        return sink
+    def __init__(self, writer: LogWriter, live: LiveAttempt) -> None:
+        self._writer = writer
+        self._live = live
+        self._queue: asyncio.Queue[list[str]] = asyncio.Queue()
+        self._task: asyncio.Task[None] | None = None
+
+    def add(self, lines: list[str]) -> None:
+        if not lines:
+            return
+        self._queue.put_nowait(lines)
+        if self._task is None or self._task.done():
+            self._task = asyncio.create_task(self._drain(), name=f"stderr of {self._live.job.id}")
+
+    async def flush(self) -> None:
+        if self._task is not None:
+            await asyncio.shield(self._task)
+
+    async def _drain(self) -> None:
+        while not self._queue.empty():
+            lines = self._queue.get_nowait()
+            try:
+                # A chunk of stderr may hold many short lines: a script call takes a bounded number.
+                for start in range(0, len(lines), LINES_PER_WRITE):
+                    await self._writer.write(self._live, lines[start : start + LINES_PER_WRITE])
+            except REDIS_ERRORS as exc:
+                log.debug("stderr lines not logged: %s", exc, extra={"job_id": self._live.job.id})

@@ -353,7 +353,7 @@ class Attempts:
                               latest=deadline + max_extend, answer_now=answer_now)  # fmt: skip
         handler = self.handlers.get(running.job.type)
         if isinstance(handler, CommandHandler) and handler.log_stderr:
-            live.log_lines = self.logs.forward(live)
+            live.stderr_lines = self.logs.forward(live)
         running.live = live
         return live
 

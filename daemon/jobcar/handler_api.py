@@ -32,7 +32,7 @@ from typing import Any, Final, TypeAlias
 from aiohttp import hdrs, web
 
 from jobcar.attempt_desk import ATTEMPT_PATH, LEASE_LOST, AttemptDesk, LiveAttempt, Refused
-from jobcar.attempt_logs import LogWriter
+from jobcar.attempt_logs import LINES_PER_WRITE, LogWriter
 from jobcar.client import AsyncClient
 from jobcar.config_types import Config
 from jobcar.dependency_calls import DependOutcome, depend_call, settle_call
@@ -64,8 +64,6 @@ from jobcar.units import parse_duration
 
 #: A progress message is one short line.
 MAX_MESSAGE_CHARS: Final = 500
-#: Lines per log call.
-MAX_LINES_PER_CALL: Final = 1000
 #: A step's name: printable, no slash (it is a path segment).
 MAX_STEP_NAME: Final = 200
 #: Children listed by GET .../children.
@@ -203,8 +201,8 @@ class _HandlerApi:
         lines = [line for line in lines if line]
         if not lines:
             raise InvalidJob("no line to log")
-        if len(lines) > MAX_LINES_PER_CALL:
-            raise InvalidJob(f"at most {MAX_LINES_PER_CALL} lines per call")
+        if len(lines) > LINES_PER_WRITE:
+            raise InvalidJob(f"at most {LINES_PER_WRITE} lines per call")
         writer = LogWriter(self._client(request).redis, self._config(request).handler_api)
         written = await writer.write(live, lines)
         if written.refusal is not None:

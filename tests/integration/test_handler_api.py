@@ -186,7 +186,7 @@ def daemon(
                 "command": [
                     sys.executable,
                     "-c",
-                    "import sys; print('to the log', file=sys.stderr); print('and more', file=sys.stderr)",
+                    "import json, sys; print(*json.load(sys.stdin)['lines'], sep='\\n', file=sys.stderr)",
                 ],
                 "log_stderr": True,
             },
@@ -343,9 +343,16 @@ def test_each_job_of_a_batch_has_its_own_attempt(daemon: DaemonProcess, hq: Queu
 
 
 def test_a_commands_stderr_goes_to_the_log(daemon: DaemonProcess, hq: QueueDriver) -> None:
-    job_id = run(hq, daemon, {}, job_type="stderr")
+    job_id = run(hq, daemon, {"lines": ["to the log", "and more"]}, job_type="stderr")
     lines = [json.loads(e)["line"] for e in hq.redis.lrange(hq.keys.log(job_id), 0, -1)]
     assert lines == ["to the log", "and more"]
+
+
+def test_many_stderr_lines_keep_the_newest(daemon: DaemonProcess, hq: QueueDriver) -> None:
+    job_id = run(hq, daemon, {"lines": [f"line {n}" for n in range(5000)]}, job_type="stderr")
+    lines = [json.loads(e)["line"] for e in hq.redis.lrange(hq.keys.log(job_id), 0, -1)]
+    assert lines == [f"line {n}" for n in range(4995, 5000)]  # max_log_lines 5
+    assert hq.redis.hget(hq.keys.job(job_id), "log_dropped") == b"4995"
 
 
 def test_an_id_that_needs_quoting_in_the_url(daemon: DaemonProcess, hq: QueueDriver, tmp_path: Path) -> None:

@@ -96,14 +96,16 @@ class CommandExecutor:
             return Outcome.retry("timeout: the job's deadline passed before the command started")
         env = self._environment(job, deadline=deadline, max_attempts=max_attempts, attempt=attempt)
         stdout = Capture(handler.max_output_bytes, keep_tail=False)
-        tee = _lines_to(attempt.log_lines) if attempt is not None and attempt.log_lines is not None else None
+        stderr_lines = attempt.stderr_lines if attempt is not None else None
+        tee = _lines_to(stderr_lines.add) if stderr_lines is not None else None
         stderr = Capture(handler.max_output_bytes, keep_tail=True, tee=tee)
         extendable = attempt if attempt is not None and attempt.extendable else None
         if extendable is not None:
             extendable.deadline = started + budget
         ended = await self._process.run(env, job.payload, budget, stdout, stderr, extendable)
-        if tee is not None:
+        if tee is not None and stderr_lines is not None:
             tee(b"\n")  # the last line, if it had no line break
+            await stderr_lines.flush()  # written while the lease still fences them, before the outcome
         if isinstance(ended, Outcome):
             return ended
         if extendable is not None and ended.timed_out:
