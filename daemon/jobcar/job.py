@@ -242,7 +242,7 @@ class Job:
             held_at_ms=_opt_int(get(b"held_at")),
             after=_refs(get(b"after")),
             on_dependency_failure=_opt_str(get(b"on_dependency_failure")),
-            progress=parse_progress(get(b"progress")),
+            progress=None if (progress := get(b"progress")) is None else parse_progress(progress),
             parent=_opt_str(get(b"parent")),
         )
 

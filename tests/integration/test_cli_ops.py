@@ -480,6 +480,16 @@ def test_jobs_show_counts_every_child_and_lists_the_first_hundred(run: Run, clie
     assert "children (105, the first 100 shown, oldest first; jobs list --parent for more):" in out
 
 
+@pytest.mark.parametrize("written", [b"not json", b"[1]", b'{"percent": 5}', b'{"at": "x", "attempt": 1}'])
+def test_a_progress_field_written_by_hand_reads_as_none(run: Run, client: Client, written: bytes) -> None:
+    client.enqueue("t.echo", {}, job_id="odd")
+    client.redis.hset(QueueKeys.of(client.namespace, "default").job("odd"), "progress", written)
+    assert get(client, "odd").progress is None
+    shown = run_json(run, "jobs", "show", "odd")
+    assert isinstance(shown, dict)
+    assert shown["progress"] is None
+
+
 def test_jobs_logs_prints_each_line_and_says_what_was_dropped(run: Run, client: Client, config: Path) -> None:
     client.enqueue("t.echo", {}, job_id="talker")
     (leased,) = lease(client, 1)
