@@ -75,6 +75,8 @@ _WRITE_KEYS: Final = frozenset(
     {"type", "type_column", "id", "id_prefix", "payload", "on_complete", "on_success", "chunk", *_ROW_OPTIONS}
     | {name + COLUMN_SUFFIX for name in _ROW_OPTIONS}
 )
+#: Options Spark itself passes on to a data source (keys arrive lowercased): not the format's to refuse.
+SPARK_KEYS: Final = frozenset({"path", "checkpointlocation", "queryname"})
 #: What `spark.read.format("jobcar")` takes (spark_read.py).
 READ_KEYS: Final = frozenset({"queue", "batch", "state", "partition_size", "text_limit"})
 
@@ -96,7 +98,7 @@ def _positive(name: str, text: str | None, default: int) -> int:
 
 
 def _refuse_unknown(options: Mapping[str, str], known: frozenset[str]) -> None:
-    unknown = sorted(set(options) - known - {"path"})
+    unknown = sorted(set(options) - known - SPARK_KEYS)
     if unknown:
         raise InvalidJob(f"the jobcar format has no option(s) {', '.join(unknown)}; see docs/spark.md")
 
