@@ -6,24 +6,34 @@
     Client.from_url(URL).wait_batch(batch, timeout=3600)
 
 pyspark is not imported here (only for type checking): this module is shipped to the executors with
-the rest of the package and runs there with nothing but the standard library and redis-py.
+the rest of the package and runs there with nothing but the standard library and redis-py (on Python 3.10
+too: spark_compat). The `jobcar` format of Spark 4 is in spark_source.py; docs/spark.md says how to use both.
+
+    python -m jobcar.spark zip [jobcar.zip]      # the package as a zip for addPyFile / --py-files
 """
 
 from __future__ import annotations
 
+from jobcar import spark_compat  # noqa: F401 -- first: the 3.11 names the modules below import, on 3.10
+
+# isort: split
+
+import argparse
+import sys
 import uuid
-from collections.abc import Callable, Iterable, Iterator, Mapping
+import zipfile
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
-from datetime import date, datetime
-from decimal import Decimal
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from jobcar.client import Client
+from jobcar import spark_rows
 from jobcar.enqueueing import ENQUEUE_CHUNK
 from jobcar.errors import InvalidJob
 from jobcar.keys import DEFAULT_NAMESPACE, DEFAULT_QUEUE
 from jobcar.names import ID_PATTERN, TYPE_PATTERN, check_name
 from jobcar.records import DEFAULT_MAX_PAYLOAD_BYTES, JobSpec, build_callbacks, build_record
+from jobcar.spark_rows import Connection, jsonable, send
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, Row
@@ -49,6 +59,7 @@ def enqueue_dataframe(
     cluster: bool = False,
     on_complete: JobSpec | None = None,
     on_success: JobSpec | None = None,
+    redis_options: Mapping[str, object] | None = None,
 ) -> str:
     """Enqueue a job of `type` for every row of `df` and return the batch id they all carry.
 
@@ -63,6 +74,9 @@ def enqueue_dataframe(
     - `job_id` (required): a column holding a business key, or a function of the Row returning one.
     - `options`: other enqueue options for every job (max_attempts, timeout, delay, meta, ...).
     - `batch_id`: default a new random id. Pass your own to be able to run the same call again.
+    - `redis_options`: redis-py options for every executor's client (spark_rows.REDIS_OPTIONS: socket
+      timeouts, default 60 s and 10 s to connect, so no task waits forever on a silent server; TLS files with
+      a `rediss://` URL). Redis is asked from the driver first: a ConnectionError before any task starts.
 
     **Why job ids are required: Spark runs tasks more than once.** A failed task is retried, a slow
     one may be run twice at once (speculative execution), and a failed job may be rerun. A job id of
@@ -110,19 +124,19 @@ def enqueue_dataframe(
         if not (isinstance(given, str) or callable(given) or (what == "payload" and given is None)):
             raise InvalidJob(f"{what} must be a column name or a function of the row, not {given!r}")
 
+    connection = Connection(redis_url, namespace, cluster, spark_rows.redis_options(redis_options or {}))
+    connection.check()
     writer = _PartitionWriter(
         type=type,
         job_id=job_id,
         payload=payload,
         options={**extra, "queue": queue, "batch": batch_id},
-        redis_url=redis_url,
-        namespace=namespace,
+        connection=connection,
         batch_size=batch_size,
-        cluster=cluster,
     )
     df.foreachPartition(writer)
     if on_complete is not None or on_success is not None:
-        with Client.from_url(redis_url, namespace=namespace, cluster=cluster) as client:
+        with connection.client() as client:
             client.seal_batch(batch_id, queue=queue, on_complete=on_complete, on_success=on_success)
     return batch_id
 
@@ -135,15 +149,12 @@ class _PartitionWriter:
     job_id: str | Callable[[Row], str]
     payload: str | Callable[[Row], object] | None
     options: Mapping[str, object]
-    redis_url: str
-    namespace: str
+    connection: Connection
     batch_size: int
-    cluster: bool
 
     def __call__(self, rows: Iterable[Row]) -> None:
-        with Client.from_url(self.redis_url, namespace=self.namespace, cluster=self.cluster) as client:
-            for chunk in _chunks(map(self.spec, rows), self.batch_size):
-                client.enqueue_many(chunk)
+        with self.connection.client() as client:
+            send(client, map(self.spec, rows), self.batch_size)
 
     def spec(self, row: Row) -> JobSpec:
         if isinstance(self.job_id, str):
@@ -154,35 +165,35 @@ class _PartitionWriter:
         else:
             job_id = self.job_id(row)
         if self.payload is None:
-            body: object = _jsonable(row.asDict(recursive=True))
+            body: object = jsonable(row.asDict(recursive=True))
         elif isinstance(self.payload, str):
-            body = _jsonable(row[self.payload])
+            body = jsonable(row[self.payload])
         else:
             body = self.payload(row)
         return (self.type, body, {**self.options, "job_id": job_id})
 
 
-def _chunks(specs: Iterator[JobSpec], size: int) -> Iterator[list[JobSpec]]:
-    chunk: list[JobSpec] = []
-    for spec in specs:
-        chunk.append(spec)
-        if len(chunk) == size:
-            yield chunk
-            chunk = []
-    if chunk:
-        yield chunk
+def build_zip(archive: Path) -> Path:
+    """The installed package as a zip whose root is `jobcar/`: its modules, Lua scripts and py.typed, what a
+    producer needs (not the dashboard's templates and files)."""
+    package = Path(__file__).resolve().parent
+    with zipfile.ZipFile(archive, "w", zipfile.ZIP_DEFLATED) as zf:
+        for f in sorted(package.rglob("*")):
+            if f.suffix in (".py", ".lua", ".typed") and "__pycache__" not in f.parts:
+                zf.write(f, f"jobcar/{f.relative_to(package).as_posix()}")
+    return archive
 
 
-def _jsonable(value: Any) -> Any:
-    """Spark's values as JSON can carry them: timestamps and dates as ISO 8601, decimals as text."""
-    if isinstance(value, dict):
-        return {k: _jsonable(v) for k, v in value.items()}
-    if isinstance(value, list | tuple):
-        return [_jsonable(v) for v in value]
-    if isinstance(value, datetime | date):
-        return value.isoformat()
-    if isinstance(value, Decimal):
-        return str(value)
-    if isinstance(value, bytearray):
-        return bytes(value)
-    return value
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m jobcar.spark", description="jobcar's Spark helpers")
+    commands = parser.add_subparsers(dest="command", required=True)
+    made = commands.add_parser("zip", help="build the zip of jobcar for addPyFile or spark-submit --py-files")
+    made.add_argument("output", nargs="?", default="jobcar.zip", type=Path)
+    args = parser.parse_args(argv)
+    archive = build_zip(args.output)
+    print(f"{archive}: jobcar for the executors (Python 3.10+, with redis-py; pyarrow for the jobcar format)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

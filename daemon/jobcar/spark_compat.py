@@ -49,7 +49,7 @@ def backfill() -> None:
             f"{sys.version.split()[0]} ({sys.executable}): set PYSPARK_PYTHON to a newer interpreter"
         )
     if not hasattr(datetime, "UTC"):
-        setattr(datetime, "UTC", datetime.UTC)  # noqa: B010 -- mypy knows the name on 3.11
+        setattr(datetime, "UTC", datetime.timezone.utc)  # noqa: B010, UP017 -- UTC is what is missing
     if not hasattr(enum, "StrEnum"):
         setattr(enum, "StrEnum", _StrEnum)  # noqa: B010
     if not hasattr(typing, "Unpack"):

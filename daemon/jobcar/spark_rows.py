@@ -182,12 +182,12 @@ def read_option(name: str, value: object) -> object:
     return _READ[OPTIONS[name].kind](name, value)
 
 
-def _jsonable(value: Any) -> Any:
+def jsonable(value: Any) -> Any:
     """Spark's values as JSON can carry them: timestamps and dates as ISO 8601, decimals as text."""
     if isinstance(value, dict):
-        return {k: _jsonable(v) for k, v in value.items()}
+        return {k: jsonable(v) for k, v in value.items()}
     if isinstance(value, list | tuple):
-        return [_jsonable(v) for v in value]
+        return [jsonable(v) for v in value]
     if isinstance(value, datetime | date):
         return value.isoformat()
     if isinstance(value, timedelta):
@@ -257,14 +257,14 @@ class RowJobs:
                 options[option] = read_option(option, value)
         if self.payload_column is not None:
             value = row[self.payload_column]
-            body: object = value if isinstance(value, bytes | bytearray) else _jsonable(value)
+            body: object = value if isinstance(value, bytes | bytearray) else jsonable(value)
         else:
             values = _as_dict(row)
             for column in self.columns.values():
                 values.pop(column, None)
             if self.type_column is not None:
                 values.pop(self.type_column, None)
-            body = _jsonable(values)
+            body = jsonable(values)
         job_type: str = self.type if self.type is not None else row[self.type_column]
         options["job_id"] = self._id(row, body, epoch, seen if seen is not None else {})
         return (job_type, body, options)

@@ -19,6 +19,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import socket
 import stat
 import sys
 import time
@@ -343,3 +344,19 @@ async def test_wait_batch_times_out_naming_the_last_counters(redis_server: Redis
         assert (await async_client.batch_status("b1")).pending == 3
         with pytest.raises(TimeoutError, match="pending=3"):
             await async_client.wait_batch("b1", timeout=0.05, poll=0.01)
+
+
+def test_redis_is_asked_from_the_driver_before_any_task(spark: SparkSession, namespace: str) -> None:
+    """A refused port, and a server that accepts and never answers (with the socket timeout given to every
+    client, the driver's included), fail on the driver with a clear error: no Spark job runs."""
+    df = spark.range(3)
+    jobs_before = spark.sparkContext.statusTracker().getJobIdsForGroup()
+    with pytest.raises(ConnectionError, match=r"does not answer from the Spark driver .*no task was started"):
+        enqueue_dataframe(df, type="t", job_id="id", redis_url="redis://127.0.0.1:1/0", namespace=namespace)
+    with socket.create_server(("127.0.0.1", 0)) as silent:  # listens; the kernel accepts, nobody answers
+        url = f"redis://127.0.0.1:{silent.getsockname()[1]}/0"
+        with pytest.raises(ConnectionError, match="Timeout"):
+            enqueue_dataframe(df, type="t", job_id="id", redis_url=url, redis_options={"socket_timeout": "0.5"})
+    assert spark.sparkContext.statusTracker().getJobIdsForGroup() == jobs_before
+    with pytest.raises(InvalidJob, match="unknown Redis option"):
+        enqueue_dataframe(df, type="t", job_id="id", redis_url=url, redis_options={"timeout": 1})
