@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Final
 
 if TYPE_CHECKING:
     from jobcar.client import AsyncClient, BatchSeal, BatchStatus, Client
-    from jobcar.errors import InvalidJob, JobcarError, PayloadTooLarge, TargetWarning
+    from jobcar.errors import InvalidJob, JobcarError, PayloadTooLarge, QueueFull, TargetWarning
     from jobcar.job import EnqueueStatus, Job, JobInfo, State
     from jobcar.options import EnqueueOptions
 
@@ -29,6 +29,7 @@ __all__ = [
     "JobInfo",
     "JobcarError",
     "PayloadTooLarge",
+    "QueueFull",
     "State",
     "TargetWarning",
 ]
@@ -43,6 +44,7 @@ _HOMES: Final = {
     "InvalidJob": "jobcar.errors",
     "JobcarError": "jobcar.errors",
     "PayloadTooLarge": "jobcar.errors",
+    "QueueFull": "jobcar.errors",
     "TargetWarning": "jobcar.errors",
     "EnqueueOptions": "jobcar.options",
     "EnqueueStatus": "jobcar.job",

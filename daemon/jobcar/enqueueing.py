@@ -8,10 +8,12 @@ jobs through here.
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Final
 
+from jobcar.errors import QueueFull
 from jobcar.job import EnqueueStatus, JobInfo, State
 from jobcar.keys import QueueKeys
 from jobcar.replies import as_list, as_text
@@ -106,33 +108,61 @@ def _by_queue(records: Sequence[EnqueueRecord]) -> dict[str, list[int]]:
     return groups
 
 
+def _chunks(records: Sequence[EnqueueRecord]) -> list[list[int]]:
+    """The record indexes of each enqueue call: per queue (first-seen order), per ENQUEUE_CHUNK records."""
+    return [indexes[start : start + ENQUEUE_CHUNK] for indexes in _by_queue(records).values()
+            for start in range(0, len(indexes), ENQUEUE_CHUNK)]  # fmt: skip
+
+
 def enqueue_calls(namespace: str, records: Sequence[EnqueueRecord]) -> list[ScriptCall]:
     """One enqueue call per queue and chunk of ENQUEUE_CHUNK records (a call touches one queue/slot)."""
     calls: list[ScriptCall] = []
-    for queue, indexes in _by_queue(records).items():
-        keys = QueueKeys.of(namespace, queue)
-        for start in range(0, len(indexes), ENQUEUE_CHUNK):
-            args: list[Arg] = [keys.prefix]
-            for index in indexes[start : start + ENQUEUE_CHUNK]:
-                args += records[index].args()
-            calls.append(call("enqueue", (keys.pending, keys.scheduled, keys.wake), args))
+    for chunk in _chunks(records):
+        keys = QueueKeys.of(namespace, records[chunk[0]].queue)
+        args: list[Arg] = [keys.prefix]
+        for index in chunk:
+            args += records[index].args()
+        calls.append(call("enqueue", (keys.pending, keys.scheduled, keys.wake), args))
     return calls
 
 
 _CREATED_STATES: Final = {b"pending": State.PENDING, b"scheduled": State.SCHEDULED, b"waiting": State.WAITING}
+#: The enqueue script's refusal by backpressure (lua/includes/max_pending.lua, ADR 0024).
+_FULL: Final = re.compile(r"FULL jobcar enqueue: (\d+) pending, max_pending (\d+), (\d+) new refused")
+
+
+def full_refusal(reply: Reply) -> tuple[int, int, int] | None:
+    """(pending, max_pending, new jobs refused) of an enqueue call's backpressure refusal, else None."""
+    if not isinstance(reply, Exception):
+        return None
+    match = _FULL.match(str(reply))
+    return (int(match[1]), int(match[2]), int(match[3])) if match else None
 
 
 def parse_enqueue(records: Sequence[EnqueueRecord], replies: Sequence[Reply]) -> list[JobInfo]:
-    """Pair the replies of `enqueue_calls(records)` with the records, in the records' order."""
-    entries = [entry for reply in replies for entry in as_list(reply)]
-    order = [index for indexes in _by_queue(records).values() for index in indexes]
+    """Pair the replies of `enqueue_calls(records)` with the records, in the records' order. A call refused by
+    backpressure raises QueueFull once every reply is read (the jobs the other calls stored in it); another
+    error reply is raised as it is."""
     infos: list[JobInfo | None] = [None] * len(records)
-    for index, entry in zip(order, entries, strict=True):
-        record = records[index]
-        if isinstance(entry, bytes):  # the common case, kept cheap: created, in this state
-            created = _CREATED_STATES.get(entry) or State(entry.decode())
-            infos[index] = JobInfo(record.id, record.queue, created, EnqueueStatus.CREATED)
-        else:
-            status, job_id, state = (as_text(x) for x in as_list(entry))
-            infos[index] = JobInfo(job_id, record.queue, State(state), EnqueueStatus(status))
-    return [info for info in infos if info is not None]
+    full: tuple[str, int, int] | None = None
+    refused = 0
+    for chunk, reply in zip(_chunks(records), replies, strict=True):
+        if isinstance(reply, Exception):
+            counts = full_refusal(reply)
+            if counts is None:
+                raise reply
+            full = full or (records[chunk[0]].queue, counts[0], counts[1])
+            refused += counts[2]
+            continue
+        for index, entry in zip(chunk, as_list(reply), strict=True):
+            record = records[index]
+            if isinstance(entry, bytes):  # the common case, kept cheap: created, in this state
+                created = _CREATED_STATES.get(entry) or State(entry.decode())
+                infos[index] = JobInfo(record.id, record.queue, created, EnqueueStatus.CREATED)
+            else:
+                status, job_id, state = (as_text(x) for x in as_list(entry))
+                infos[index] = JobInfo(job_id, record.queue, State(state), EnqueueStatus(status))
+    stored = [info for info in infos if info is not None]
+    if full is not None:
+        raise QueueFull(*full, refused, stored)
+    return stored

@@ -174,6 +174,12 @@ class QueueKeys:
         return _glob_escape(self.prefix) + "[hst][ael]*"
 
     @property
+    def settings(self) -> str:
+        """The HASH of the queue's settings that producers' scripts read, written by the daemons serving the queue
+        from their config at start and on reload: `max_pending` (ADR 0024)."""
+        return f"{self.prefix}settings"
+
+    @property
     def waiting(self) -> str:
         """The ZSET of jobs waiting for others (`after`) by creation time (ms): ADR 0016."""
         return f"{self.prefix}waiting"

@@ -25,11 +25,11 @@ from jobcar.dependencies import (
     settle_calls,
     silent_dependency_calls,
 )
-from jobcar.dependency_calls import DependOutcome, SealResult, seal_batch_call
+from jobcar.dependency_calls import DependOutcome, SealResult, seal_batch_call, settle_call
 from jobcar.enqueueing import EnqueueRecord, enqueue_calls, parse_enqueue
-from jobcar.errors import TargetWarning
+from jobcar.errors import QueueFull, TargetWarning
 from jobcar.job import FINISHED, Job, JobInfo
-from jobcar.keys import QueueKeys, queues_key, waiter_ttl_ms
+from jobcar.keys import QueueKeys, queues_key, split_job_ref, waiter_ttl_ms
 from jobcar.names import ID_PATTERN, check_name
 from jobcar.options import EnqueueOptions
 from jobcar.records import JobSpec, Payload, build_callbacks, build_record, build_records
@@ -159,7 +159,11 @@ class Producer:
         stored)."""
         infos = {}
         for stage in order.stages:
-            stored = yield from self.store(stage)
+            try:
+                stored = yield from self.store(stage)
+            except QueueFull as full:
+                yield from self._refused_stage(stage, full)
+                raise
             infos.update({ref_of(r): info for r, info in zip(stage, stored, strict=True)})
         registering = depend_calls(self.namespace, order.later, infos)
         replies = (yield from run_calls([c for _, c in registering])) if registering else []
@@ -170,6 +174,16 @@ class Producer:
             yield from run_calls(tellings, wait=self.replica_wait)
         return [infos[ref_of(r)] for r in records]
 
+    def _refused_stage(self, stage: list[EnqueueRecord], full: QueueFull) -> Operation[None]:
+        """Backpressure refused (part of) a stage: the jobs stored in earlier stages that wait for its refused
+        jobs are told now that those are gone, as for a dependency never stored (ADR 0024)."""
+        stored = {(info.queue, info.id) for info in full.stored}
+        tellings = [settle_call(QueueKeys.of(self.namespace, queue), job_id, [ref_of(r)], DependOutcome.GONE.value)
+                    for r in stage if (r.queue, r.id) not in stored
+                    for queue, job_id in (split_job_ref(ref) for ref in r.dependents)]  # fmt: skip
+        if tellings:
+            yield from run_calls(tellings, wait=self.replica_wait)
+
     def store(self, records: list[EnqueueRecord]) -> Operation[list[JobInfo]]:
         """Store records (checked and encoded by `records`), their queues added to `<ns>:queues` first
         (outside the scripts: that key is in another slot)."""
@@ -178,7 +192,10 @@ class Producer:
         for queue in sorted({r.queue for r in records} - self._registered):
             yield ("SADD", queues_key(self.namespace), queue)
             self._registered.add(queue)
-        replies = yield from run_calls(enqueue_calls(self.namespace, records), wait=self.replica_wait)
+        calls = enqueue_calls(self.namespace, records)
+        # Error replies come back as replies: a call refused by backpressure raises QueueFull after the others'
+        # jobs are read (parse_enqueue), any other is raised as run_calls would.
+        replies = yield from run_calls(calls, raise_on_error=False, wait=self.replica_wait)
         return parse_enqueue(records, replies)
 
     # -- jobs and batches -------------------------------------------------------------------------

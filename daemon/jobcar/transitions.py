@@ -326,6 +326,10 @@ class QueueStats:
     held_by_type: dict[str, int] = field(default_factory=dict)
     #: Jobs waiting for others to end (`after`, ADR 0016).
     waiting: int = 0
+    #: The backpressure bound of the pending jobs, as Redis holds it (None: none; ADR 0024).
+    max_pending: int | None = None
+    #: Jobs enqueue refused by that bound, ever, by every producer.
+    refused: int = 0
 
     @property
     def latency_s(self) -> float:
@@ -344,7 +348,7 @@ def stats_call(keys: QueueKeys) -> ScriptCall:
 
 
 def parse_stats(keys: QueueKeys, reply: Reply) -> QueueStats:
-    *counts, by_type, waiting = as_list(reply)
+    *counts, by_type, waiting, max_pending, refused = as_list(reply)
     now, pending, scheduled, active, dead, paused, oldest, held = (as_int(x) for x in counts)
     pairs = as_list(by_type)
     return QueueStats(
@@ -359,6 +363,8 @@ def parse_stats(keys: QueueKeys, reply: Reply) -> QueueStats:
         held=held,
         held_by_type={as_text(pairs[i]): as_int(pairs[i + 1]) for i in range(0, len(pairs), 2)},
         waiting=as_int(waiting),
+        max_pending=None if as_int(max_pending) < 0 else as_int(max_pending),
+        refused=as_int(refused),
     )
 
 

@@ -43,6 +43,7 @@ MIRROR: dict[str, Callable[[QueueKeys, str], str]] = {
     "settled_key_of": lambda k, _: k.settled,
     "limit_groups_key_of": lambda k, _: k.limit_groups,
     "throttled_key_of": lambda k, _: k.throttled,
+    "settings_key_of": lambda k, _: k.settings,
     "log_key_of": lambda k, x: k.log(x),
     "steps_key_of": lambda k, x: k.steps(x),
     "children_key_of": lambda k, x: k.children(x),

@@ -17,12 +17,18 @@
 --   {"exists", id, state}                    a job with this id exists (nothing written)
 --   {"duplicate", holder's id, holder's state}  the unique key is held (nothing written)
 -- A run-at in the past makes the job runnable now. Time is Redis time.
+-- Refused whole with an error reply "FULL jobcar enqueue: <pending> pending, max_pending <max>, <new> new refused"
+-- when <prefix>settings holds a `max_pending` that the call's new jobs would take the pending lists past
+-- (includes/max_pending.lua, ADR 0024); nothing is written.
 
 --- @include "now_ms"
 --- @include "store_jobs"
+--- @include "max_pending"
 
 local records = parse_records(2)
 if records.err then return records end
 local refused = refuse_wrong_types(ARGV[1], records, KEYS[1], KEYS[2])
 if refused then return refused end
+local full = refuse_over_max_pending(ARGV[1], records, KEYS[1])
+if full then return full end
 return store_jobs(ARGV[1], records, now_ms(), KEYS[1], KEYS[2], KEYS[3])

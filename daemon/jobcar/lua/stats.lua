@@ -9,13 +9,16 @@
 -- ARGV[1] the queue's key prefix
 -- Pending counts every priority's list (`pending`, `pending:1` to `pending:9`).
 -- Returns {now_ms, pending, scheduled, active, dead, paused (0/1), oldest_ready_ms (-1: none), held,
---          {type, held, type, held, ...}, waiting}
+--          {type, held, type, held, ...}, waiting, max_pending (-1: none),
+--          refused}
 --   oldest_ready_ms: when the job that has waited longest became runnable: the oldest pending job,
 --   or a scheduled job already due but not yet promoted (no daemon is leasing), whichever is older.
 --   held: jobs waiting for a concurrency limit's slot, in the lists of <prefix>limit_groups (ADR 0014);
 --   then the same by job type (a group is "<type>", "<type>#<key>", "@<type>", "@<type>#<key>" or
 --   "~<type>#<key>").
 --   waiting: jobs waiting for others to end (<prefix>waiting, ADR 0016).
+--   max_pending: the bound enqueue holds the pending count to; refused: the jobs enqueue refused by it, ever
+--   (both in <prefix>settings, ADR 0024).
 
 --- @include "keys"
 --- @include "now_ms"
@@ -58,6 +61,10 @@ for job_type, n in pairs(by_type) do
   held_by_type[#held_by_type + 1] = n
 end
 local waiting = redis.pcall('ZCARD', waiting_key_of(prefix))
+local settings = redis.pcall('HMGET', settings_key_of(prefix), 'max_pending', 'refused')
+if settings.err then settings = {} end
+local max_pending = tonumber(settings[1]) or -1
 return {now, pending, redis.call('ZCARD', KEYS[2]), redis.call('ZCARD', KEYS[3]),
   redis.call('ZCARD', KEYS[4]), redis.call('EXISTS', KEYS[5]), oldest, held, held_by_type,
-  type(waiting) == 'number' and waiting or 0}
+  type(waiting) == 'number' and waiting or 0, max_pending >= 1 and math.floor(max_pending) or -1,
+  tonumber(settings[2]) or 0}

@@ -27,3 +27,4 @@ local function waiting_key_of(prefix) return prefix .. 'waiting' end
 local function settled_key_of(prefix) return prefix .. 'settled' end
 local function limit_groups_key_of(prefix) return prefix .. 'limit_groups' end
 local function throttled_key_of(prefix) return prefix .. 'throttled' end
+local function settings_key_of(prefix) return prefix .. 'settings' end
