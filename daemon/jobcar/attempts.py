@@ -156,7 +156,12 @@ class Attempts:
         if self.draining.is_set():
             self.leased_while_draining += 1
         earlier = self.running.get(key)
-        if earlier is not None:
+        if earlier is not None and earlier.live is not None and earlier.live.answered:
+            # Its handler answered through the handler API (a snooze, waiting for its children) and is still
+            # finishing: it holds no lease and records nothing, so it ends on its own, as its handler does.
+            log.debug("job leased again while the handler that answered its earlier attempt still runs",
+                      extra={"queue": keys.queue, "job_id": leased.job.id})  # fmt: skip
+        elif earlier is not None:
             # Our own earlier attempt lost its lease (reaped while we could not renew it) and the job
             # came back to us: that attempt must stop before this one runs.
             log.warning("job leased again while an earlier attempt runs; stopping that attempt",

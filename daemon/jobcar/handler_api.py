@@ -25,6 +25,7 @@ not used, and its later calls are refused (409).
 
 from __future__ import annotations
 
+import json
 import math
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any, Final, TypeAlias
@@ -275,10 +276,11 @@ class _HandlerApi:
             raise InvalidJob(f"on_child_failure {policy} needs result_ttl above 0, to tell a child that succeeded "
                              "from one that is gone; with result_ttl 0 only run can be used")  # fmt: skip
         redis = self._client(request).redis
+        continuations = await self._continuations(request, live)
         live.answered = True  # from now on the attempt's own answer is not recorded
         try:
-            (reply,) = await execute_async(redis, [await_children_call(live.keys, live.job.id, live.lease_token,
-                                                                       policy)])  # fmt: skip
+            call = await_children_call(live.keys, live.job.id, live.lease_token, policy, continuations)
+            (reply,) = await execute_async(redis, [call])
         except BaseException:
             live.answered = False
             raise
@@ -298,6 +300,20 @@ class _HandlerApi:
         if tellings:
             await execute_async(redis, tellings)
         return web.json_response({"status": "waiting", "children": len(children)}, status=202)
+
+    async def _continuations(self, request: web.Request, live: LiveAttempt) -> list[str]:
+        """The job's children that wait for the job itself (`after` names it): waiting for them would wait forever.
+        A child's `after` is written once, with it, so reading it before the wait is as good as during."""
+        redis = self._client(request).redis
+        parent = job_ref(live.job.queue, live.job.id)
+        refs = [as_text(r) for r in await redis.zrange(live.keys.children(live.job.id), 0, -1)]
+        found = []
+        for ref in refs:
+            queue, child_id = split_job_ref(ref)
+            after = await redis.hget(QueueKeys.of(live.keys.namespace, queue).job(child_id), "after")
+            if after is not None and parent in json.loads(after):  # references, as the enqueue script stored them
+                found.append(ref)
+        return found
 
     async def write_step(self, request: web.Request, live: LiveAttempt) -> web.Response:
         name = _step_name(request)

@@ -74,11 +74,14 @@ def adopt_call(
     return call("adopt", (keys.job(job_id), keys.children(job_id)), (lease_token, max_children, *child_refs))
 
 
-def await_children_call(keys: QueueKeys, job_id: str, lease_token: str, on_child_failure: str) -> ScriptCall:
+def await_children_call(
+    keys: QueueKeys, job_id: str, lease_token: str, on_child_failure: str, continuations: Sequence[str] = ()
+) -> ScriptCall:
+    """The job waits for its children but `continuations` (references of children that wait for it)."""
     return call(
         "await_children",
         (keys.active, keys.waiting, keys.job(job_id), keys.children(job_id)),
-        (keys.prefix, job_id, lease_token, on_child_failure),
+        (keys.prefix, job_id, lease_token, on_child_failure, *continuations),
     )
 
 

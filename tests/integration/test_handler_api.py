@@ -101,8 +101,10 @@ TALK = textwrap.dedent(
         note(status=status, body=body.decode())
     elif mode == "parent":
         if not os.path.exists(out):
-            children = {"jobs": [{"type": "child", "id": job["kids"][0], "payload": {}},
-                                 {"type": "child", "id": job["kids"][1], "payload": {}}]}
+            jobs = [{"type": "child", "id": kid, "payload": {}} for kid in job["kids"]]
+            if job.get("then"):  # a continuation: runs once the parent is done, not waited for
+                jobs.append({"type": "child", "id": job["then"], "payload": {}, "after": [os.environ["JOBCAR_JOB_ID"]]})
+            children = {"jobs": jobs}
             note(status=call("POST", "/children", children)[0])
             note(status=call("POST", "/await-children", {})[0])
         else:
@@ -319,6 +321,16 @@ def test_a_parent_waits_for_its_children(daemon: DaemonProcess, hq: QueueDriver,
     assert again["attempt"] == "1"  # waiting spent no attempt
     for kid in kids:
         assert hq.redis.hget(hq.keys.job(kid), "parent") == f"default/{job_id}".encode()
+
+
+def test_a_parent_does_not_wait_for_its_continuation(daemon: DaemonProcess, hq: QueueDriver, tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    kid, then = f"kid-{tmp_path.name}", f"then-{tmp_path.name}"
+    job_id = run(hq, daemon, {"mode": "parent", "out": str(out), "kids": [kid], "then": then})
+    wait_state(hq, then, State.DONE, daemon)  # after its parent, which waited for its other child only
+    (again,) = [n for n in notes(out) if "children" in n]
+    assert {c["id"]: c["state"] for c in again["children"]} == {kid: "done", then: "waiting"}
+    assert hq.redis.hget(hq.keys.job(then), "parent") == f"default/{job_id}".encode()
 
 
 def test_no_route_answers_without_a_token(daemon: DaemonProcess) -> None:

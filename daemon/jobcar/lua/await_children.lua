@@ -13,6 +13,7 @@
 -- ARGV[3] the attempt's lease token
 -- ARGV[4] what a child that dies or is canceled does to the job (its `on_dependency_failure`): "run" (it runs
 --         again all the same, and reads how its children ended), "fail" or "cancel"
+-- ARGV[5..] references of children not to wait for: its continuations, which wait for the job itself
 -- Touches <prefix>deps:<id> SET (the children's references), the job's limit slots (given back), its
 -- `attempt` (given back), `state` and `on_dependency_failure` fields.
 -- Returns {"waiting", reference...} (the children, for the caller to register with), or {reason} when
@@ -31,7 +32,12 @@ if refused then return {refused} end
 local deps = deps_key_of(prefix, id)
 refused = wrong_type({KEYS[1], 'zset', KEYS[2], 'zset', KEYS[4], 'zset', deps, 'set'})
 if refused then return refused end
-local children = redis.call('ZRANGE', KEYS[4], 0, -1)
+local skipped = {}
+for i = 5, #ARGV do skipped[ARGV[i]] = true end
+local children = {}
+for _, ref in ipairs(redis.call('ZRANGE', KEYS[4], 0, -1)) do
+  if not skipped[ref] then children[#children + 1] = ref end
+end
 if #children == 0 then return {'no children'} end
 
 local slots, created = unpack(redis.call('HMGET', job_key, 'slots', 'created'))
