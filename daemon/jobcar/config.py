@@ -26,6 +26,7 @@ from jobcar.config_handlers import (
     BACKOFF_FIELDS,
     COMMAND_FIELDS,
     DEFAULTS_FIELDS,
+    HEADERS,
     HTTP_FIELDS,
     defaults_section,
     handlers_section,
@@ -43,15 +44,17 @@ from jobcar.config_settings import (
     listen,
     optional_url,
     queues,
+    ratio,
     redis_section,
     section,
+    trace_url,
     valid_name,
 )
-from jobcar.config_types import Config, DeadLetter, Defaults, HandlerApiSettings, UiSettings
-from jobcar.config_values import boolean, choice, duration, integer, optional_string, size
+from jobcar.config_types import Config, DeadLetter, Defaults, HandlerApiSettings, TracingSettings, UiSettings
+from jobcar.config_values import boolean, choice, duration, integer, optional_string, size, string
 from jobcar.errors import JobcarError
 from jobcar.listen import exposure_problem
-from jobcar.yaml_reader import Converter, Invalid, Reader, line_col, syntax_error
+from jobcar.yaml_reader import Converter, Invalid, KeyPath, Reader, line_col, syntax_error
 
 __all__ = ["KNOWN_KEYS", "ConfigError", "load_config", "parse_config"]
 
@@ -104,6 +107,25 @@ def parse_config(text: str, source: str, environ: Mapping[str, str], *, secrets_
     return Config(source=source, **values)
 
 
+#: The `tracing` section: one exporter (endpoint, headers) for the spans and the pushed metrics (tracing.py).
+TRACING_FIELDS: Final[Mapping[str, Converter]] = {
+    "enabled": boolean,
+    "endpoint": optional_url,
+    "headers": HEADERS,
+    "service_name": string,
+    "sampling_ratio": ratio,
+    "metrics_interval": duration(),
+    "trace_url": trace_url,
+}
+
+
+def _tracing_section(r: Reader, node: yaml.Node, path: KeyPath) -> TracingSettings:
+    values = r.fields(r.entries(node, path, TRACING_FIELDS), path, TRACING_FIELDS)
+    if values.get("endpoint", "") is None:
+        del values["endpoint"]  # null or "" (e.g. ${OTLP_ENDPOINT:-}): the default, like an absent key
+    return TracingSettings(**values)
+
+
 _TOP_FIELDS: Final[Mapping[str, Converter]] = {
     "redis": redis_section,
     "namespace": valid_name,
@@ -125,6 +147,7 @@ _TOP_FIELDS: Final[Mapping[str, Converter]] = {
     "schedules": schedules_section,
     "ui": section(UiSettings, UI_FIELDS),
     "handler_api": section(HandlerApiSettings, HANDLER_API_FIELDS),
+    "tracing": _tracing_section,
     "history": boolean,
     "strict_enqueue": boolean,
 }
@@ -138,6 +161,7 @@ KNOWN_KEYS: Final[Mapping[str, tuple[str, ...]]] = {
     "dead_letter": tuple(DEAD_LETTER_FIELDS),
     "ui": tuple(UI_FIELDS),
     "handler_api": tuple(HANDLER_API_FIELDS),
+    "tracing": tuple(TRACING_FIELDS),
     "http handler": tuple(HTTP_FIELDS),
     "command handler": tuple(COMMAND_FIELDS),
     "schedule": tuple(SCHEDULE_FIELDS),

@@ -60,6 +60,8 @@ def _secret_map(key: re.Pattern[str], key_rule: str, forbidden: str, forbidden_r
 
 
 _headers: Final = _secret_map(_HEADER_NAME, "not a valid HTTP header name", "\r\n\0", "must not contain line breaks")
+#: Extra HTTP headers: a handler's, and the OTLP exporter's (`tracing.headers`).
+HEADERS: Final = _headers
 _env: Final = _secret_map(_ENV_NAME, "must not be empty or contain '='", "\0", "must not contain NUL characters")
 
 

@@ -140,6 +140,29 @@ UI_FIELDS: Final[Mapping[str, Converter]] = {
     "write": boolean,
 }
 
+
+def ratio(r: Reader, node: yaml.Node, path: KeyPath) -> float:
+    text = r.text(node, "a number from 0 to 1")
+    try:
+        value = float(text)
+    except ValueError:
+        raise Invalid(f"must be a number from 0 to 1, not {text!r}") from None
+    if not 0.0 <= value <= 1.0:
+        raise Invalid(f"must be from 0 to 1, not {text!r}")
+    return value
+
+
+def trace_url(r: Reader, node: yaml.Node, path: KeyPath) -> str | None:
+    """A URL template with `{trace_id}` (Jaeger: http://jaeger:16686/trace/{trace_id})."""
+    text = r.scalar(node, "a URL with {trace_id}")
+    if not text:
+        return None
+    if "{trace_id}" not in text:
+        raise Invalid(f"must hold {{trace_id}}, where the trace's id goes, not {text!r}")
+    check_url(text.replace("{trace_id}", "0" * 32))
+    return text
+
+
 HANDLER_API_FIELDS: Final[Mapping[str, Converter]] = {
     "url": optional_url,
     "max_log_lines": integer(1),

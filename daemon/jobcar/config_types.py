@@ -186,6 +186,25 @@ class HandlerApiSettings:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class TracingSettings:
+    """OpenTelemetry: spans (and optionally the metrics) exported over OTLP/HTTP (tracing.py, docs/observability.md)."""
+
+    #: Off: no OpenTelemetry module is imported and nothing is recorded.
+    enabled: bool = False
+    #: The collector's OTLP/HTTP base URL; `/v1/traces` and `/v1/metrics` are appended.
+    endpoint: str = "http://127.0.0.1:4318"
+    #: Sent with every export (a collector's credentials, e.g. an API key).
+    headers: dict[str, str] = field(default_factory=dict)
+    service_name: str = "jobcar"
+    #: The share of new traces recorded; a span whose parent (the producer's) was sampled or not follows it.
+    sampling_ratio: float = 1.0
+    #: Also push the metrics of /metrics over OTLP this often (0: not pushed).
+    metrics_interval: float = 0.0
+    #: The dashboard links a job to its trace here: `{trace_id}` is replaced (works with tracing off too).
+    trace_url: str | None = None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class Config:
     source: str  # the file it was read from, for messages
     redis: RedisSettings = field(default_factory=RedisSettings)
@@ -216,6 +235,7 @@ class Config:
     schedules: tuple[ScheduleSpec, ...] = ()
     ui: UiSettings = field(default_factory=UiSettings)
     handler_api: HandlerApiSettings = field(default_factory=HandlerApiSettings)
+    tracing: TracingSettings = field(default_factory=TracingSettings)
     #: Keep fleet-wide counts of finished attempts per 10 s (history.py): `jobcar stats`, the dashboard's charts.
     history: bool = True
     #: Refuse, rather than warn of, an enqueue by a producer that knows this config (the CLI, the HTTP API,

@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Final
 import aiohttp
 import redis.exceptions
 
+from jobcar import tracing
 from jobcar.api import UI_PREFIX, ApiContext, bound_port, build_app, check_exposure, start_listener
 from jobcar.app_health import AppHealth
 from jobcar.attempt_desk import AttemptDesk
@@ -46,6 +47,7 @@ from jobcar.migrate import layout_refusal
 from jobcar.redis_link import RedisLink, RedisUnavailable, connect
 from jobcar.runner import Runner
 from jobcar.systemd import Notifier
+from jobcar.tracing import TracingUnavailable
 from jobcar.transport import AsyncRedis
 
 if TYPE_CHECKING:
@@ -55,7 +57,7 @@ log = logging.getLogger("jobcar.daemon")
 
 #: Settings a reload cannot change: they take effect after a restart.
 RESTART_ONLY = ("redis", "namespace", "queues", "listen", "api_token", "api_allowed_hosts", "lease", "log_level",
-                "log_format", "max_payload_bytes", "ui")  # fmt: skip
+                "log_format", "max_payload_bytes", "ui", "tracing")  # fmt: skip
 
 
 class StartRefused(Exception):
@@ -155,8 +157,16 @@ class Daemon:
         if exposure:
             log.error("refusing to start: %s", exposure)
             return EX_CONFIG
+        try:
+            tracing.setup(self.config.tracing)  # off: nothing is imported, nothing is recorded
+        except TracingUnavailable as exc:
+            log.error("refusing to start: %s", exc)
+            return EX_CONFIG
         async with contextlib.AsyncExitStack() as opened:
             opened.callback(log.info, "jobcar stopped")  # the last line, after every close
+            # Closed last, so that the spans of the attempts the drain ended are exported; in a thread: the
+            # exporter's last POST blocks.
+            opened.push_async_callback(asyncio.to_thread, tracing.shutdown)
             try:
                 runner = await self._start(opened)
             except StartRefused as exc:

@@ -27,6 +27,7 @@ from jobcar.config_types import (
     Limits,
     Rate,
     RedisSettings,
+    TracingSettings,
     UiSettings,
 )
 from jobcar.units import interpolate, parse_duration, parse_size
@@ -245,6 +246,51 @@ def test_every_key_can_be_set() -> None:
             ),
         },
     )
+
+
+def test_tracing_is_off_by_default_and_every_key_can_be_set() -> None:
+    assert parse("namespace: x\n").tracing == TracingSettings(enabled=False)
+    config = parse(
+        """\
+        tracing:
+          enabled: true
+          endpoint: https://otlp.example:4318
+          headers: {x-api-key: "${KEY}"}
+          service_name: shop-jobs
+          sampling_ratio: "0.25"
+          metrics_interval: 15s
+          trace_url: http://jaeger:16686/trace/{trace_id}
+        """,
+        {"KEY": "k1"},
+    )
+    assert config.tracing == TracingSettings(
+        enabled=True,
+        endpoint="https://otlp.example:4318",
+        headers={"x-api-key": "k1"},
+        service_name="shop-jobs",
+        sampling_ratio=0.25,
+        metrics_interval=15.0,
+        trace_url="http://jaeger:16686/trace/{trace_id}",
+    )
+    # An empty endpoint (an unset variable) is the default one, not an error.
+    assert parse("tracing: {endpoint: '${E:-}'}\n").tracing.endpoint == "http://127.0.0.1:4318"
+
+
+@pytest.mark.parametrize(
+    ("text", "error"),
+    [
+        ("tracing: {sampling_ratio: 1.5}", "jobcar.yaml:1:27 tracing.sampling_ratio: must be from 0 to 1, not '1.5'"),
+        ("tracing: {sampling_ratio: half}", "jobcar.yaml:1:27 tracing.sampling_ratio: must be a number from 0 to 1"),
+        ("tracing: {trace_url: 'http://j/trace'}", "jobcar.yaml:1:22 tracing.trace_url: must hold {trace_id}"),
+        ("tracing: {endpoint: 'grpc://c:4317'}", "jobcar.yaml:1:21 tracing.endpoint: must be an http:// or https://"),
+        ("tracing: {headers: {'bad name': x}}", "jobcar.yaml:1:21 tracing.headers.bad name: invalid name"),
+        ("tracing: {exporter: otlp}", "jobcar.yaml:1:11 tracing.exporter: unknown key"),
+    ],
+)
+def test_tracing_errors(text: str, error: str) -> None:
+    errors = errors_of(text + "\n")
+    assert len(errors) == 1, errors
+    assert errors[0].startswith(error), errors
 
 
 def test_handlers_inherit_defaults_and_a_partial_backoff_merges_over_them() -> None:
@@ -908,6 +954,7 @@ def test_the_loader_accepts_exactly_the_dataclass_fields() -> None:
     assert set(KNOWN_KEYS["dead_letter"]) == _field_names(DeadLetter)
     assert set(KNOWN_KEYS["ui"]) == _field_names(UiSettings)
     assert set(KNOWN_KEYS["handler_api"]) == _field_names(HandlerApiSettings)
+    assert set(KNOWN_KEYS["tracing"]) == _field_names(TracingSettings)
     assert set(KNOWN_KEYS["http handler"]) == _field_names(HttpHandler, without=("type",))
     assert set(KNOWN_KEYS["command handler"]) == _field_names(CommandHandler, without=("type",))
     assert set(KNOWN_KEYS["limits"]) == _field_names(Limits)
@@ -952,6 +999,7 @@ def _schema_sections(schema: dict[str, Any]) -> dict[str, dict[str, Any]]:
         "dead_letter": _resolve(schema, top["dead_letter"]),
         "ui": _resolve(schema, top["ui"]),
         "handler_api": _resolve(schema, top["handler_api"]),
+        "tracing": _resolve(schema, top["tracing"]),
         "http handler": http,
         "command handler": command,
         "schedule": _resolve(schema, top["schedules"]["additionalProperties"]),

