@@ -8,7 +8,6 @@ the config names or producers used) and says so when several queues hold it.
 from __future__ import annotations
 
 import asyncio
-import hashlib
 import json
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -25,7 +24,7 @@ from jobcar.keys import QueueKeys, queues_key, split_job_ref, waiter_ttl_ms
 from jobcar.limits_view import LimitGroup, read_limits
 from jobcar.names import NAME_PATTERN
 from jobcar.replies import as_bytes, as_int, as_list, as_text, decode_names, parse_job, time_ms
-from jobcar.scripts import Script, ScriptCall
+from jobcar.scripts import call
 from jobcar.timestamps import rfc3339_ms
 from jobcar.transitions import (
     QueueHistory,
@@ -47,36 +46,6 @@ LIST_PAGE: Final = 500
 _DONE_FIELDS: Final = ("state", "type", "finished")
 #: The children a job's view reads (with their states), oldest first; it counts them all.
 CHILDREN_SHOWN: Final = 100
-#: The steps of a job as (name, "<ms>" written at, size of the stored value), flat, without their results: a
-#: result may be a MiB and a job may keep a hundred of them. Read-only, one key (the job's slot).
-_STEP_LIST_SOURCE: Final = """#!lua flags=no-writes
-if redis.call('TYPE', KEYS[1]).ok ~= 'hash' then return {} end
-local out = {}
-for _, name in ipairs(redis.call('HKEYS', KEYS[1])) do
-  local value = redis.call('HGET', KEYS[1], name)
-  out[#out + 1] = name
-  out[#out + 1] = string.match(value, '^%d*')
-  out[#out + 1] = #value
-end
-return out
-"""
-#: A job's state, its log's dropped count, the index (counting the dropped lines) of the first line read and the
-#: lines from ARGV[1] on (counting the same way), or the last ARGV[2]: in one script, as a log write drops lines.
-_LOG_READ_SOURCE: Final = """#!lua flags=no-writes
-local state = redis.call('HGET', KEYS[1], 'state')
-local dropped = tonumber(redis.call('HGET', KEYS[1], 'log_dropped') or '0') or 0
-if redis.call('TYPE', KEYS[2]).ok ~= 'list' then return {state, dropped, dropped, {}} end
-local length = redis.call('LLEN', KEYS[2])
-local start
-if ARGV[2] ~= '' then
-  start = math.max(0, length - tonumber(ARGV[2]))
-else
-  start = math.max(0, tonumber(ARGV[1]) - dropped)
-end
-return {state, dropped, dropped + start, redis.call('LRANGE', KEYS[2], start, -1)}
-"""
-_LOG_READ: Final = Script("log_read", _LOG_READ_SOURCE, hashlib.sha1(_LOG_READ_SOURCE.encode()).hexdigest())
-_STEP_LIST: Final = Script("step_list", _STEP_LIST_SOURCE, hashlib.sha1(_STEP_LIST_SOURCE.encode()).hexdigest())
 
 
 class JobNotFound(JobcarError):
@@ -325,7 +294,7 @@ class AdminReads:
         # A key of another type (fsck reports it) reads as none.
         (lines, total, members), (steps,) = await asyncio.gather(
             pipe.execute(raise_on_error=False),
-            execute_async(self.redis, [ScriptCall(_STEP_LIST, (keys.steps(job_id),), ())], raise_on_error=False),
+            execute_async(self.redis, [call("step_list", (keys.steps(job_id),), ())], raise_on_error=False),
         )
         children = [(as_text(ref), int(score)) for ref, score in members] if isinstance(members, list) else []
         states = await self._ref_states([ref for ref, _ in children])
@@ -388,8 +357,8 @@ class AdminReads:
         lines while it is read."""
         keys = self.keys(queue)
         args = ("", last) if last is not None else (max(0, index), "")
-        call = ScriptCall(_LOG_READ, (keys.job(job_id), keys.log(job_id)), args)
-        state, _, first, raw = as_list((await execute_async(self.redis, [call]))[0])
+        read = call("log_read", (keys.job(job_id), keys.log(job_id)), args)
+        state, _, first, raw = as_list((await execute_async(self.redis, [read]))[0])
         entries = tuple(_log_entry(item) for item in as_list(raw))
         start = as_int(first)
         missed = 0 if last is not None else max(0, start - index)
