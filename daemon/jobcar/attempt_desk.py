@@ -11,6 +11,7 @@ reason for a while (`_ENDED_KEPT` of them), so a late call hears why it is refus
 from __future__ import annotations
 
 import asyncio
+import base64
 import contextlib
 import hmac
 import secrets
@@ -36,6 +37,8 @@ URL_ENV: Final = "JOBCAR_ATTEMPT_URL"
 TOKEN_ENV: Final = "JOBCAR_ATTEMPT_TOKEN"
 URL_FIELD: Final = "attempt_url"
 TOKEN_FIELD: Final = "attempt_token"
+#: A token's random bytes: 192 bits.
+_TOKEN_BYTES: Final = 24
 #: Reasons kept for attempts that ended, for the calls that come after.
 _ENDED_KEPT: Final = 4096
 
@@ -82,6 +85,9 @@ class LiveAttempt:
     answered: bool = False
     #: Where a command's stderr lines go as they come, when its handler has `log_stderr` (the job's log).
     stderr_lines: StderrSink | None = None
+    #: The context the handler continues (`traceparent`, `TRACEPARENT`): the handler call's span while tracing
+    #: is on (tracing.py); None: the job's own traceparent.
+    traceparent: str | None = None
     _scope: asyncio.Timeout | None = field(default=None, repr=False)
 
     @property
@@ -121,6 +127,10 @@ class AttemptDesk:
         self.config: Config | None = None
         self._live: dict[str, LiveAttempt] = {}
         self._ended: OrderedDict[str, tuple[str, str]] = OrderedDict()  # job id -> (token, why)
+        # Random bytes for the next tokens, read from the OS a few hundred at a time: a read per attempt would
+        # be a system call on every job's path.
+        self._random = b""
+        self._taken = 0
 
     def open(
         self,
@@ -132,11 +142,17 @@ class AttemptDesk:
         latest: float,
         answer_now: Callable[[Outcome], Awaitable[bool]],
     ) -> LiveAttempt:
-        token = secrets.token_urlsafe(24)
+        token = self._token()
         url = self.base_url + ATTEMPT_PATH + quote(job.id, safe="")
         live = LiveAttempt(keys, job, lease_token, token, url, deadline, max(latest, deadline), answer_now)
         self._live[job.id] = live
         return live
+
+    def _token(self) -> str:
+        if self._taken + _TOKEN_BYTES > len(self._random):
+            self._random, self._taken = secrets.token_bytes(_TOKEN_BYTES * 256), 0
+        start, self._taken = self._taken, self._taken + _TOKEN_BYTES
+        return base64.urlsafe_b64encode(self._random[start : self._taken]).decode()
 
     def close(self, live: LiveAttempt, why: str = ANSWERED) -> None:
         if self._live.get(live.job.id) is live:
