@@ -7,19 +7,24 @@
 --   FULL jobcar enqueue: <pending> pending, max_pending <max>, <new> new refused
 -- Every record counts as one new job whatever state it would be created in, except a record whose id names a
 -- job already stored (it writes nothing), looked for only when the quick count says no. No bound (no field,
--- or one that is not a positive number) costs one HGET; a bound, eleven LLENs more: O(1), however long the lists.
+-- or one that is not a positive number) costs one HGET; a bound, an LLEN and an EXISTS more (and eleven LLENs
+-- where other priorities or released jobs wait): O(1), however long the lists.
 -- A refusal adds its new jobs to the hash's `refused` field, the only write it makes.
 -- Returns that error reply, or nil.
 local function refuse_over_max_pending(prefix, records, pending)
   local max = tonumber(redis.call('HGET', settings_key_of(prefix), 'max_pending'))
   if not max or max < 1 then return nil end
-  -- `pending` is checked to be a list; another level's list of another type (fsck's) holds no pending job.
+  -- `pending` is checked to be a list. The other levels' lists and the released one are read only when one of
+  -- them exists (one EXISTS: most queues use neither priorities nor limits); one of another type (fsck's) holds
+  -- no pending job.
   local n = redis.call('LLEN', pending)
-  local released = redis.pcall('LLEN', released_key_of(prefix))
-  if type(released) == 'number' then n = n + released end
-  for p = 1, 9 do
-    local level = redis.pcall('LLEN', pending .. ':' .. p)
-    if type(level) == 'number' then n = n + level end
+  local others = {released_key_of(prefix)}
+  for p = 1, 9 do others[p + 1] = pending .. ':' .. p end
+  if redis.call('EXISTS', unpack(others)) > 0 then
+    for _, list in ipairs(others) do
+      local length = redis.pcall('LLEN', list)
+      if type(length) == 'number' then n = n + length end
+    end
   end
   local new = #records
   if n + new <= max then return nil end
