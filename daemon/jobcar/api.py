@@ -44,6 +44,7 @@ from typing import Any, Final, TypeAlias
 from aiohttp import hdrs, web
 from redis import exceptions as redis_errors
 
+from jobcar import tracing
 from jobcar.admin import Admin
 from jobcar.admin_reads import AmbiguousJob, JobNotFound
 from jobcar.api_schedules import add_schedule_routes
@@ -125,7 +126,9 @@ def build_app(context: ApiContext) -> web.Application:
     if context.client.max_payload_bytes != context.config.max_payload_bytes:
         raise ValueError("the API's AsyncClient must be made with max_payload_bytes=config.max_payload_bytes")
     max_body = 2 * context.config.max_payload_bytes + BODY_MARGIN_BYTES
-    app = web.Application(middlewares=[_json_errors, _refuse_web_pages, _auth], client_max_size=max_body)
+    # With tracing on, a request's traceparent is the parent of the spans it makes (tracing.py); off, no layer.
+    traced = [_trace_context] if tracing.active is not None else []
+    app = web.Application(middlewares=[_json_errors, _refuse_web_pages, _auth, *traced], client_max_size=max_body)
     app[CONTEXT] = context
     app[ADMIN] = Admin(context.client.redis, context.client.namespace, context.config.queues)
     app[TARGETS] = context.config.known_targets()  # once: every enqueue request is checked against it
@@ -249,6 +252,17 @@ async def _auth(request: web.Request, handler: Handler) -> web.StreamResponse:
     if token and not open_route and not bearer_matches(request.headers.get(hdrs.AUTHORIZATION), token):
         return _error(401, "missing or wrong bearer token", {hdrs.WWW_AUTHENTICATE: 'Bearer realm="jobcar"'})
     return await handler(request)
+
+
+@web.middleware
+async def _trace_context(request: web.Request, handler: Handler) -> web.StreamResponse:
+    """The producer span of `POST /v1/jobs` (and of the children a handler makes) is a child of the request's
+    `traceparent` header, the caller's span."""
+    traceparent = request.headers.get("traceparent")
+    if tracing.active is None or traceparent is None:
+        return await handler(request)
+    with tracing.active.request(traceparent):
+        return await handler(request)
 
 
 def _error(status: int, message: str, headers: Mapping[str, str] | None = None, **extra: str) -> web.Response:

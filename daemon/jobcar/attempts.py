@@ -17,8 +17,9 @@ import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
-from typing import Final
+from typing import TYPE_CHECKING, Final
 
+from jobcar import tracing
 from jobcar.app_health import HealthGate
 from jobcar.attempt_desk import ANSWERED, CANCELED, LEASE_LOST, STOPPED, AttemptDesk, LiveAttempt
 from jobcar.attempt_logs import LogWriter
@@ -33,6 +34,14 @@ from jobcar.outcome import Outcome, OutcomeKind
 from jobcar.recording import OutcomeCall, Recorded, outcome_call
 from jobcar.redis_link import REDIS_ERRORS, RedisLink
 from jobcar.transitions import LeasedJob
+
+if TYPE_CHECKING:
+    from opentelemetry.trace import Span
+
+    from jobcar.tracing_otel import Tracer
+
+#: At most this many of a job's dependencies are read for their traceparents (its span's links).
+MAX_DEPENDENCY_LINKS: Final = 32
 
 log = logging.getLogger("jobcar.attempts")
 
@@ -74,6 +83,8 @@ class RunningJob:
     task: asyncio.Task[None] | None = None
     #: What its handler may call back (the handler API), while it runs.
     live: LiveAttempt | None = None
+    #: Its consumer span while tracing is on (tracing.py), until its outcome is recorded.
+    span: Span | None = None
 
     @property
     def job(self) -> Job:
@@ -117,6 +128,7 @@ class Attempts:
         self.on_dependents: Callable[[str], None] = lambda queue: None
         self._type_slots: dict[str, tuple[int, asyncio.Semaphore]] = {}
         self._batches: dict[str, Batches] = {}
+        self.tracer = tracing.active  # None while tracing is off: each use below is one test
 
     def apply(self, config: Config, executors: Mapping[str, Executor]) -> None:
         """Take a (re)loaded config's handlers. Running jobs finish with the executor they started with."""
@@ -242,6 +254,8 @@ class Attempts:
 
     async def _run(self, running: RunningJob) -> None:
         job = running.job
+        if self.tracer is not None:
+            running.span = self.tracer.attempt(job)
         if job.cancel_requested:
             # Canceled while an earlier attempt ran, which then failed or lost its daemon.
             self._forget(running)
@@ -312,6 +326,8 @@ class Attempts:
     async def _execute(self, running: RunningJob) -> Outcome:
         job = running.job
         self._check_may_start(running)
+        if self.tracer is not None and running.span is not None and job.after:
+            await self._link_dependencies(self.tracer, running.span, running.keys.namespace, job.after)
         handler = self.handlers.get(job.type)
         executor = self.executors.get(job.type)
         if handler is None or executor is None:
@@ -333,6 +349,8 @@ class Attempts:
         if limit is None:
             return await self._call_handler(running, executor, timeout, handler.max_extend, max_attempts)
         # A job of a type at its concurrency limit waits here, holding one of the daemon's slots.
+        if self.tracer is not None and running.span is not None and limit[1].locked():
+            self.tracer.held_here(running.span, limit[0])
         async with limit[1]:
             self._check_may_start(running)
             return await self._call_handler(running, executor, timeout, handler.max_extend, max_attempts)
@@ -343,9 +361,29 @@ class Attempts:
         deadline = time.time() + seconds
         live = self._open(running, deadline, max_extend)
         try:
-            return await executor.run(running.job, deadline=deadline, max_attempts=max_attempts, attempt=live)
+            if self.tracer is None or running.span is None:
+                return await executor.run(running.job, deadline=deadline, max_attempts=max_attempts, attempt=live)
+            # The handler continues the trace under its call's client span (live.traceparent goes out).
+            handler = self.handlers[running.job.type]
+            call, live.traceparent = self.tracer.handler_call(running.span, running.job, handler)
+            try:
+                outcome = await executor.run(running.job, deadline=deadline, max_attempts=max_attempts, attempt=live)
+            except BaseException as exc:
+                self.tracer.handler_stopped(call, exc)
+                raise
+            self.tracer.handler_returned(call, outcome)
+            return outcome
         finally:
             self._close(running)
+
+    async def _link_dependencies(self, tracer: Tracer, span: Span, namespace: str, after: tuple[str, ...]) -> None:
+        """Link the attempt's span to the jobs it waited for: their traceparents, one HGET each at once, from
+        the hashes that still exist (a job acked without result_ttl is gone). Nothing read fails the attempt."""
+        refs = [ref.partition("/") for ref in after[:MAX_DEPENDENCY_LINKS]]  # "<queue>/<id>": no "/" in a queue
+        reads = (self.link.client.hget(QueueKeys.of(namespace, queue).job(job_id), "traceparent")
+                 for queue, _, job_id in refs)  # fmt: skip
+        replies = await asyncio.gather(*reads, return_exceptions=True)
+        tracer.link(span, [reply.decode() for reply in replies if isinstance(reply, bytes)])
 
     def _open(self, running: RunningJob, deadline: float, max_extend: float) -> LiveAttempt:
         """The attempt as its handler may call it back (attempt_desk.py), from now until `_close`."""
@@ -384,11 +422,17 @@ class Attempts:
                 expires = running.last_renewed + self.config.lease
                 if time.monotonic() > expires:
                     log.error("could not record the outcome before the lease expired: %s", exc, extra=log_fields(job))
+                    if self.tracer is not None and running.span is not None:
+                        self.tracer.unrecorded(running.span, f"outcome not recorded before the lease expired: {exc}")
+                        running.span = None
                     return None
                 # Never back off past the lease: once it expires the job is reaped and runs again, even
                 # if Redis was back a moment after the outcome failed.
                 await self.link.reachability.failed(exc, sent_at=sent, deadline=expires)
         recorded = recording.recorded(reply)
+        if self.tracer is not None and running.span is not None:
+            self.tracer.recorded(running.span, recorded, outcome, recording.retry_in)
+            running.span = None  # an attempt's outcome is recorded once: a later call ends nothing
         if recording.tells_dependents(reply):
             self.on_dependents(job.queue)
         self.metrics.of_job(job.queue, job.type).finished[recorded].inc()  # a StrEnum: its own key

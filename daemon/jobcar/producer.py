@@ -13,9 +13,9 @@ import time
 import warnings
 from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from jobcar import schedule_store
+from jobcar import schedule_store, tracing
 from jobcar.dependencies import (
     EnqueueOrder,
     chained,
@@ -39,6 +39,9 @@ from jobcar.sentinel import replica_wait_of
 from jobcar.targets import KnownTargets
 from jobcar.transitions import cancel_call
 from jobcar.transport import AsyncRedis, Operation, ReplicaWait, Sleep, SyncRedis, raise_first_error, run_calls
+
+if TYPE_CHECKING:
+    from jobcar.tracing_otel import Tracer
 
 
 @dataclass(frozen=True, slots=True)
@@ -143,9 +146,27 @@ class Producer:
         if self.targets is not None:
             self._check_targets(records)
         order = enqueue_order(records)
+        tracer = tracing.for_producer()
+        if tracer is not None:
+            return self._traced(tracer, records, order)
         if not order.later and len(order.stages) == 1:
             return self.store(records)  # the usual call, kept one operation shorter: the hot path
         return self._staged(records, order)
+
+    def _traced(self, tracer: Tracer, records: list[EnqueueRecord], order: EnqueueOrder) -> Operation[list[JobInfo]]:
+        """The enqueue inside its producer span, started when the operation runs (in the caller's context): each
+        job that brings no traceparent carries the span's (tracing_otel.Tracer.send)."""
+        span = tracer.send(records)
+        operation = self.store(records) if not order.later and len(order.stages) == 1 else self._staged(records, order)
+        if span is None:
+            return (yield from operation)
+        try:
+            infos = yield from operation
+        except BaseException as exc:
+            tracer.send_failed(span, exc)
+            raise
+        tracer.sent(span, infos)
+        return infos
 
     def _check_targets(self, records: list[EnqueueRecord]) -> None:
         assert self.targets is not None

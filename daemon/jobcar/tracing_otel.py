@@ -18,7 +18,7 @@ from urllib.parse import urlsplit, urlunsplit
 
 from opentelemetry import context as otel_context
 from opentelemetry import trace
-from opentelemetry.trace import Link, NonRecordingSpan, Span, SpanContext, SpanKind, Status, StatusCode, TraceFlags
+from opentelemetry.trace import NonRecordingSpan, Span, SpanContext, SpanKind, Status, StatusCode, TraceFlags
 
 from jobcar import __version__
 
@@ -31,9 +31,6 @@ if TYPE_CHECKING:
 __all__ = ["Tracer", "format_traceparent", "parse_traceparent"]
 
 SYSTEM: Final = "jobcar"
-#: At most this many dependencies' contexts are links of a dependent job's span (a fan-in of thousands
-#: would make a span no backend shows whole; the SDK keeps 128 links by default).
-MAX_DEPENDENCY_LINKS: Final = 32
 #: An error text on a span is cut to this (the job's error history keeps the whole of it).
 _MAX_REASON: Final = 300
 
@@ -203,9 +200,9 @@ class Tracer:
 
     # -- attempts -----------------------------------------------------------------------------------
 
-    def attempt(self, job: Job, links: Sequence[str] = ()) -> Span:
+    def attempt(self, job: Job) -> Span:
         """The consumer span of one attempt, started now (its lease), a child of the job's traceparent (the
-        producer's span), linked to `links` (the traceparents of the jobs it waited for)."""
+        producer's span). A job that waited for others gets links to them later (`link`)."""
         now = time.time_ns()
         attributes: dict[str, Any] = {
             "messaging.system": SYSTEM,
@@ -216,10 +213,8 @@ class Tracer:
             "jobcar.job.type": job.type,
             "jobcar.attempt": job.attempt,
         }
-        span_links = [Link(c) for c in (parse_traceparent(t) for t in links[:MAX_DEPENDENCY_LINKS]) if c is not None]
         span = self._tracer.start_span(f"process {job.queue}", context=_parent(job.traceparent),
-                                       kind=SpanKind.CONSUMER, attributes=attributes, links=span_links,
-                                       start_time=now)  # fmt: skip
+                                       kind=SpanKind.CONSUMER, attributes=attributes, start_time=now)  # fmt: skip
         if not span.is_recording():
             return span
         if job.after:
@@ -232,6 +227,13 @@ class Tracer:
                            timestamp=_ns(job.held_at_ms))  # fmt: skip
         span.add_event("jobcar.leased", {"jobcar.queued_ms": max(0, now // 1_000_000 - job.ready_ms)}, timestamp=now)
         return span
+
+    def link(self, span: Span, traceparents: Sequence[str]) -> None:
+        """Links to the creation contexts of the jobs the attempt's job waited for."""
+        for traceparent in traceparents:
+            span_context = parse_traceparent(traceparent)
+            if span_context is not None:
+                span.add_link(span_context, {"jobcar.link": "dependency"})
 
     def held_here(self, span: Span, limit: int) -> None:
         """The attempt waits for a slot of its type's `concurrency` in this daemon."""
@@ -254,6 +256,11 @@ class Tracer:
         call_context = call.get_span_context()
         return call, format_traceparent(call_context) if call_context.is_valid else None
 
+    def handler_stopped(self, call: Span, error: BaseException) -> None:
+        """The call ended without an outcome: stopped (a cancel, a lost lease, a drain) or a bug."""
+        call.set_status(Status(StatusCode.ERROR, f"stopped: {type(error).__name__}"))
+        call.end()
+
     def handler_returned(self, call: Span, outcome: Outcome) -> None:
         call.set_attribute("jobcar.handler.outcome", outcome.kind.value)
         if outcome.error is not None and outcome.spend_attempt:
@@ -262,6 +269,7 @@ class Tracer:
 
     def recorded(self, span: Span, recorded: str, outcome: Outcome, retry_in: float | None) -> None:
         """The attempt's outcome as recorded (`recording.Recorded`), and the span's end."""
+        recorded = str(recorded)  # a StrEnum: its value
         span.set_attribute("jobcar.outcome", recorded)
         snoozed = outcome.kind.value == "retry" and not outcome.spend_attempt
         if recorded in ("retried", "returned") and retry_in is not None:

@@ -63,8 +63,9 @@ class CommandExecutor:
                 "JOBCAR_CONTENT_TYPE": job.content_type,
             }
         )
-        if job.traceparent:
-            env["TRACEPARENT"] = job.traceparent
+        traceparent = attempt.traceparent if attempt is not None and attempt.traceparent else job.traceparent
+        if traceparent:  # the handler call's span while tracing is on (tracing.py), else the job's own
+            env["TRACEPARENT"] = traceparent
         if job.scheduled_at_ms is not None:  # a periodic job: which schedule, and which of its ticks
             env["JOBCAR_SCHEDULE"] = job.schedule or ""
             env["JOBCAR_SCHEDULED_AT"] = rfc3339_ms(job.scheduled_at_ms) or ""

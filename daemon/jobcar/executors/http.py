@@ -168,7 +168,8 @@ class HttpExecutor:
             f"Jobcar-Attempt: {job.attempt}\r\nJobcar-Max-Attempts: {max_attempts}\r\n"
             f"Jobcar-Enqueued-At: {rfc3339(job.created_ms / 1000)}\r\nJobcar-Deadline: {rfc3339(deadline)}\r\n"
         )
-        head += f"traceparent: {job.traceparent}\r\n" if job.traceparent else self._default_traceparent
+        traceparent = attempt.traceparent if attempt is not None and attempt.traceparent else job.traceparent
+        head += f"traceparent: {traceparent}\r\n" if traceparent else self._default_traceparent
         if job.scheduled_at_ms is not None:  # a periodic job: which schedule, and which of its ticks
             head += f"Jobcar-Schedule: {job.schedule}\r\nJobcar-Scheduled-At: {rfc3339_ms(job.scheduled_at_ms)}\r\n"
         if after:  # a step of a chain: which jobs it ran after (their results, while kept, are theirs)

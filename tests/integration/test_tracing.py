@@ -1,0 +1,199 @@
+"""Traces end to end (issue 36): a real daemon with tracing on exports to a real OTLP/HTTP receiver (protobuf
+decoded with opentelemetry-proto), and a handler instrumented with OpenTelemetry's SDK, in its own process,
+continues the trace it was given."""
+
+from __future__ import annotations
+
+import json
+import sys
+import textwrap
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+pytest.importorskip("opentelemetry.sdk", reason="the otel extra (make test installs it)")
+
+from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+from opentelemetry.sdk.resources import Resource
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.trace import SpanKind
+
+from jobcar.job import State
+from tests.integration.daemon_harness import (
+    DaemonProcess,
+    HandlerServer,
+    Received,
+    listen_url,
+    post,
+    wait_state,
+    write_config,
+)
+from tests.integration.driver import QueueDriver
+from tests.integration.otlp_receiver import OtlpReceiver, ReceivedSpan, otlp_receiver
+from tests.servers import RedisServer, wait_for
+
+#: A command handler instrumented with OpenTelemetry's SDK: its span continues TRACEPARENT, and it exports to the
+#: receiver itself before it exits. Its first attempt fails (exit 1); the second succeeds.
+TRACED_HANDLER = textwrap.dedent(
+    """\
+    import os, sys
+    from opentelemetry import trace
+    from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+    from opentelemetry.sdk.resources import Resource
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+    from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
+
+    provider = TracerProvider(resource=Resource.create({"service.name": "ship-handler"}))
+    provider.add_span_processor(SimpleSpanProcessor(OTLPSpanExporter(endpoint=os.environ["OTLP_URL"] + "/v1/traces")))
+    parent = TraceContextTextMapPropagator().extract({"traceparent": os.environ.get("TRACEPARENT", "")})
+    attempt = os.environ["JOBCAR_ATTEMPT"]
+    with provider.get_tracer("ship").start_as_current_span("ship the order", context=parent,
+                                                            attributes={"attempt": attempt}):
+        sys.stdin.read()
+    provider.shutdown()
+    sys.exit(1 if attempt == "1" else 0)
+    """
+)
+
+
+@pytest.fixture
+def receiver() -> Iterator[OtlpReceiver]:
+    with otlp_receiver() as running:
+        yield running
+
+
+def _one(spans: list[ReceivedSpan], what: str) -> ReceivedSpan:
+    assert len(spans) == 1, f"{what}: {spans}"
+    return spans[0]
+
+
+def _traceparent(span: ReceivedSpan) -> str:
+    return f"00-{span.trace_id}-{span.span_id}-01"
+
+
+def test_a_job_from_an_http_request_retried_then_done_with_a_dependent_job_is_one_tree(
+    tmp_path: Path,
+    redis_server: RedisServer,
+    namespace: str,
+    q: QueueDriver,
+    receiver: OtlpReceiver,
+    handlers: HandlerServer,
+) -> None:
+    script = tmp_path / "ship.py"
+    script.write_text(TRACED_HANDLER)
+    notified: list[Received] = []
+
+    def notify(req: Received) -> tuple[int, dict[str, str], bytes]:
+        notified.append(req)
+        return 200, {}, b"{}"
+
+    handlers_config: dict[str, Any] = {
+        "order.ship": {
+            "command": [sys.executable, str(script)],
+            "env": {"OTLP_URL": receiver.url},
+            "env_allow": ["PYTHONPATH"],
+        },
+        "order.notify": {"url": handlers.url("/notify", notify)},
+    }
+    config = write_config(
+        tmp_path,
+        redis_server.url,
+        namespace,
+        handlers_config,
+        result_ttl="1h",
+        tracing={"enabled": True, "endpoint": receiver.url, "service_name": "jobcar-test"},
+    )
+    # Exported 50 ms after a span ends rather than 5 s (the SDK's own variable): the test waits for less.
+    daemon = DaemonProcess(config, env={"OTEL_BSP_SCHEDULE_DELAY": "50"}).start()
+    base = listen_url(daemon)
+
+    # The app's request span, exported by the app (this test) to the same receiver.
+    app = TracerProvider(resource=Resource.create({"service.name": "shop"}))
+    app.add_span_processor(SimpleSpanProcessor(OTLPSpanExporter(endpoint=receiver.url + "/v1/traces")))
+    with app.get_tracer("shop").start_as_current_span("POST /orders", kind=SpanKind.SERVER) as request_span:
+        context = request_span.get_span_context()
+        header = f"00-{context.trace_id:032x}-{context.span_id:016x}-01"
+        headers = {"Content-Type": "application/json", "traceparent": header}
+        status, shipped = post(
+            base + "/v1/jobs", json.dumps({"type": "order.ship", "payload": {"n": 1}}).encode(), headers
+        )
+        assert status == 201, shipped
+        body = {"type": "order.notify", "payload": {"n": 1}, "after": [shipped["id"]]}
+        status, notice = post(base + "/v1/jobs", json.dumps(body).encode(), headers)
+        assert status == 201, notice
+    app.shutdown()
+    request = _one(receiver.named("POST /orders"), "the app's request span")
+
+    wait_state(q, notice["id"], State.DONE, daemon)
+    # Every span of the story: 1 request, 2 producers, 3 consumers, 3 handler calls, 2 spans of the ship handler.
+    wait_for(lambda: len(receiver.spans) >= 11, timeout=30, what="the spans of both jobs")
+
+    # The producer spans: children of the request's header, one per enqueue, per the messaging conventions.
+    send_ship = _one(receiver.named("send default", **{"messaging.message.id": shipped["id"]}), "ship's send")
+    send_notice = _one(receiver.named("send default", **{"messaging.message.id": notice["id"]}), "notify's send")
+    for send in (send_ship, send_notice):
+        assert (send.kind, send.service, send.trace_id, send.parent_span_id) == (
+            "producer",
+            "jobcar-test",
+            request.trace_id,
+            request.span_id,
+        )
+        assert send.attributes["messaging.system"] == "jobcar"
+        assert send.attributes["messaging.destination.name"] == "default"
+        assert send.attributes["messaging.operation.type"] == "send"
+    # The job carries its producer span's context.
+    assert q.job(shipped["id"]).traceparent == _traceparent(send_ship)
+
+    # Ship's two attempts: consumer spans under its producer span, the first retried, the second done.
+    attempts = sorted(
+        receiver.named("process default", **{"messaging.message.id": shipped["id"]}),
+        key=lambda s: s.attributes["jobcar.attempt"],
+    )
+    assert [(s.kind, s.parent_span_id, s.trace_id) for s in attempts] == [
+        ("consumer", send_ship.span_id, request.trace_id)
+    ] * 2
+    first, second = attempts
+    assert first.attributes["jobcar.attempt"] == 1
+    assert first.attributes["jobcar.outcome"] == "retried"
+    assert first.attributes["jobcar.job.type"] == "order.ship"
+    assert first.attributes["messaging.destination.name"] == "default"
+    assert 0 <= first.attributes["jobcar.retry.delay_s"] <= 0.2  # the test config's backoff (base 50 ms, max 200 ms)
+    assert first.status_code == 2  # error: the attempt failed
+    assert "exit code 1" in first.status_message
+    assert (second.attributes["jobcar.attempt"], second.attributes["jobcar.outcome"]) == (2, "done")
+    for attempt in attempts:
+        leased = attempt.event("jobcar.leased")
+        assert leased is not None
+        assert leased["jobcar.queued_ms"] >= 0
+
+    # Each attempt called its handler under a client span, and the handler, in its own process with the SDK,
+    # continued the trace from TRACEPARENT.
+    for attempt in attempts:
+        call = _one(
+            [s for s in receiver.named("handle order.ship") if s.parent_span_id == attempt.span_id],
+            f"the handler call of attempt {attempt.attributes['jobcar.attempt']}",
+        )
+        assert (call.kind, call.trace_id, call.attributes["jobcar.handler"]) == ("client", request.trace_id, "command")
+        handled = _one(
+            [s for s in receiver.named("ship the order") if s.parent_span_id == call.span_id], "the handler's own span"
+        )
+        assert (handled.service, handled.trace_id) == ("ship-handler", request.trace_id)
+        assert handled.attributes["attempt"] == str(attempt.attributes["jobcar.attempt"])
+
+    # The dependent job: its attempt is a child of its own producer span, linked to the job it waited for
+    # (that job's traceparent: ship's producer span), with the wait as an event.
+    waited = _one(receiver.named("process default", **{"messaging.message.id": notice["id"]}), "notify's attempt")
+    assert (waited.parent_span_id, waited.attributes["jobcar.outcome"]) == (send_notice.span_id, "done")
+    assert waited.links == [(send_ship.trace_id, send_ship.span_id)]
+    waiting = waited.event("jobcar.waiting_for_dependencies")
+    assert waiting is not None
+    assert waiting["jobcar.dependencies"] == [f"default/{shipped['id']}"]
+    # Its HTTP handler was given its call's span as traceparent, not the job's.
+    call = _one([s for s in receiver.named("handle order.notify") if s.parent_span_id == waited.span_id], "call")
+    assert call.attributes["url.full"] == handlers.url("/notify", notify)
+    [request_to_handler] = notified
+    assert request_to_handler.headers["traceparent"] == _traceparent(call)
