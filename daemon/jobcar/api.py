@@ -74,6 +74,7 @@ MAX_BATCH_JOBS: Final = 1000
 #: take room). That also bounds how long parsing it holds the event loop: tens of ms at worst (json keeps the GIL).
 BODY_MARGIN_BYTES: Final = 64 * 1024
 METRICS_CONTENT_TYPE: Final = "text/plain; version=0.0.4; charset=utf-8"
+OPENMETRICS_CONTENT_TYPE: Final = "application/openmetrics-text; version=1.0.0; charset=utf-8"
 PUBLIC_PATHS: Final = frozenset({"/healthz", "/readyz", "/metrics"})  # kubelet probes, Prometheus scrapes
 #: Where the web dashboard is mounted (ui/pages.py), unless the config's `ui.enabled` is false.
 UI_PREFIX: Final = "/ui"
@@ -110,6 +111,9 @@ class ApiContext:
     metrics: Callable[[], Awaitable[bytes]]
     #: The running attempts, for the handler API (handler_api.py).
     desk: AttemptDesk = dataclasses.field(default_factory=AttemptDesk)
+    #: The OpenMetrics exposition (its histograms carry exemplars), for a scraper that asks for it; None: the
+    #: Prometheus text only (tracing off: no exemplar to show).
+    openmetrics: Callable[[], Awaitable[bytes]] | None = None
 
 
 #: One job of a request: (type, payload, enqueue options), as AsyncClient.enqueue takes them.
@@ -280,7 +284,10 @@ async def _readyz(request: web.Request) -> web.Response:
 
 
 async def _metrics(request: web.Request) -> web.Response:
-    body = await request.app[CONTEXT].metrics()
+    context = request.app[CONTEXT]
+    if context.openmetrics is not None and "application/openmetrics-text" in request.headers.get(hdrs.ACCEPT, ""):
+        return web.Response(body=await context.openmetrics(), headers={hdrs.CONTENT_TYPE: OPENMETRICS_CONTENT_TYPE})
+    body = await context.metrics()
     return web.Response(body=body, headers={hdrs.CONTENT_TYPE: METRICS_CONTENT_TYPE})
 
 

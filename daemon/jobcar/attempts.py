@@ -286,7 +286,10 @@ class Attempts:
                       extra=log_fields(job))  # fmt: skip
             return
         elapsed = time.monotonic() - started
-        self.metrics.of_job(job.queue, job.type).duration.observe(elapsed)
+        if self.tracer is None or running.span is None:
+            self.metrics.of_job(job.queue, job.type).duration.observe(elapsed)
+        else:  # the attempt's trace as the observation's exemplar (OpenMetrics)
+            self.metrics.of_job(job.queue, job.type).duration.observe(elapsed, self.tracer.exemplar(running.span))
         recorded = await self._record(running, outcome)
         if recorded is not None and log.isEnabledFor(_LOG_LEVELS.get(recorded[0], logging.INFO)):
             self._log_finished(running, outcome, recorded[0], recorded[1], elapsed)

@@ -260,6 +260,7 @@ class Daemon:
             drain=lambda: self._drain("drain requested over HTTP"),
             metrics=self._render_metrics,
             desk=self.desk,
+            openmetrics=self._render_openmetrics if tracing.active is not None else None,
         )
 
     async def _readiness(self) -> tuple[bool, str]:
@@ -278,6 +279,10 @@ class Daemon:
     async def _render_metrics(self) -> bytes:
         queues = [QueueKeys.of(self.config.namespace, q) for q in self.config.queues]
         return await self.metrics.render(self.link.client, queues)
+
+    async def _render_openmetrics(self) -> bytes:
+        queues = [QueueKeys.of(self.config.namespace, q) for q in self.config.queues]
+        return await self.metrics.render(self.link.client, queues, openmetrics=True)
 
     async def _wait_for_redis(self) -> bool:
         """Redis away at start-up is an outage like any other: wait for it instead of exiting. False

@@ -27,7 +27,9 @@ from typing import Final, TypeVar
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, disable_created_metrics, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
+from prometheus_client.openmetrics.exposition import generate_latest as generate_openmetrics
 from prometheus_client.registry import Collector
+from prometheus_client.samples import Exemplar
 from prometheus_client.utils import floatToGoString
 
 from jobcar import __version__, keys, transitions, transport
@@ -65,25 +67,34 @@ class Tally:
 class Distribution:
     """The buckets, count and sum of a histogram, without a lock. `counts[i]` holds the observations in
     (bounds[i-1], bounds[i]], the last one those above every bound; rendered cumulative, as Prometheus
-    wants."""
+    wants. With tracing on, each bucket keeps the latest observation's trace as its exemplar (OpenMetrics)."""
 
-    __slots__ = ("bounds", "counts", "sum")
+    __slots__ = ("bounds", "counts", "exemplars", "sum")
 
     def __init__(self, bounds: Sequence[float]) -> None:
         self.bounds = tuple(bounds)
         self.counts = [0] * (len(self.bounds) + 1)
         self.sum = 0.0
+        #: Per bucket, its latest exemplar; None until the first observation that has one (tracing off: never).
+        self.exemplars: list[Exemplar | None] | None = None
 
-    def observe(self, value: float) -> None:
-        self.counts[bisect_left(self.bounds, value)] += 1
+    def observe(self, value: float, exemplar: dict[str, str] | None = None) -> None:
+        index = bisect_left(self.bounds, value)
+        self.counts[index] += 1
         self.sum += value
+        if exemplar is not None:
+            if self.exemplars is None:
+                self.exemplars = [None] * len(self.counts)
+            self.exemplars[index] = Exemplar(exemplar, value, time.time())
 
-    def cumulative(self) -> list[tuple[str, float]]:
+    def cumulative(self) -> list[tuple[str, float] | tuple[str, float, Exemplar]]:
         total = 0
-        buckets = []
-        for bound, count in zip((*self.bounds, float("inf")), self.counts, strict=True):
+        buckets: list[tuple[str, float] | tuple[str, float, Exemplar]] = []
+        exemplars = self.exemplars or [None] * len(self.counts)
+        for bound, count, exemplar in zip((*self.bounds, float("inf")), self.counts, exemplars, strict=True):
             total += count
-            buckets.append((_go_float(bound), float(total)))
+            buckets.append((_go_float(bound), float(total)) if exemplar is None else
+                           (_go_float(bound), float(total), exemplar))  # fmt: skip
         return buckets
 
 
@@ -300,8 +311,11 @@ class Metrics:
         exception, not every job)."""
         return self.held_seconds.labels(self.queue(queue), self.type(job_type))
 
-    async def render(self, client: transport.AsyncRedis, queues: Iterable[keys.QueueKeys]) -> bytes:
-        """The exposition, with queue depths refreshed from Redis at most once a second."""
+    async def render(
+        self, client: transport.AsyncRedis, queues: Iterable[keys.QueueKeys], *, openmetrics: bool = False
+    ) -> bytes:
+        """The exposition, with queue depths refreshed from Redis at most once a second; `openmetrics`: in that
+        format, whose histograms carry their exemplars (the Prometheus text format has none)."""
         if time.monotonic() - self._stats_at > STATS_CACHE_SECONDS:
             keys = list(queues)
             replies = await transport.execute_async(client, [transitions.stats_call(k) for k in keys])
@@ -313,6 +327,8 @@ class Metrics:
                 self.queue_paused.labels(k.queue).set(1 if stats.paused else 0)
                 self._set_held(k.queue, stats.held_by_type)
             self._stats_at = time.monotonic()
+        if openmetrics:
+            return bytes(generate_openmetrics(self.registry))  # type: ignore[no-untyped-call]
         return generate_latest(self.registry)
 
     def _set_held(self, queue: str, by_type: Mapping[str, int]) -> None:

@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import sys
 import textwrap
+import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -197,3 +198,16 @@ def test_a_job_from_an_http_request_retried_then_done_with_a_dependent_job_is_on
     assert call.attributes["url.full"] == handlers.url("/notify", notify)
     [request_to_handler] = notified
     assert request_to_handler.headers["traceparent"] == _traceparent(call)
+
+    # The job-duration histogram's exemplars name the attempts' traces, in the OpenMetrics exposition.
+    scrape = urllib.request.Request(base + "/metrics", headers={"Accept": "application/openmetrics-text"})
+    with urllib.request.urlopen(scrape, timeout=5) as response:
+        assert response.headers["Content-Type"].startswith("application/openmetrics-text")
+        text = response.read().decode()
+    exemplar_lines = [
+        line for line in text.splitlines() if line.startswith("jobcar_job_duration_seconds_bucket") and " # {" in line
+    ]
+    assert any(f'trace_id="{request.trace_id}"' in line for line in exemplar_lines), exemplar_lines
+    # A scraper that asks for the Prometheus text gets it, as before.
+    with urllib.request.urlopen(base + "/metrics", timeout=5) as response:
+        assert response.headers["Content-Type"].startswith("text/plain; version=0.0.4")

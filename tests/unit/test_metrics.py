@@ -125,3 +125,19 @@ def test_held_jobs_by_type_go_back_to_zero_and_unknown_types_count_as_other() ->
     metrics._set_held("default", {})
     held = {(s.labels["queue"], s.labels["type"]): s.value for f in metrics.jobs_held.collect() for s in f.samples}
     assert held == {("default", "a"): 0, ("default", "other"): 0, ("bulk", "a"): 7}, "only the queue read"
+
+
+def test_a_traced_observation_is_its_buckets_exemplar_in_the_openmetrics_exposition_only() -> None:
+    from prometheus_client.openmetrics.exposition import generate_latest as generate_openmetrics
+
+    metrics = Metrics(CONFIG)
+    series = metrics.of_job("default", "a").duration
+    series.observe(0.02)  # tracing off: no exemplar, none kept
+    assert series.exemplars is None
+    trace = {"trace_id": "4bf92f3577b34da6a3ce929d0e0e4736", "span_id": "00f067aa0ba902b7"}
+    series.observe(0.3, trace)
+    openmetrics = generate_openmetrics(metrics.registry).decode()
+    [line] = [line for line in openmetrics.splitlines() if " # {" in line]
+    assert line.startswith('jobcar_job_duration_seconds_bucket{le="0.5",queue="default",type="a"} 2.0 # {')
+    assert 'trace_id="4bf92f3577b34da6a3ce929d0e0e4736"' in line
+    assert " # {" not in generate_latest(metrics.registry).decode()
