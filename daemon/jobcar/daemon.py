@@ -52,6 +52,7 @@ from jobcar.transport import AsyncRedis
 
 if TYPE_CHECKING:
     from jobcar.embedded import EmbeddedServer
+    from jobcar.tracing_otel import MetricsPusher
 
 log = logging.getLogger("jobcar.daemon")
 
@@ -232,6 +233,10 @@ class Daemon:
         self.app_health.watch([self.config.health_url])
         executors = build_executors(self.config, self.http, self.guardian)
         self.runner = Runner(self.config, self.link, executors, self.app_health, self.metrics, self.desk)
+        pusher = tracing.active.metrics_pusher() if tracing.active is not None else None
+        if pusher is not None:  # tracing.metrics_interval: /metrics over OTLP too
+            pushing = asyncio.create_task(self._push_metrics(pusher), name="metrics over OTLP")
+            opened.callback(pushing.cancel)
         if self.signals:
             self.runner.drain()
         if embedded is not None:
@@ -283,6 +288,19 @@ class Daemon:
     async def _render_openmetrics(self) -> bytes:
         queues = [QueueKeys.of(self.config.namespace, q) for q in self.config.queues]
         return await self.metrics.render(self.link.client, queues, openmetrics=True)
+
+    async def _push_metrics(self, pusher: MetricsPusher) -> None:
+        """Every `tracing.metrics_interval`, what /metrics would show (the queue depths refreshed as a scrape
+        refreshes them) pushed over OTLP, from a thread: the export blocks. A failure is logged, and the next push
+        carries the counts anyway (they are cumulative)."""
+        while True:
+            await asyncio.sleep(self.config.tracing.metrics_interval)
+            try:
+                await self._render_metrics()
+                if not await asyncio.to_thread(pusher.push, self.metrics.registry):
+                    log.warning("the metrics were not taken by %s/v1/metrics", self.config.tracing.endpoint)
+            except Exception as exc:  # Redis away, a bug: the next round tries again
+                log.warning("could not push the metrics over OTLP: %s", exc)
 
     async def _wait_for_redis(self) -> bool:
         """Redis away at start-up is an outage like any other: wait for it instead of exiting. False

@@ -28,7 +28,7 @@ if TYPE_CHECKING:
     from jobcar.job import Job, JobInfo
     from jobcar.outcome import Outcome
 
-__all__ = ["Tracer", "format_traceparent", "parse_traceparent"]
+__all__ = ["MetricsPusher", "Tracer", "format_traceparent", "parse_traceparent"]
 
 SYSTEM: Final = "jobcar"
 #: An error text on a span is cut to this (the job's error history keeps the whole of it).
@@ -81,9 +81,10 @@ class Tracer:
     """Makes jobcar's spans. `exporting` for the daemon (its own provider, exporting over OTLP/HTTP);
     `over_global` for a producer in an app that set up OpenTelemetry itself."""
 
-    def __init__(self, tracer: trace.Tracer, provider: Any = None) -> None:
+    def __init__(self, tracer: trace.Tracer, provider: Any = None, settings: TracingSettings | None = None) -> None:
         self._tracer = tracer
         self._provider = provider
+        self._settings = settings
 
     @classmethod
     def exporting(cls, settings: TracingSettings) -> Tracer:
@@ -102,7 +103,7 @@ class Tracer:
         # queue. A queue bigger than the SDK's 2048 rides out a burst of short jobs (three spans each) between
         # two exports instead of dropping spans.
         provider.add_span_processor(BatchSpanProcessor(exporter, max_queue_size=16384, max_export_batch_size=2048))
-        return cls(provider.get_tracer("jobcar", __version__), provider)
+        return cls(provider.get_tracer("jobcar", __version__), provider, settings)
 
     @classmethod
     def over_global(cls) -> Tracer:
@@ -111,6 +112,12 @@ class Tracer:
     def shutdown(self) -> None:
         if self._provider is not None:
             self._provider.shutdown()  # exports what the batch processor still holds
+
+    def metrics_pusher(self) -> MetricsPusher | None:
+        """The pusher of /metrics over OTLP when `tracing.metrics_interval` asks for one."""
+        if self._settings is None or not self._settings.metrics_interval:
+            return None
+        return MetricsPusher(self._settings)
 
     # -- producers ----------------------------------------------------------------------------------
 
@@ -298,3 +305,83 @@ class Tracer:
         if not span_context.is_valid or not span_context.trace_flags.sampled:
             return None
         return {"trace_id": f"{span_context.trace_id:032x}", "span_id": f"{span_context.span_id:016x}"}
+
+
+class MetricsPusher:
+    """The metrics of /metrics pushed over OTLP: prometheus_client's registry, collected and translated sample by
+    sample (counters to cumulative monotonic sums, gauges to gauges, histograms to explicit-bucket histograms),
+    then exported by the SDK's OTLP/HTTP metric exporter to `<endpoint>/v1/metrics` with the spans' headers.
+    A translation rather than a second set of instruments: /metrics stays the one source, and a job pays
+    nothing more for it."""
+
+    def __init__(self, settings: TracingSettings) -> None:
+        from opentelemetry.exporter.otlp.proto.http.metric_exporter import OTLPMetricExporter
+        from opentelemetry.sdk.resources import Resource
+
+        self._exporter = OTLPMetricExporter(
+            endpoint=settings.endpoint.rstrip("/") + "/v1/metrics", headers=settings.headers
+        )
+        self._resource = Resource.create({"service.name": settings.service_name, "service.version": __version__})
+        self._started_ns = time.time_ns()
+
+    def push(self, registry: Any) -> bool:
+        """Export what `registry` holds now (blocking: run it in a thread); whether the receiver took it."""
+        from opentelemetry.sdk.metrics.export import MetricExportResult
+
+        return bool(self._exporter.export(self.translate(registry)) is MetricExportResult.SUCCESS)
+
+    def translate(self, registry: Any) -> Any:
+        from opentelemetry.sdk.metrics.export import (
+            AggregationTemporality,
+            Gauge,
+            Histogram,
+            HistogramDataPoint,
+            Metric,
+            MetricsData,
+            NumberDataPoint,
+            ResourceMetrics,
+            ScopeMetrics,
+            Sum,
+        )
+        from opentelemetry.sdk.util.instrumentation import InstrumentationScope
+
+        now, start = time.time_ns(), self._started_ns
+        cumulative = AggregationTemporality.CUMULATIVE
+        metrics = []
+        for family in registry.collect():
+            data: Any
+            if family.type == "histogram":
+                by_labels: dict[tuple[tuple[str, str], ...], dict[str, Any]] = {}
+                for sample in family.samples:
+                    labels = tuple(sorted((k, v) for k, v in sample.labels.items() if k != "le"))
+                    point = by_labels.setdefault(labels, {"buckets": [], "count": 0, "sum": 0.0})
+                    if sample.name.endswith("_bucket"):
+                        point["buckets"].append((float(sample.labels["le"]), sample.value))
+                    elif sample.name.endswith("_count"):
+                        point["count"] = int(sample.value)
+                    elif sample.name.endswith("_sum"):
+                        point["sum"] = sample.value
+                points = []
+                for labels, point in by_labels.items():
+                    buckets = sorted(point["buckets"])
+                    # Prometheus's buckets are cumulative and end with +Inf; OTLP's are counts per bucket, with the
+                    # last one (above every bound) implied by the bounds.
+                    counts = [int(v - (buckets[i - 1][1] if i else 0)) for i, (_, v) in enumerate(buckets)]
+                    points.append(HistogramDataPoint(dict(labels), start, now, point["count"], point["sum"], counts,
+                                                     [b for b, _ in buckets if b != float("inf")], None, None))  # type: ignore[arg-type]  # fmt: skip
+                data = Histogram(points, cumulative)
+            elif family.type in ("counter", "gauge", "info", "unknown"):
+                numbers = [NumberDataPoint(dict(sample.labels), start, now, sample.value) for sample in family.samples
+                           if not sample.name.endswith("_created")]  # fmt: skip
+                data = Sum(numbers, cumulative, True) if family.type == "counter" else Gauge(numbers)
+            else:  # summaries: jobcar has none
+                continue
+            if not data.data_points:
+                continue  # a labelled series with no child yet: nothing to say (OTLP has no empty metric)
+            name = family.name + ("_info" if family.type == "info" else "")
+            metrics.append(Metric(name, family.documentation, family.unit or None, data))
+        scope = ScopeMetrics(InstrumentationScope("jobcar", __version__), metrics, "")
+        return MetricsData([ResourceMetrics(self._resource, [scope], "")])
+
+    def shutdown(self) -> None:
+        self._exporter.shutdown()

@@ -107,6 +107,8 @@ class OtlpReceiver:
             for scope_metrics in resource_metrics.scope_metrics:
                 for metric in scope_metrics.metrics:
                     kind = metric.WhichOneof("data")
+                    if kind is None:
+                        raise ValueError(f"metric {metric.name} has no data")
                     data = getattr(metric, kind)
                     for point in data.data_points:
                         if kind == "histogram":

@@ -29,6 +29,7 @@ from tests.integration.daemon_harness import (
     Received,
     listen_url,
     post,
+    wait_gone,
     wait_state,
     write_config,
 )
@@ -211,3 +212,54 @@ def test_a_job_from_an_http_request_retried_then_done_with_a_dependent_job_is_on
     # A scraper that asks for the Prometheus text gets it, as before.
     with urllib.request.urlopen(base + "/metrics", timeout=5) as response:
         assert response.headers["Content-Type"].startswith("text/plain; version=0.0.4")
+
+
+def test_the_metrics_of_metrics_go_over_otlp_with_the_spans_exporter_settings(
+    tmp_path: Path,
+    redis_server: RedisServer,
+    namespace: str,
+    q: QueueDriver,
+    receiver: OtlpReceiver,
+    handlers: HandlerServer,
+) -> None:
+    tracing = {
+        "enabled": True,
+        "endpoint": receiver.url,
+        "headers": {"x-api-key": "k-123"},
+        "metrics_interval": "200ms",
+    }
+    handler = {"t.ok": {"url": handlers.url("/ok", lambda req: (200, {}, b""))}}
+    config = write_config(tmp_path, redis_server.url, namespace, handler, tracing=tracing)
+    daemon = DaemonProcess(config, env={"OTEL_BSP_SCHEDULE_DELAY": "50"}).start()
+    status, job = post(
+        listen_url(daemon) + "/v1/jobs", b'{"type": "t.ok", "payload": {}}', {"Content-Type": "application/json"}
+    )
+    assert status == 201, job
+    wait_gone(q, job["id"], daemon)  # done, and deleted (no result_ttl)
+
+    def finished() -> list[Any]:
+        with receiver.lock:
+            return [
+                p
+                for p in receiver.points
+                if p[1] == "jobcar_jobs_finished" and p[3].get("outcome") == "done" and p[4] >= 1
+            ]
+
+    wait_for(finished, timeout=30, what="jobcar_jobs_finished{outcome=done} pushed over OTLP")
+    service, _, kind, labels, _ = finished()[-1]
+    assert (service, kind, labels) == ("jobcar", "sum", {"queue": "default", "type": "t.ok", "outcome": "done"})
+    with receiver.lock:
+        durations = [
+            p
+            for p in receiver.points
+            if p[1] == "jobcar_job_duration_seconds" and p[3] == {"queue": "default", "type": "t.ok"}
+        ]
+        queue_depths = [p for p in receiver.points if p[1] == "jobcar_queue_jobs"]
+        requests = list(receiver.requests)
+    assert durations[-1][2] == "histogram"
+    assert durations[-1][4][0] >= 1  # (count, sum)
+    assert queue_depths
+    assert queue_depths[-1][2] == "gauge"
+    # One exporter config for both: the same endpoint and headers for the spans and the metrics.
+    assert {path for path, _ in requests} == {"/v1/traces", "/v1/metrics"}
+    assert all(headers.get("x-api-key") == "k-123" for _, headers in requests)
