@@ -1,11 +1,14 @@
-"""Spark enqueue throughput: `jobcar.spark.enqueue_dataframe` in local[N] beside one plain process's
-`Client.enqueue_many` of the same jobs (same payloads, caller-chosen ids, one batch), one run each.
+"""Spark enqueue throughput: the `jobcar` format (`df.write.format("jobcar")`), a stream's `foreachBatch` with
+`enqueue_dataframe` (one micro-batch of every row) and `enqueue_dataframe` itself, in local[N], beside one
+plain process's `Client.enqueue_many` of the same jobs (same payloads, caller-chosen ids, one batch), one
+run each.
 
     .venv/bin/python bench/spark_enqueue.py [--rows 200000] [--cores 2] [--partitions 4]
 
 Starts its own server (the test harness's choice of binary) and a local SparkSession; the session's
 start-up is timed apart and not counted. The executors import jobcar from the zip the bench ships with
-addPyFile, as a cluster would. Each scenario writes into a fresh namespace on the same server.
+addPyFile (built by `python -m jobcar.spark zip`), as a cluster would. Each scenario writes into a fresh
+namespace on the same server.
 """
 
 from __future__ import annotations
@@ -17,7 +20,6 @@ import sys
 import tempfile
 import time
 import uuid
-import zipfile
 from pathlib import Path
 
 import redis
@@ -28,19 +30,10 @@ from tests.servers import RedisServer, find_server_binary
 
 import jobcar
 from jobcar import Client
-from jobcar.spark import enqueue_dataframe
+from jobcar.spark import build_zip, enqueue_dataframe
 
 TYPE = "email.welcome"
 PAYLOAD = {"user": 1234567, "template": "welcome", "locale": "en-GB", "campaign": "2026-autumn", "pad": "x" * 16}
-
-
-def package_zip(archive: Path) -> Path:
-    package = Path(jobcar.__file__).parent
-    with zipfile.ZipFile(archive, "w") as zf:
-        for f in package.rglob("*"):
-            if f.suffix in (".py", ".lua", ".typed"):
-                zf.write(f, f"jobcar/{f.relative_to(package)}")
-    return archive
 
 
 def plain(url: str, rows: int) -> tuple[float, int]:
@@ -53,10 +46,13 @@ def plain(url: str, rows: int) -> tuple[float, int]:
         return elapsed, client.batch_status("bench").total
 
 
-def spark_run(url: str, rows: int, cores: int, partitions: int, tmp: Path) -> tuple[float, int, float]:
+def spark_runs(url: str, rows: int, cores: int, partitions: int, tmp: Path) -> tuple[dict[str, float], float]:
+    """Seconds of each Spark scenario, and the session's start-up (not counted)."""
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-    from pyspark.sql import SparkSession
+    from pyspark.sql import DataFrame, SparkSession
     from pyspark.sql import functions as F
+
+    from jobcar.spark_source import JobcarDataSource
 
     started = time.perf_counter()
     spark = (
@@ -68,21 +64,49 @@ def spark_run(url: str, rows: int, cores: int, partitions: int, tmp: Path) -> tu
         .getOrCreate()
     )
     spark.sparkContext.setLogLevel("ERROR")
-    spark.sparkContext.addPyFile(str(package_zip(tmp / "jobcar.zip")))
+    spark.sparkContext.addPyFile(str(build_zip(tmp / "jobcar.zip")))
+    spark.dataSource.register(JobcarDataSource)
     df = spark.range(rows, numPartitions=partitions).select(
         "id", *(F.lit(value).alias(name) for name, value in PAYLOAD.items())
     )
-    df.count()  # warm the Python workers up, so the timing below is the enqueue
+    df.count()  # warm the Python workers up, so the timings below are the enqueue
+    source = tmp / "rows"
+    df.write.parquet(str(source))
     startup = time.perf_counter() - started
-    namespace = f"s{uuid.uuid4().hex[:8]}"
+
+    def with_format(namespace: str) -> None:
+        (df.write.format("jobcar").option("url", url).option("namespace", namespace).option("type", TYPE)
+           .option("id", "id").option("batch", "bench").mode("append").save())  # fmt: skip
+
+    def with_function(namespace: str) -> None:
+        enqueue_dataframe(df, type=TYPE, job_id="id", redis_url=url, namespace=namespace, batch_id="bench")
+
+    def with_foreach_batch(namespace: str) -> None:
+        def send(batch: DataFrame, epoch: int) -> None:
+            enqueue_dataframe(batch, type=TYPE, job_id="id", redis_url=url, namespace=namespace, batch_id="bench")
+
+        stream = spark.readStream.schema(df.schema).parquet(str(source)).repartition(partitions)
+        checkpoint = str(tmp / f"checkpoint-{namespace}")
+        query = stream.writeStream.foreachBatch(send).option("checkpointLocation", checkpoint)
+        query.trigger(availableNow=True).start().awaitTermination()
+
+    seconds = {}
     try:
-        started = time.perf_counter()
-        batch = enqueue_dataframe(df, type=TYPE, job_id="id", redis_url=url, namespace=namespace)
-        elapsed = time.perf_counter() - started
+        for name, run in (
+            (f'df.write.format("jobcar") local[{cores}]', with_format),
+            (f"foreachBatch + enqueue_dataframe local[{cores}]", with_foreach_batch),
+            (f"enqueue_dataframe local[{cores}]", with_function),
+        ):
+            namespace = f"s{uuid.uuid4().hex[:8]}"
+            started = time.perf_counter()
+            run(namespace)
+            seconds[name] = time.perf_counter() - started
+            with Client.from_url(url, namespace=namespace) as client:
+                total = client.batch_status("bench").total
+            assert total == rows, (name, total)
     finally:
         spark.stop()
-    with Client.from_url(url, namespace=namespace) as client:
-        return elapsed, client.batch_status(batch).total, startup
+    return seconds, startup
 
 
 def main() -> None:
@@ -99,10 +123,10 @@ def main() -> None:
             with server.client() as client:
                 version = client.info("server").get("redis_version")
             plain_s, plain_total = plain(server.url, args.rows)
-            spark_s, spark_total, startup = spark_run(server.url, args.rows, args.cores, args.partitions, Path(tmp))
+            spark_s, startup = spark_runs(server.url, args.rows, args.cores, args.partitions, Path(tmp))
         finally:
             server.stop()
-    assert plain_total == spark_total == args.rows, (plain_total, spark_total)
+    assert plain_total == args.rows, plain_total
 
     import pyspark
 
@@ -110,11 +134,11 @@ def main() -> None:
         f"jobcar {jobcar.__version__}, redis-py {redis.__version__}, pyspark {pyspark.__version__}, "
         f"server {Path(binary).name} {version}, Python {platform.python_version()}, {os.cpu_count()} CPUs"
     )
-    print(f"{'scenario':<44}{'rows':>9}{'seconds':>9}{'rows/s':>10}")
-    spark_name = f"enqueue_dataframe local[{args.cores}], {args.partitions} partitions"
-    for name, seconds in ((spark_name, spark_s), ("Client.enqueue_many, one process", plain_s)):
-        print(f"{name:<44}{args.rows:>9}{seconds:>9.2f}{args.rows / seconds:>10,.0f}")
-    print(f"ratio spark/plain: {plain_s / spark_s:.2f}  (SparkSession start-up, not counted: {startup:.1f} s)")
+    title = f"scenario ({args.partitions} partitions)"
+    print(f"{title:<48}{'rows':>9}{'seconds':>9}{'rows/s':>10}{'ratio':>7}")
+    for name, seconds in (*spark_s.items(), ("Client.enqueue_many, one process", plain_s)):
+        print(f"{name:<48}{args.rows:>9}{seconds:>9.2f}{args.rows / seconds:>10,.0f}{plain_s / seconds:>7.2f}")
+    print(f"ratio: to enqueue_many's rate (SparkSession start-up, not counted: {startup:.1f} s)")
 
 
 if __name__ == "__main__":

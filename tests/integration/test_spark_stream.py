@@ -6,6 +6,7 @@ the replayed micro-batch adds no job twice."""
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -44,6 +45,9 @@ def _inputs(tmp_path: Path) -> Path:
     _write_file(source, "0.json", [{"n": n, "order_id": f"o-{n}", "item": "book"} for n in range(100)])
     second = [{"n": n, "order_id": f"o-{n}", "item": "pen"} for n in range(100, 199)]
     _write_file(source, "1.json", [*second, second[-1]])
+    # A file source takes files in modification order: the second one later, whatever the clock's grain.
+    first_mtime = (source / "0.json").stat().st_mtime
+    os.utime(source / "1.json", (first_mtime + 10, first_mtime + 10))
     return source
 
 
