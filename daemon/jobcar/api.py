@@ -7,6 +7,7 @@
                            | 200 that id exists, or debounced into the waiting job {"id", "status": "debounced"}
                            | 409 duplicate unique job | 400 bad input | 413 too large
                            | 415 not Content-Type: application/json
+                           | 429 the queue is at its max_pending (Retry-After; ADR 0024)
     GET    /v1/jobs/{id}   200 the job (admin.job_document) | 404 | 409 in several queues  (?queue=Q: only there;
                            ?wait=30s: answer once it is done or dead, or after 30 s; header Jobcar-Wait says which)
     DELETE /v1/jobs/{id}   200 canceled or cancel_requested | 404 | 409 already finished, or in several queues
@@ -52,7 +53,7 @@ from jobcar.attempt_desk import AttemptDesk
 from jobcar.browser_guard import bearer_matches, cross_site_problem, host_problem
 from jobcar.client import AsyncClient
 from jobcar.config_types import Config, limit_rule_table
-from jobcar.errors import InvalidJob, PayloadTooLarge
+from jobcar.errors import InvalidJob, PayloadTooLarge, QueueFull
 from jobcar.formats import loads_strict, redact
 from jobcar.handler_api import add_handler_routes, is_attempt_route
 from jobcar.job import DEFAULT_CONTENT_TYPE, FINISHED, EnqueueStatus, JobInfo, State
@@ -203,6 +204,13 @@ async def _json_errors(request: web.Request, handler: Handler) -> web.StreamResp
         return await handler(request)
     except InvalidJob as exc:
         return _error(413 if isinstance(exc, PayloadTooLarge) else 400, str(exc))
+    except QueueFull as exc:  # backpressure (ADR 0024): nothing of a single job or a batch of one queue was written
+        stored = [_info(info) for info in exc.stored]
+        return web.json_response(
+            {"error": str(exc), "queue": exc.queue, "pending": exc.pending, "max_pending": exc.max_pending,
+             "refused": exc.refused, **({"jobs": stored} if stored else {})},
+            status=429, headers={"Retry-After": str(exc.retry_after)},
+        )  # fmt: skip
     except JobNotFound:
         return _error(404, "no such job")
     except AmbiguousJob as exc:

@@ -11,8 +11,8 @@ from typing import Any
 
 from jobcar.cli_options import add_option_flags, given_options
 from jobcar.cli_support import CommandFailed, connected, load, print_json
-from jobcar.errors import InvalidJob, PayloadTooLarge
-from jobcar.exit_codes import EX_FAILURE, EX_OK, EX_USAGE
+from jobcar.errors import InvalidJob, PayloadTooLarge, QueueFull
+from jobcar.exit_codes import EX_FAILURE, EX_OK, EX_TEMPFAIL, EX_USAGE
 from jobcar.formats import loads_strict
 from jobcar.job import DEFAULT_CONTENT_TYPE, EnqueueStatus, JobInfo
 from jobcar.keys import DEFAULT_QUEUE
@@ -112,6 +112,8 @@ def cmd_enqueue(args: argparse.Namespace) -> int:
         raise CommandFailed(str(exc), EX_FAILURE) from None
     except InvalidJob as exc:
         raise CommandFailed(str(exc), EX_USAGE) from None
+    except QueueFull as exc:  # backpressure (ADR 0024): nothing was written; a script may try again later
+        raise CommandFailed(str(exc), EX_TEMPFAIL) from None
     _report(info, args.json)
     # Said after the id, so a script reading stdout still gets it; these jobs would sit or die unrun.
     for problem in problems:

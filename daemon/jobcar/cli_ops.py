@@ -69,20 +69,22 @@ def cmd_stats(args: argparse.Namespace) -> int:
                  "held": s.held, "waiting": s.waiting, "dead": s.dead, "paused": s.paused,
                  "latency_seconds": s.latency_s,
                  "processed_last_minute": m["done"] + m["failed"], "failed_last_minute": m["failed"],
-                 "processed_last_hour": h["done"] + h["failed"], "failed_last_hour": h["failed"]}
+                 "processed_last_hour": h["done"] + h["failed"], "failed_last_hour": h["failed"],
+                 "max_pending": s.max_pending, "refused": s.refused}
                 for s, (m, h) in zip(stats, counts, strict=True)
             ]
         )  # fmt: skip
         return EX_OK
     header = ("QUEUE", "PENDING", "SCHEDULED", "ACTIVE", "HELD", "WAITING", "DEAD", "PAUSED", "LATENCY", "DONE/1M",
-              "FAILED/1M", "DONE/1H", "FAILED/1H")  # fmt: skip
+              "FAILED/1M", "DONE/1H", "FAILED/1H", "MAX_PENDING", "REFUSED")  # fmt: skip
     rows = [
         (s.queue, str(s.pending), str(s.scheduled), str(s.active), str(s.held), str(s.waiting), str(s.dead),
          "yes" if s.paused else "no", "-" if s.oldest_ready_ms is None else span(s.latency_s),
-         str(m["done"]), str(m["failed"]), str(h["done"]), str(h["failed"]))
+         str(m["done"]), str(m["failed"]), str(h["done"]), str(h["failed"]),
+         "-" if s.max_pending is None else str(s.max_pending), str(s.refused))
         for s, (m, h) in zip(stats, counts, strict=True)
     ]  # fmt: skip
-    print("\n".join(table(header, rows, numeric={1, 2, 3, 4, 5, 6, 8, 9, 10, 11, 12})))
+    print("\n".join(table(header, rows, numeric={1, 2, 3, 4, 5, 6, 8, 9, 10, 11, 12, 13, 14})))
     return EX_OK
 
 

@@ -42,6 +42,7 @@ from jobcar.config_settings import (
     UI_FIELDS,
     host_names,
     listen,
+    max_pending,
     optional_url,
     queues,
     ratio,
@@ -150,6 +151,7 @@ _TOP_FIELDS: Final[Mapping[str, Converter]] = {
     "tracing": _tracing_section,
     "history": boolean,
     "strict_enqueue": boolean,
+    "max_pending": max_pending,
 }
 
 #: The keys the loader accepts in each part of the file (the JSON Schema in config/schema.json must match).
@@ -186,6 +188,10 @@ def _top_level(r: Reader, root: yaml.Node) -> dict[str, Any]:
         if spec.queue not in values.get("queues", {"default": 1}):
             node = r.entries(entries["schedules"].value, ("schedules",))[spec.name].value
             r.error(node, ("schedules", spec.name), f"queue {spec.queue!r} is not in queues: no daemon would fire it")
+    for queue in values.get("max_pending", {}):
+        if queue not in values.get("queues", {"default": 1}):
+            node = r.entries(entries["max_pending"].value, ("max_pending",))[queue].key
+            r.error(node, ("max_pending", queue), f"queue {queue!r} is not in queues: no daemon would write its bound")
     if "handlers" in entries:
         # Handlers need the defaults, so they are read after every other key, wherever they stand in the file.
         node = entries["handlers"].value

@@ -84,6 +84,18 @@ def queues(r: Reader, node: yaml.Node, path: KeyPath) -> dict[str, int]:
     return weights
 
 
+def max_pending(r: Reader, node: yaml.Node, path: KeyPath) -> dict[str, int]:
+    """`max_pending`: queue -> the most pending jobs an enqueue may leave it with (ADR 0024)."""
+    entries = r.entries(node, path, what="a mapping of queue names to positive integers, like {default: 100000}")
+    bounds: dict[str, int] = {}
+    for queue, entry in entries.items():
+        try:
+            bounds[queue] = parse_int(r.text(entry.value, "a positive integer"), 1)
+        except Invalid as exc:
+            r.error(entry.value, (*path, queue), exc.message)
+    return bounds
+
+
 def _host_name(text: str) -> str:
     host = text.lower()
     if is_ip_address(host.strip("[]")):

@@ -236,6 +236,9 @@ class Config:
     ui: UiSettings = field(default_factory=UiSettings)
     handler_api: HandlerApiSettings = field(default_factory=HandlerApiSettings)
     tracing: TracingSettings = field(default_factory=TracingSettings)
+    #: Backpressure (ADR 0024): queue -> the most pending jobs an enqueue may leave it with, written to Redis for
+    #: the enqueue script by the daemons serving the queue, at start and on reload (runner.py).
+    max_pending: dict[str, int] = field(default_factory=dict)
     #: Keep fleet-wide counts of finished attempts per 10 s (history.py): `jobcar stats`, the dashboard's charts.
     history: bool = True
     #: Refuse, rather than warn of, an enqueue by a producer that knows this config (the CLI, the HTTP API,

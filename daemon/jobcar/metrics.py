@@ -18,6 +18,7 @@ which Prometheus stores as series of their own and no dashboard or alert here re
 
 from __future__ import annotations
 
+import contextlib
 import platform
 import time
 from bisect import bisect_left
@@ -241,6 +242,14 @@ class Metrics:
             "jobcar_queue_latency_seconds", "Age of the oldest runnable job of the queue.", ["queue"], registry=r
         )
         self.queue_paused = Gauge("jobcar_queue_paused", "1 while the queue is paused.", ["queue"], registry=r)
+        self.queue_max_pending = Gauge(
+            "jobcar_queue_max_pending", "The backpressure bound of the queue's pending jobs (absent: none).",
+            ["queue"], registry=r,
+        )  # fmt: skip
+        self.queue_refused = Gauge(
+            "jobcar_queue_refused_jobs", "Jobs an enqueue refused by max_pending, ever, by every producer (a count).",
+            ["queue"], registry=r,
+        )  # fmt: skip
         self.jobs_held = Gauge(
             "jobcar_jobs_held", "Jobs a fleet-wide limit holds now (over a concurrency limit or a rate).",
             ["queue", "type"], registry=r,
@@ -325,6 +334,12 @@ class Metrics:
                     self.queue_jobs.labels(k.queue, state.value).set(getattr(stats, state.value))
                 self.queue_latency.labels(k.queue).set(stats.latency_s)
                 self.queue_paused.labels(k.queue).set(1 if stats.paused else 0)
+                self.queue_refused.labels(k.queue).set(stats.refused)
+                if stats.max_pending is not None:
+                    self.queue_max_pending.labels(k.queue).set(stats.max_pending)
+                else:
+                    with contextlib.suppress(KeyError):  # a bound lifted: its series goes
+                        self.queue_max_pending.remove(k.queue)
                 self._set_held(k.queue, stats.held_by_type)
             self._stats_at = time.monotonic()
         if openmetrics:

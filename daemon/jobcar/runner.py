@@ -33,6 +33,7 @@ from jobcar.keys import QueueKeys
 from jobcar.leasing import Leaser, QueueState
 from jobcar.loops import forever, spawn
 from jobcar.metrics import Metrics
+from jobcar.queue_settings import QueueSettings
 from jobcar.reaper import Reaper
 from jobcar.redis_link import RedisLink, RedisUnavailable
 from jobcar.scheduler import Scheduler
@@ -73,6 +74,7 @@ class Runner:
         self.reaper = Reaper([q.keys for q in queues], link, self.metrics, config)
         self.scheduler = Scheduler([q.keys for q in queues], link, self.metrics, config)
         self.settler = Settler([q.keys for q in queues], link, config)
+        self.queue_settings = QueueSettings([q.keys for q in queues], link, config)
         self.announcer = Announcer(link.scripts, config, lambda: self.in_flight)
         self.attempts.on_dependents = self.settler.wake
         link.reachability.on_recovery = self.leaser.redis_recovered
@@ -91,6 +93,7 @@ class Runner:
             self.scheduler,
             self.settler,
             self.announcer,
+            self.queue_settings,
         ):
             part.apply(config)
         self._changed.set()
@@ -115,6 +118,7 @@ class Runner:
         spawn("scheduler", forever("scheduler", self.scheduler.step, reachability), self._tasks)
         spawn("settler", forever("settler", self.settler.step, reachability), self._tasks)
         spawn("announcer", forever("announcer", self.announcer.step, reachability), self._tasks)
+        spawn("queue settings", forever("queue settings", self.queue_settings.step, reachability), self._tasks)
         try:
             while not self._draining.is_set():
                 try:

@@ -162,7 +162,8 @@ def test_stats_counts_each_state_of_each_queue(run: Run, client: Client, config:
     assert rows["default"][1:8] == ["3", "1", "1", "0", "1", "1", "no"]
     assert rows["default"][8].endswith("s")
     assert rows["low"][1:9] == ["0", "0", "0", "0", "0", "0", "no", "-"]  # nothing waits: no latency
-    assert rows["low"][9:] == ["0", "0", "0", "0"]  # attempts done and failed in the last minute and hour
+    assert rows["low"][9:13] == ["0", "0", "0", "0"]  # attempts done and failed in the last minute and hour
+    assert rows["low"][13:] == ["-", "0"]  # no max_pending, nothing refused
     assert rows["extra"][1:8] == ["1", "0", "0", "0", "0", "0", "no"]
     # Aligned: the numbers and the latency are right-aligned, so every row is as long as the header.
     assert len({len(line) for line in out.splitlines()}) == 1, out
@@ -172,7 +173,8 @@ def test_stats_counts_each_state_of_each_queue(run: Run, client: Client, config:
     by_queue = {s["queue"]: s for s in stats}
     assert set(by_queue["default"]) == {
         "queue", "pending", "scheduled", "active", "held", "waiting", "dead", "paused", "latency_seconds",
-        "processed_last_minute", "failed_last_minute", "processed_last_hour", "failed_last_hour",
+        "processed_last_minute", "failed_last_minute", "processed_last_hour", "failed_last_hour", "max_pending",
+        "refused",
     }  # fmt: skip
     default = by_queue["default"]
     assert (default["pending"], default["scheduled"], default["active"]) == (3, 1, 1)

@@ -293,6 +293,27 @@ def test_tracing_errors(text: str, error: str) -> None:
     assert errors[0].startswith(error), errors
 
 
+def test_max_pending_bounds_queues_of_the_config() -> None:
+    config = parse("queues: {default: 1, bulk: 2}\nmax_pending: {bulk: 100000}\n")
+    assert config.max_pending == {"bulk": 100000}
+    assert parse("queues: {default: 1}\n").max_pending == {}
+
+
+@pytest.mark.parametrize(
+    ("text", "error"),
+    [
+        ("max_pending: {other: 10}", "jobcar.yaml:1:15 max_pending.other: queue 'other' is not in queues"),
+        ("max_pending: {default: 0}", "jobcar.yaml:1:24 max_pending.default: must be at least 1"),
+        ("max_pending: {default: many}", "jobcar.yaml:1:24 max_pending.default: "),
+        ("max_pending: [default]", "jobcar.yaml:1:14 max_pending: "),
+    ],
+)
+def test_max_pending_errors(text: str, error: str) -> None:
+    errors = errors_of(text + "\n")
+    assert len(errors) == 1, errors
+    assert errors[0].startswith(error), errors
+
+
 def test_handlers_inherit_defaults_and_a_partial_backoff_merges_over_them() -> None:
     config = parse(
         """\
