@@ -41,7 +41,7 @@ from jobcar.transitions import cancel_call
 from jobcar.transport import AsyncRedis, Operation, ReplicaWait, Sleep, SyncRedis, raise_first_error, run_calls
 
 if TYPE_CHECKING:
-    from jobcar.tracing_otel import Tracer
+    from jobcar.tracing_otel import ProducerTracer
 
 
 @dataclass(frozen=True, slots=True)
@@ -153,7 +153,9 @@ class Producer:
             return self.store(records)  # the usual call, kept one operation shorter: the hot path
         return self._staged(records, order)
 
-    def _traced(self, tracer: Tracer, records: list[EnqueueRecord], order: EnqueueOrder) -> Operation[list[JobInfo]]:
+    def _traced(
+        self, tracer: ProducerTracer, records: list[EnqueueRecord], order: EnqueueOrder
+    ) -> Operation[list[JobInfo]]:
         """The enqueue inside its producer span, started when the operation runs (in the caller's context): each
         job that brings no traceparent carries the span's (tracing_otel.Tracer.send)."""
         span = tracer.send(records)

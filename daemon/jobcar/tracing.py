@@ -3,9 +3,10 @@
 The rest of jobcar reads `active` (the daemon's tracer, None unless `tracing.enabled`) or calls
 `for_producer()`, and calls the tracer only when it is not None: tracing off costs a global read per job
 and imports no OpenTelemetry module (tests/unit/test_tracing.py proves it). The tracer itself, the one
-module that imports OpenTelemetry, is `tracing_otel.py`, loaded by `setup` when tracing is on, or by
-`for_producer` in an app that set up OpenTelemetry's SDK itself (then the app's global tracer provider gets the
-client's spans, as any instrumented library's). ADR 0025 says why it is built so.
+module that imports OpenTelemetry, is `tracing_otel.py`, loaded by `setup` when tracing is on (its daemon
+tracer needs no OpenTelemetry package; its metrics push does), or by `for_producer` in an app that set up
+OpenTelemetry's SDK itself (then the app's global tracer provider gets the client's spans, as any
+instrumented library's). ADR 0025 says why it is built so.
 """
 
 from __future__ import annotations
@@ -17,20 +18,20 @@ from jobcar.errors import JobcarError
 
 if TYPE_CHECKING:
     from jobcar.config_types import TracingSettings
-    from jobcar.tracing_otel import Tracer
+    from jobcar.tracing_otel import AppTracer, ProducerTracer, Tracer
 
 __all__ = ["TracingUnavailable", "active", "for_producer", "setup", "shutdown", "trace_id_of"]
 
 #: The daemon's tracer while the config's `tracing.enabled`, else None.
 active: Tracer | None = None
 #: In an app (not the daemon): the tracer over the app's own global provider, made on first use.
-_app_tracer: Tracer | None = None
+_app_tracer: AppTracer | None = None
 #: `setup` ran: this process is a daemon, whose config alone decides (its producer spans are its own).
 _daemon = False
 
 
 class TracingUnavailable(JobcarError):
-    """`tracing.enabled` without the OpenTelemetry packages (the `otel` extra)."""
+    """`tracing.metrics_interval` without the OpenTelemetry packages (the `otel` extra)."""
 
 
 def setup(settings: TracingSettings) -> Tracer | None:
@@ -39,12 +40,15 @@ def setup(settings: TracingSettings) -> Tracer | None:
     _daemon = True
     if not settings.enabled:
         return None
-    try:
-        from jobcar import tracing_otel
-    except ImportError as exc:
-        raise TracingUnavailable(
-            f"tracing.enabled needs the OpenTelemetry packages: pip install 'jobcar[otel]' ({exc})"
-        ) from None
+    from jobcar import tracing_otel  # the spans need no package: they are encoded by hand
+
+    if settings.metrics_interval:
+        try:  # the metrics push is the SDK's exporter: said at start, not at the first push
+            import opentelemetry.exporter.otlp.proto.http.metric_exporter  # noqa: F401
+        except ImportError as exc:
+            raise TracingUnavailable(
+                f"tracing.metrics_interval needs the OpenTelemetry packages: pip install 'jobcar[otel]' ({exc})"
+            ) from None
     active = tracing_otel.Tracer.exporting(settings)
     return active
 
@@ -57,7 +61,7 @@ def shutdown() -> None:
         active = None
 
 
-def for_producer() -> Tracer | None:
+def for_producer() -> ProducerTracer | None:
     """The tracer an enqueue records its producer span with: the daemon's (None while its tracing is off); in
     an app that loaded OpenTelemetry's SDK, one over the app's global tracer provider; else None."""
     global _app_tracer
@@ -70,7 +74,7 @@ def for_producer() -> Tracer | None:
             return None
         from jobcar import tracing_otel
 
-        _app_tracer = tracing_otel.Tracer.over_global()
+        _app_tracer = tracing_otel.AppTracer.over_global()
     return _app_tracer
 
 

@@ -1,24 +1,35 @@
-"""The tracer behind `tracing.py`: jobcar's spans, made with OpenTelemetry and exported over OTLP/HTTP.
+"""The tracers behind `tracing.py`: jobcar's spans, exported over OTLP/HTTP, and the metrics push.
 
-The only module that imports OpenTelemetry, and only `tracing.py` imports it (when tracing is on, or in an
-app that uses OpenTelemetry). Spans follow the messaging conventions: `messaging.system` is `jobcar`, the
-destination is the queue, the message id the job id. A producer span per enqueue call (its context is the
-traceparent each job carries unless the job brought its own); a consumer span per attempt, a child of that
-context, with the attempt's events; a client span per handler call, whose context the handler gets as
-`traceparent` / `TRACEPARENT`, so a handler in any language continues the trace.
+Spans follow OpenTelemetry's messaging conventions: `messaging.system` is `jobcar`, the destination is the
+queue, the message id the job id. A producer span per enqueue call (its context is the traceparent each job
+carries unless the job brought its own); a consumer span per attempt, a child of that context, with the
+attempt's events; a client span per handler call, whose context the handler gets as `traceparent` /
+`TRACEPARENT`, so a handler in any language continues the trace.
+
+Two tracers. The daemon's, `Tracer`, records its spans itself and encodes them as OTLP protobuf by hand
+(`_encode_spans`) on an exporter thread: OpenTelemetry's SDK spent about 150 µs of the daemon's one core per
+job on its two spans before any export (attribute checks, locks, a readable copy of each span), more than a
+job costs without tracing (ADR 0025). `AppTracer` makes a producer's spans through the OpenTelemetry API, for
+an app that set up OpenTelemetry itself (its provider gets them). The metrics push uses the SDK's OTLP metric
+exporter (a few hundred points every interval, off the jobs' path). This is the only module that imports
+OpenTelemetry, and only `tracing.py` imports it.
 """
 
 from __future__ import annotations
 
 import contextlib
+import logging
+import os
+import random
+import struct
+import threading
 import time
+import urllib.request
+from collections import deque
 from collections.abc import Iterator, Sequence
-from typing import TYPE_CHECKING, Any, Final
-from urllib.parse import urlsplit, urlunsplit
-
-from opentelemetry import context as otel_context
-from opentelemetry import trace
-from opentelemetry.trace import NonRecordingSpan, Span, SpanContext, SpanKind, Status, StatusCode, TraceFlags
+from contextvars import ContextVar
+from typing import TYPE_CHECKING, Any, Final, Protocol
+from urllib.parse import unquote, urlsplit, urlunsplit
 
 from jobcar import __version__
 
@@ -28,41 +39,34 @@ if TYPE_CHECKING:
     from jobcar.job import Job, JobInfo
     from jobcar.outcome import Outcome
 
-__all__ = ["MetricsPusher", "Tracer", "format_traceparent", "parse_traceparent"]
+__all__ = ["AppTracer", "MetricsPusher", "ProducerTracer", "Span", "Tracer", "parse_traceparent"]
+
+log = logging.getLogger("jobcar.tracing")
 
 SYSTEM: Final = "jobcar"
 #: An error text on a span is cut to this (the job's error history keeps the whole of it).
 _MAX_REASON: Final = 300
+#: OTLP's span kinds and status codes (trace.proto).
+INTERNAL, SERVER, CLIENT, PRODUCER, CONSUMER = 1, 2, 3, 4, 5
+STATUS_ERROR: Final = 2
+#: Spans waiting for the exporter at most; past it new ones are dropped and counted (a collector away for long).
+MAX_QUEUE: Final = 16384
+#: Spans per export request.
+BATCH: Final = 2048
 
 
-def parse_traceparent(traceparent: str | None) -> SpanContext | None:
-    """A W3C `traceparent` as a remote span context, or None when it is not a valid one."""
+def parse_traceparent(traceparent: str | None) -> tuple[bytes, bytes, bool] | None:
+    """A W3C `traceparent` as (trace id, span id, sampled), or None when it is not a valid one."""
     if not traceparent or len(traceparent) < 55 or traceparent[:3] != "00-":
         return None
     try:
-        context = SpanContext(
-            trace_id=int(traceparent[3:35], 16),
-            span_id=int(traceparent[36:52], 16),
-            is_remote=True,
-            trace_flags=TraceFlags(int(traceparent[53:55], 16)),
-        )
+        trace_id, span_id = bytes.fromhex(traceparent[3:35]), bytes.fromhex(traceparent[36:52])
+        sampled = bool(int(traceparent[53:55], 16) & 1)
     except ValueError:
         return None
-    return context if context.is_valid else None
-
-
-def format_traceparent(context: SpanContext) -> str:
-    return f"00-{context.trace_id:032x}-{context.span_id:016x}-{int(context.trace_flags) & 0xFF:02x}"
-
-
-def _parent(traceparent: str | None) -> otel_context.Context | None:
-    span_context = parse_traceparent(traceparent)
-    # An empty Context, not None: None would make the span a child of whatever is current in this task.
-    return trace.set_span_in_context(NonRecordingSpan(span_context)) if span_context else otel_context.Context()
-
-
-def _ns(ms: int) -> int:
-    return ms * 1_000_000
+    if trace_id == bytes(16) or span_id == bytes(8):
+        return None
+    return trace_id, span_id, sampled
 
 
 def _reason(error: str | None) -> str:
@@ -71,68 +75,135 @@ def _reason(error: str | None) -> str:
 
 
 def _safe_url(url: str) -> str:
-    """A handler's URL without credentials (`http://user:password@host/` is allowed in the config)."""
-    parts = urlsplit(url)
-    netloc = parts.netloc.rpartition("@")[2]
-    return urlunsplit((parts.scheme, netloc, parts.path, "", ""))
+    """A handler's URL without credentials (`http://user:password@host/` is allowed in the config); made once per
+    URL (a handful: the config's)."""
+    safe = _safe_urls.get(url)
+    if safe is None:
+        parts = urlsplit(url)
+        safe = _safe_urls[url] = urlunsplit((parts.scheme, parts.netloc.rpartition("@")[2], parts.path, "", ""))
+    return safe
+
+
+_safe_urls: dict[str, str] = {}
+
+
+def _messaging(operation: str, queue: str | None) -> dict[str, Any]:
+    attributes: dict[str, Any] = {
+        "messaging.system": SYSTEM,
+        "messaging.operation.type": operation,
+        "messaging.operation.name": operation,
+    }
+    if queue is not None:
+        attributes["messaging.destination.name"] = queue
+    return attributes
+
+
+class Span:
+    """One span of the daemon, as recorded: plain fields, no lock (the daemon's event loop makes and ends it),
+    handed whole to the exporter when it ends. An unsampled one only carries its ids, to pass them on."""
+
+    __slots__ = ("attributes", "end", "events", "kind", "links", "name", "parent_id", "sampled", "span_id",
+                 "start", "status", "trace_id")  # fmt: skip
+
+    def __init__(self, trace_id: bytes, parent_id: bytes, sampled: bool, name: str, kind: int,
+                 attributes: dict[str, Any], start: int) -> None:  # fmt: skip
+        self.trace_id = trace_id
+        self.span_id = (random.getrandbits(64) or 1).to_bytes(8, "big")  # all zeros is no span id
+        self.parent_id = parent_id
+        self.sampled = sampled
+        self.name = name
+        self.kind = kind
+        self.attributes = attributes
+        self.start = start
+        self.end = 0
+        self.events: list[tuple[str, int, dict[str, Any]]] = []
+        self.links: list[tuple[bytes, bytes]] = []
+        self.status: tuple[int, str] | None = None
+
+    @property
+    def traceparent(self) -> str:
+        return f"00-{self.trace_id.hex()}-{self.span_id.hex()}-{'01' if self.sampled else '00'}"
+
+    def add_event(self, name: str, attributes: dict[str, Any], timestamp: int | None = None) -> None:
+        if self.sampled:
+            self.events.append((name, timestamp or time.time_ns(), attributes))
+
+    def error(self, message: str) -> None:
+        self.status = (STATUS_ERROR, message)
+
+
+#: The context a task's spans are children of (an HTTP request's traceparent, a schedule's fire): trace id, span
+#: id, sampled.
+_current: ContextVar[tuple[bytes, bytes, bool] | None] = ContextVar("jobcar_trace_context", default=None)
+
+
+class ProducerTracer(Protocol):
+    """What a producer asks of a tracer (producer.py, spark.py): the daemon's or an app's."""
+
+    def send(self, records: Sequence[EnqueueRecord]) -> Any: ...
+    def sent(self, span: Any, infos: Sequence[JobInfo]) -> None: ...
+    def send_failed(self, span: Any, error: BaseException) -> None: ...
+    def partition(self, queue: str, count: int) -> contextlib.AbstractContextManager[None]: ...
+
+
+def _send_attributes(untraced: Sequence[EnqueueRecord]) -> tuple[str, dict[str, Any]]:
+    """The producer span's name and attributes for the records that get its context."""
+    queues = {record.queue for record in untraced}
+    queue = next(iter(queues)) if len(queues) == 1 else None
+    attributes = _messaging("send", queue)
+    if len(untraced) == 1:
+        attributes["messaging.message.id"] = untraced[0].id
+        attributes["jobcar.job.type"] = untraced[0].type
+    else:
+        attributes["messaging.batch.message_count"] = len(untraced)
+    return (f"send {queue}" if queue else "send"), attributes
 
 
 class Tracer:
-    """Makes jobcar's spans. `exporting` for the daemon (its own provider, exporting over OTLP/HTTP);
-    `over_global` for a producer in an app that set up OpenTelemetry itself."""
+    """The daemon's tracer: its spans, sampled (a parent's choice, else `sampling_ratio` of the trace ids), and
+    exported over OTLP/HTTP in batches from a thread of their own."""
 
-    def __init__(self, tracer: trace.Tracer, provider: Any = None, settings: TracingSettings | None = None) -> None:
-        self._tracer = tracer
-        self._provider = provider
-        self._settings = settings
+    def __init__(self, settings: TracingSettings) -> None:
+        self.settings = settings
+        # A trace id is sampled when its low 64 bits are below this (as OpenTelemetry's TraceIdRatioBased does).
+        self._bound = round(settings.sampling_ratio * 2**64)
+        self._exporter = _Exporter(settings)
 
     @classmethod
     def exporting(cls, settings: TracingSettings) -> Tracer:
-        from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
-        from opentelemetry.sdk.resources import Resource
-        from opentelemetry.sdk.trace import TracerProvider
-        from opentelemetry.sdk.trace.export import BatchSpanProcessor
-        from opentelemetry.sdk.trace.sampling import ParentBased, TraceIdRatioBased
-
-        resource = Resource.create({"service.name": settings.service_name, "service.version": __version__})
-        # ParentBased: an attempt whose producer was sampled is recorded, one whose producer was not is not,
-        # so a trace is whole or absent; the ratio decides for traces that begin here.
-        provider = TracerProvider(resource=resource, sampler=ParentBased(TraceIdRatioBased(settings.sampling_ratio)))
-        exporter = OTLPSpanExporter(endpoint=settings.endpoint.rstrip("/") + "/v1/traces", headers=settings.headers)
-        # Exported from the processor's own thread, in batches: an attempt only appends its ended spans to a
-        # queue. A queue bigger than the SDK's 2048 rides out a burst of short jobs (three spans each) between
-        # two exports instead of dropping spans.
-        provider.add_span_processor(BatchSpanProcessor(exporter, max_queue_size=16384, max_export_batch_size=2048))
-        return cls(provider.get_tracer("jobcar", __version__), provider, settings)
-
-    @classmethod
-    def over_global(cls) -> Tracer:
-        return cls(trace.get_tracer("jobcar", __version__))
+        return cls(settings)
 
     def shutdown(self) -> None:
-        if self._provider is not None:
-            self._provider.shutdown()  # exports what the batch processor still holds
+        self._exporter.shutdown()
 
     def metrics_pusher(self) -> MetricsPusher | None:
         """The pusher of /metrics over OTLP when `tracing.metrics_interval` asks for one."""
-        if self._settings is None or not self._settings.metrics_interval:
-            return None
-        return MetricsPusher(self._settings)
+        return MetricsPusher(self.settings) if self.settings.metrics_interval else None
+
+    def _start(self, name: str, kind: int, attributes: dict[str, Any], parent: tuple[bytes, bytes, bool] | None,
+               start: int | None = None) -> Span:  # fmt: skip
+        if parent is not None:
+            trace_id, parent_id, sampled = parent
+        else:
+            trace_id, parent_id = random.getrandbits(128).to_bytes(16, "big"), b""
+            sampled = int.from_bytes(trace_id[8:], "big") < self._bound
+        return Span(trace_id, parent_id, sampled, name, kind, attributes, start or time.time_ns())
+
+    def _end(self, span: Span) -> None:
+        if span.sampled:
+            span.end = time.time_ns()
+            self._exporter.add(span)
 
     # -- producers ----------------------------------------------------------------------------------
 
     @contextlib.contextmanager
     def request(self, traceparent: str | None) -> Iterator[None]:
         """Within it, the spans this task starts are children of `traceparent` (an HTTP request's header)."""
-        span_context = parse_traceparent(traceparent)
-        if span_context is None:
-            yield
-            return
-        token = otel_context.attach(trace.set_span_in_context(NonRecordingSpan(span_context)))
+        token = _current.set(parse_traceparent(traceparent))
         try:
             yield
         finally:
-            otel_context.detach(token)
+            _current.reset(token)
 
     def send(self, records: Sequence[EnqueueRecord]) -> Span | None:
         """The producer span of one enqueue call, a child of the current context; each record without a
@@ -140,70 +211,51 @@ class Tracer:
         untraced = [record for record in records if record.traceparent is None]
         if not untraced:
             return None
-        queues = {record.queue for record in untraced}
-        queue = next(iter(queues)) if len(queues) == 1 else None
-        attributes: dict[str, Any] = {
-            "messaging.system": SYSTEM,
-            "messaging.operation.type": "send",
-            "messaging.operation.name": "send",
-        }
-        if queue is not None:
-            attributes["messaging.destination.name"] = queue
-        if len(untraced) == 1:
-            attributes["messaging.message.id"] = untraced[0].id
-            attributes["jobcar.job.type"] = untraced[0].type
-        else:
-            attributes["messaging.batch.message_count"] = len(untraced)
-        span = self._tracer.start_span(f"send {queue}" if queue else "send", kind=SpanKind.PRODUCER,
-                                       attributes=attributes)  # fmt: skip
-        span_context = span.get_span_context()
-        if span_context.is_valid:  # the API without an SDK makes invalid ones: then the jobs carry nothing
-            traceparent = format_traceparent(span_context)
-            for record in untraced:
-                # The records were built for this call (records.build_record): setting the field before they
-                # are stored is what the producer would have done with a traceparent= option.
-                record.traceparent = traceparent
+        name, attributes = _send_attributes(untraced)
+        span = self._start(name, PRODUCER, attributes, _current.get())
+        traceparent = span.traceparent
+        for record in untraced:
+            # The records were built for this call (records.build_record): setting the field before they are
+            # stored is what the producer would have done with a traceparent= option.
+            record.traceparent = traceparent
         return span
 
     def sent(self, span: Span, infos: Sequence[JobInfo]) -> None:
         if len(infos) == 1:
-            span.set_attribute("messaging.message.id", infos[0].id)  # an existing job's, for a duplicate
-            span.set_attribute("jobcar.enqueue.status", infos[0].status.value)
-        span.end()
+            span.attributes["messaging.message.id"] = infos[0].id  # an existing job's, for a duplicate
+            span.attributes["jobcar.enqueue.status"] = infos[0].status.value
+        self._end(span)
 
     def send_failed(self, span: Span, error: BaseException) -> None:
-        span.set_status(Status(StatusCode.ERROR, _reason(str(error) or type(error).__name__)))
-        span.set_attribute("error.type", type(error).__name__)
-        span.end()
+        span.error(_reason(str(error) or type(error).__name__))
+        span.attributes["error.type"] = type(error).__name__
+        self._end(span)
 
     @contextlib.contextmanager
     def partition(self, queue: str, count: int) -> Iterator[None]:
         """One producer span for a Spark partition's jobs (not one per row); its jobs carry its context."""
-        attributes: dict[str, Any] = {
-            "messaging.system": SYSTEM,
-            "messaging.operation.type": "send",
-            "messaging.operation.name": "send",
-            "messaging.destination.name": queue,
-            "messaging.batch.message_count": count,
-        }
-        with self._tracer.start_as_current_span(f"send {queue}", kind=SpanKind.PRODUCER, attributes=attributes):
+        attributes = {**_messaging("send", queue), "messaging.batch.message_count": count}
+        span = self._start(f"send {queue}", PRODUCER, attributes, _current.get())
+        token = _current.set((span.trace_id, span.span_id, span.sampled))
+        try:
             yield
-
-    def schedule_fire(self, queue: str, schedule: str, tick_ms: int) -> Span:
-        """The span of one schedule's fire (a new trace: nothing asked for it); the job it enqueues is its child
-        through the producer span made inside it (`current`)."""
-        attributes: dict[str, Any] = {
-            "messaging.system": SYSTEM,
-            "messaging.destination.name": queue,
-            "jobcar.schedule": schedule,
-            "jobcar.schedule.tick": tick_ms,
-        }
-        return self._tracer.start_span(f"fire {schedule}", context=otel_context.Context(), attributes=attributes)
+        finally:
+            _current.reset(token)
+            self._end(span)
 
     @contextlib.contextmanager
-    def current(self, span: Span) -> Iterator[None]:
-        with trace.use_span(span, end_on_exit=True):
+    def schedule_fire(self, queue: str, schedule: str, tick_ms: int) -> Iterator[None]:
+        """The span of one schedule's fire, a trace of its own (nothing asked for it): the job it enqueues inside
+        is its child, through the producer span made there."""
+        attributes = {"messaging.system": SYSTEM, "messaging.destination.name": queue, "jobcar.schedule": schedule,
+                      "jobcar.schedule.tick_ms": tick_ms}  # fmt: skip
+        span = self._start(f"fire {schedule}", INTERNAL, attributes, None)
+        token = _current.set((span.trace_id, span.span_id, span.sampled))
+        try:
             yield
+        finally:
+            _current.reset(token)
+            self._end(span)
 
     # -- attempts -----------------------------------------------------------------------------------
 
@@ -211,44 +263,37 @@ class Tracer:
         """The consumer span of one attempt, started now (its lease), a child of the job's traceparent (the
         producer's span). A job that waited for others gets links to them later (`link`)."""
         now = time.time_ns()
-        attributes: dict[str, Any] = {
-            "messaging.system": SYSTEM,
-            "messaging.operation.type": "process",
-            "messaging.operation.name": "process",
-            "messaging.destination.name": job.queue,
-            "messaging.message.id": job.id,
-            "jobcar.job.type": job.type,
-            "jobcar.attempt": job.attempt,
-        }
-        span = self._tracer.start_span(f"process {job.queue}", context=_parent(job.traceparent),
-                                       kind=SpanKind.CONSUMER, attributes=attributes, start_time=now)  # fmt: skip
-        if not span.is_recording():
+        attributes = _messaging("process", job.queue)
+        attributes["messaging.message.id"] = job.id
+        attributes["jobcar.job.type"] = job.type
+        attributes["jobcar.attempt"] = job.attempt
+        span = self._start(f"process {job.queue}", CONSUMER, attributes, parse_traceparent(job.traceparent), now)
+        if not span.sampled:
             return span
         if job.after:
             # When it began to wait (its enqueue); the lease event says when the wait was over.
             span.add_event("jobcar.waiting_for_dependencies", {"jobcar.dependencies": list(job.after[:100])},
-                           timestamp=_ns(job.created_ms))  # fmt: skip
+                           job.created_ms * 1_000_000)  # fmt: skip
         if job.held_at_ms:
-            span.add_event("jobcar.held_by_limit", {"jobcar.limit": "fleet-wide",
-                           "jobcar.held_ms": max(0, now // 1_000_000 - job.held_at_ms)},
-                           timestamp=_ns(job.held_at_ms))  # fmt: skip
-        span.add_event("jobcar.leased", {"jobcar.queued_ms": max(0, now // 1_000_000 - job.ready_ms)}, timestamp=now)
+            held = {"jobcar.limit": "fleet-wide", "jobcar.held_ms": max(0, now // 1_000_000 - job.held_at_ms)}
+            span.add_event("jobcar.held_by_limit", held, job.held_at_ms * 1_000_000)
+        span.add_event("jobcar.leased", {"jobcar.queued_ms": max(0, now // 1_000_000 - job.ready_ms)}, now)
         return span
 
     def link(self, span: Span, traceparents: Sequence[str]) -> None:
         """Links to the creation contexts of the jobs the attempt's job waited for."""
         for traceparent in traceparents:
-            span_context = parse_traceparent(traceparent)
-            if span_context is not None:
-                span.add_link(span_context, {"jobcar.link": "dependency"})
+            context = parse_traceparent(traceparent)
+            if context is not None and span.sampled:
+                span.links.append((context[0], context[1]))
 
     def held_here(self, span: Span, limit: int) -> None:
         """The attempt waits for a slot of its type's `concurrency` in this daemon."""
         span.add_event("jobcar.held_by_limit", {"jobcar.limit": "concurrency", "jobcar.limit.value": limit})
 
     def handler_call(self, span: Span, job: Job, handler: Handler) -> tuple[Span, str | None]:
-        """The client span of the handler call, a child of the attempt's span, and its traceparent (what
-        the handler gets; None when the span is not recorded and the job's own should go instead)."""
+        """The client span of the handler call, a child of the attempt's span, and its traceparent (what the
+        handler gets)."""
         url = getattr(handler, "url", None)
         attributes: dict[str, Any] = {"jobcar.job.type": job.type, "jobcar.attempt": job.attempt}
         if url is not None:
@@ -258,53 +303,241 @@ class Tracer:
         else:
             attributes["jobcar.handler"] = "command"
             attributes["process.executable.name"] = str(getattr(handler, "command", ("",))[0])
-        call = self._tracer.start_span(f"handle {job.type}", context=trace.set_span_in_context(span),
-                                       kind=SpanKind.CLIENT, attributes=attributes)  # fmt: skip
-        call_context = call.get_span_context()
-        return call, format_traceparent(call_context) if call_context.is_valid else None
+        call = self._start(f"handle {job.type}", CLIENT, attributes, (span.trace_id, span.span_id, span.sampled))
+        return call, call.traceparent
 
     def handler_stopped(self, call: Span, error: BaseException) -> None:
         """The call ended without an outcome: stopped (a cancel, a lost lease, a drain) or a bug."""
-        call.set_status(Status(StatusCode.ERROR, f"stopped: {type(error).__name__}"))
-        call.end()
+        call.error(f"stopped: {type(error).__name__}")
+        self._end(call)
 
     def handler_returned(self, call: Span, outcome: Outcome) -> None:
-        call.set_attribute("jobcar.handler.outcome", outcome.kind.value)
+        call.attributes["jobcar.handler.outcome"] = outcome.kind.value
         if outcome.error is not None and outcome.spend_attempt:
-            call.set_status(Status(StatusCode.ERROR, _reason(outcome.error)))
-        call.end()
+            call.error(_reason(outcome.error))
+        self._end(call)
 
     def recorded(self, span: Span, recorded: str, outcome: Outcome, retry_in: float | None) -> None:
         """The attempt's outcome as recorded (`recording.Recorded`), and the span's end."""
         recorded = str(recorded)  # a StrEnum: its value
-        span.set_attribute("jobcar.outcome", recorded)
+        span.attributes["jobcar.outcome"] = recorded
         snoozed = outcome.kind.value == "retry" and not outcome.spend_attempt
         if recorded in ("retried", "returned") and retry_in is not None:
-            span.set_attribute("jobcar.retry.delay_s", retry_in)
+            span.attributes["jobcar.retry.delay_s"] = float(retry_in)
         if snoozed and recorded == "retried":
-            span.add_event("jobcar.snoozed", {"jobcar.snooze.delay_s": retry_in or 0.0,
+            span.add_event("jobcar.snoozed", {"jobcar.snooze.delay_s": float(retry_in or 0.0),
                                               "jobcar.reason": _reason(outcome.error)})  # fmt: skip
         elif recorded == "dead":
             reason = _reason(outcome.error)
-            span.set_attribute("jobcar.dead.reason", reason)
-            span.set_status(Status(StatusCode.ERROR, reason))
+            span.attributes["jobcar.dead.reason"] = reason
+            span.error(reason)
         elif recorded == "retried":
-            span.set_status(Status(StatusCode.ERROR, _reason(outcome.error)))
-        span.end()
+            span.error(_reason(outcome.error))
+        self._end(span)
 
     def unrecorded(self, span: Span, why: str) -> None:
-        span.set_status(Status(StatusCode.ERROR, why))
-        span.end()
-
-    # -- exemplars ----------------------------------------------------------------------------------
+        span.error(why)
+        self._end(span)
 
     @staticmethod
     def exemplar(span: Span) -> dict[str, str] | None:
         """The labels of a Prometheus exemplar pointing at `span`'s trace, or None for a span not recorded."""
-        span_context = span.get_span_context()
-        if not span_context.is_valid or not span_context.trace_flags.sampled:
+        return {"trace_id": span.trace_id.hex(), "span_id": span.span_id.hex()} if span.sampled else None
+
+
+# -- OTLP protobuf, by hand (opentelemetry/proto/trace/v1/trace.proto, common.proto) ------------------------
+
+_pack_q: Final = struct.Struct("<Q").pack
+_pack_d: Final = struct.Struct("<d").pack
+
+
+def _varint(n: int) -> bytes:
+    if n < 0x80:
+        return bytes((n,))
+    out = bytearray()
+    while n > 0x7F:
+        out.append((n & 0x7F) | 0x80)
+        n >>= 7
+    out.append(n)
+    return bytes(out)
+
+
+def _field(tag: bytes, payload: bytes) -> bytes:
+    """A length-delimited field: its tag, its length, its bytes."""
+    n = len(payload)
+    return tag + (bytes((n,)) if n < 0x80 else _varint(n)) + payload
+
+
+def _any(value: Any) -> bytes:
+    """An AnyValue: string (1), bool (2), int (3), double (4) or an array of strings (5)."""
+    if isinstance(value, str):
+        return _field(b"\x0a", value.encode())
+    if isinstance(value, bool):
+        return b"\x10\x01" if value else b"\x10\x00"
+    if isinstance(value, int):
+        return b"\x18" + _varint(value & 0xFFFFFFFFFFFFFFFF)
+    if isinstance(value, float):
+        return b"\x21" + _pack_d(value)
+    return _field(b"\x2a", b"".join(_field(b"\x0a", _field(b"\x0a", str(v).encode())) for v in value))
+
+
+def _key_value(key: str, value: Any) -> bytes:
+    """A KeyValue. Those that come again and again (the queue, the type, an outcome, an attempt number) are
+    encoded once: the cache holds strings and ints but a job's id, and starts over past 4096 entries."""
+    cacheable = key != "messaging.message.id" and type(value) in (str, int, bool)
+    if cacheable:
+        found = _encoded.get((key, value))
+        if found is not None:
+            return found
+    encoded = _field(b"\x0a", key.encode()) + _field(b"\x12", _any(value))
+    if cacheable:
+        if len(_encoded) >= 4096:
+            _encoded.clear()
+        _encoded[(key, value)] = encoded
+    return encoded
+
+
+#: (key, value) -> its KeyValue (`_key_value`); used by the exporter's thread only.
+_encoded: dict[tuple[str, Any], bytes] = {}
+
+
+def _encode_span(span: Span) -> bytes:
+    out = [b"\x0a\x10", span.trace_id, b"\x12\x08", span.span_id]
+    if span.parent_id:
+        out += (b"\x22\x08", span.parent_id)
+    out += (_field(b"\x2a", span.name.encode()), b"\x30", bytes((span.kind,)), b"\x39", _pack_q(span.start), b"\x41",
+            _pack_q(span.end))  # fmt: skip
+    out += [_field(b"\x4a", _key_value(k, v)) for k, v in span.attributes.items()]
+    for name, at, attributes in span.events:
+        event = b"\x09" + _pack_q(at) + _field(b"\x12", name.encode())
+        event += b"".join(_field(b"\x1a", _key_value(k, v)) for k, v in attributes.items())
+        out.append(_field(b"\x5a", event))
+    out += [_field(b"\x6a", b"\x0a\x10" + trace_id + b"\x12\x08" + span_id) for trace_id, span_id in span.links]
+    if span.status is not None:
+        code, message = span.status
+        out.append(_field(b"\x7a", _field(b"\x12", message.encode()) + b"\x18" + bytes((code,))))
+    return b"".join(out)
+
+
+def _resource(settings: TracingSettings) -> bytes:
+    """The Resource message: service.name and version, and OTEL_RESOURCE_ATTRIBUTES (`k=v,k=v`)."""
+    attributes = {"telemetry.sdk.name": "jobcar", "telemetry.sdk.language": "python"}
+    for pair in os.environ.get("OTEL_RESOURCE_ATTRIBUTES", "").split(","):
+        key, _, value = pair.partition("=")
+        if key.strip() and value:
+            attributes[key.strip()] = unquote(value.strip())
+    attributes |= {"service.name": settings.service_name, "service.version": __version__}
+    return b"".join(_field(b"\x0a", _key_value(k, v)) for k, v in attributes.items())
+
+
+def _encode_spans(resource: bytes, spans: Sequence[Span]) -> bytes:
+    """An ExportTraceServiceRequest: one ResourceSpans (the daemon) of one ScopeSpans (jobcar) of `spans`."""
+    scope = _field(b"\x0a", _field(b"\x0a", b"jobcar") + _field(b"\x12", __version__.encode()))
+    scope_spans = scope + b"".join(_field(b"\x12", _encode_span(span)) for span in spans)
+    return _field(b"\x0a", _field(b"\x0a", resource) + _field(b"\x12", scope_spans))
+
+
+class _Exporter:
+    """Ended spans, queued by the event loop (a deque append) and sent by a thread of its own: every
+    OTEL_BSP_SCHEDULE_DELAY ms (5000, as OpenTelemetry's batch processor), or as soon as a batch is full. A
+    failed request is logged (at most once a minute) and its spans dropped: a trace is not worth the memory of
+    an outage."""
+
+    def __init__(self, settings: TracingSettings) -> None:
+        self._url = settings.endpoint.rstrip("/") + "/v1/traces"
+        self._headers = {**settings.headers, "Content-Type": "application/x-protobuf"}
+        self._resource = _resource(settings)
+        self._delay = float(os.environ.get("OTEL_BSP_SCHEDULE_DELAY", "5000")) / 1000
+        self._spans: deque[Span] = deque()
+        self._wake = threading.Event()
+        self._stopping = False
+        self.dropped = 0
+        self._complained_at = 0.0
+        self._thread = threading.Thread(target=self._run, name="jobcar span exporter", daemon=True)
+        self._thread.start()
+
+    def add(self, span: Span) -> None:
+        if len(self._spans) >= MAX_QUEUE:
+            self.dropped += 1
+            return
+        self._spans.append(span)
+        if len(self._spans) == BATCH:
+            self._wake.set()
+
+    def _run(self) -> None:
+        while not self._stopping:
+            self._wake.wait(self._delay)
+            self._wake.clear()
+            self._flush()
+
+    def _flush(self) -> None:
+        while self._spans:
+            batch = [self._spans.popleft() for _ in range(min(BATCH, len(self._spans)))]
+            body = _encode_spans(self._resource, batch)
+            try:
+                request = urllib.request.Request(self._url, data=body, headers=self._headers, method="POST")
+                with urllib.request.urlopen(request, timeout=10) as response:
+                    response.read()
+            except OSError as exc:  # refused, reset, timed out, an HTTP error status (HTTPError is one)
+                if time.monotonic() - self._complained_at > 60:
+                    self._complained_at = time.monotonic()
+                    log.warning("could not export %d spans to %s: %s", len(batch), self._url, exc)
+
+    def shutdown(self) -> None:
+        self._stopping = True
+        self._wake.set()
+        self._thread.join(timeout=15)
+        self._flush()
+        if self.dropped:
+            log.warning("%d spans were dropped: more than %d waited for the exporter", self.dropped, MAX_QUEUE)
+
+
+class AppTracer:
+    """A producer's spans in an app that set up OpenTelemetry itself, through the API: the app's global
+    provider records and exports them (with the API alone, nothing is made and jobs carry no traceparent)."""
+
+    def __init__(self) -> None:
+        from opentelemetry import trace
+
+        self._trace = trace
+        self._tracer = trace.get_tracer("jobcar", __version__)
+
+    @classmethod
+    def over_global(cls) -> AppTracer:
+        return cls()
+
+    def send(self, records: Sequence[EnqueueRecord]) -> Any:
+        untraced = [record for record in records if record.traceparent is None]
+        if not untraced:
             return None
-        return {"trace_id": f"{span_context.trace_id:032x}", "span_id": f"{span_context.span_id:016x}"}
+        name, attributes = _send_attributes(untraced)
+        span = self._tracer.start_span(name, kind=self._trace.SpanKind.PRODUCER, attributes=attributes)
+        context = span.get_span_context()
+        if context.is_valid:
+            traceparent = f"00-{context.trace_id:032x}-{context.span_id:016x}-{int(context.trace_flags):02x}"
+            for record in untraced:
+                record.traceparent = traceparent
+        return span
+
+    def sent(self, span: Any, infos: Sequence[JobInfo]) -> None:
+        if len(infos) == 1:
+            span.set_attribute("messaging.message.id", infos[0].id)
+            span.set_attribute("jobcar.enqueue.status", infos[0].status.value)
+        span.end()
+
+    def send_failed(self, span: Any, error: BaseException) -> None:
+        from opentelemetry.trace import Status, StatusCode
+
+        span.set_status(Status(StatusCode.ERROR, _reason(str(error) or type(error).__name__)))
+        span.set_attribute("error.type", type(error).__name__)
+        span.end()
+
+    @contextlib.contextmanager
+    def partition(self, queue: str, count: int) -> Iterator[None]:
+        attributes = {**_messaging("send", queue), "messaging.batch.message_count": count}
+        with self._tracer.start_as_current_span(f"send {queue}", kind=self._trace.SpanKind.PRODUCER,
+                                                attributes=attributes):  # fmt: skip
+            yield
 
 
 class MetricsPusher:

@@ -262,4 +262,4 @@ def test_the_metrics_of_metrics_go_over_otlp_with_the_spans_exporter_settings(
     assert queue_depths[-1][2] == "gauge"
     # One exporter config for both: the same endpoint and headers for the spans and the metrics.
     assert {path for path, _ in requests} == {"/v1/traces", "/v1/metrics"}
-    assert all(headers.get("x-api-key") == "k-123" for _, headers in requests)
+    assert all({k.lower(): v for k, v in headers.items()}.get("x-api-key") == "k-123" for _, headers in requests)

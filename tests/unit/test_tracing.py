@@ -82,7 +82,7 @@ def test_a_producer_in_an_app_that_uses_opentelemetry_gets_a_tracer_over_the_app
     result = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=60,
                             check=False)  # fmt: skip
     assert result.returncode == 0, result.stderr
-    assert result.stdout.strip() == "Tracer"
+    assert result.stdout.strip() == "AppTracer"
 
 
 @pytest.mark.parametrize(
@@ -98,11 +98,54 @@ def test_trace_id_of(traceparent: str | None, trace_id: str | None) -> None:
     assert tracing.trace_id_of(traceparent) == trace_id
 
 
-def test_traceparents_round_trip() -> None:
-    tracing_otel = pytest.importorskip("jobcar.tracing_otel")
-    text = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
-    context = tracing_otel.parse_traceparent(text)
-    assert context is not None
-    assert tracing_otel.format_traceparent(context) == text
+def test_traceparents_parse() -> None:
+    from jobcar import tracing_otel
+
+    parsed = tracing_otel.parse_traceparent("00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01")
+    assert parsed == (bytes.fromhex("4bf92f3577b34da6a3ce929d0e0e4736"), bytes.fromhex("00f067aa0ba902b7"), True)
+    assert tracing_otel.parse_traceparent("00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-00") is not None
     assert tracing_otel.parse_traceparent("00-4bf92f3577b34da6a3ce929d0e0e4736-0000000000000000-01") is None
     assert tracing_otel.parse_traceparent("00-xyz") is None
+
+
+def test_the_hand_made_otlp_encoding_is_what_opentelemetry_proto_decodes() -> None:
+    """Every field jobcar's encoder writes, read back by the official message classes."""
+    pytest.importorskip("opentelemetry.proto")
+    from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
+
+    from jobcar import tracing_otel
+    from jobcar.config_types import TracingSettings
+
+    span = tracing_otel.Span(bytes(range(16)), bytes(range(8)), True, "process défault", tracing_otel.CONSUMER,
+                             {"s": "x" * 200, "i": 7, "neg": -3, "f": 0.25, "b": True, "list": ["a/1", "b/2"]},
+                             1_000)  # fmt: skip
+    span.add_event("jobcar.leased", {"jobcar.queued_ms": 12}, 2_000)
+    span.links.append((bytes(16 * [1]), bytes(8 * [2])))
+    span.error("exit code 1")
+    span.end = 3_000
+    body = tracing_otel._encode_spans(tracing_otel._resource(TracingSettings(service_name="svc")), [span] * 2)
+    request = ExportTraceServiceRequest.FromString(body)
+    [resource_spans] = request.resource_spans
+    resource = {kv.key: kv.value.string_value for kv in resource_spans.resource.attributes}
+    assert resource["service.name"] == "svc"
+    [scope_spans] = resource_spans.scope_spans
+    assert scope_spans.scope.name == "jobcar"
+    decoded = scope_spans.spans[1]
+    assert (decoded.trace_id, decoded.span_id, decoded.parent_span_id) == (
+        bytes(range(16)),
+        span.span_id,
+        bytes(range(8)),
+    )
+    assert (decoded.name, decoded.kind, decoded.start_time_unix_nano, decoded.end_time_unix_nano) == (
+        "process défault", 5, 1_000, 3_000)  # fmt: skip
+    attributes = {kv.key: kv.value for kv in decoded.attributes}
+    assert attributes["s"].string_value == "x" * 200
+    assert (attributes["i"].int_value, attributes["neg"].int_value) == (7, -3)
+    assert (attributes["f"].double_value, attributes["b"].bool_value) == (0.25, True)
+    assert [v.string_value for v in attributes["list"].array_value.values] == ["a/1", "b/2"]
+    [event] = decoded.events
+    assert (event.name, event.time_unix_nano, event.attributes[0].key, event.attributes[0].value.int_value) == (
+        "jobcar.leased", 2_000, "jobcar.queued_ms", 12)  # fmt: skip
+    [link] = decoded.links
+    assert (link.trace_id, link.span_id) == (bytes(16 * [1]), bytes(8 * [2]))
+    assert (decoded.status.code, decoded.status.message) == (2, "exit code 1")

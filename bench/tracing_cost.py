@@ -1,0 +1,141 @@
+"""What tracing costs the daemon (issue 36): the nginx no-op backlog of bench/ab.py, interleaved in one run, for
+three sides: a base commit (before tracing), a commit with tracing (HERE_REV, HEAD unless given; WORKTREE for
+this checkout as it is on disk) with tracing off, and the same with tracing on.
+
+    .venv/bin/python bench/tracing_cost.py BASE_REV [HERE_REV] [--rounds 5] [--jobs 20000] [--ratio 1.0]
+
+Each measurement is bench/ab.py's `backlog` figure, run by ab.py's own child code (the backlog enqueued into a
+paused queue, one `jobcar run` started and ready, then the time from the resume until the queue is empty,
+against nginx's `return 204;`), in a child process whose PYTHONPATH is that side's daemon/. The side "on"
+adds `tracing: {enabled: true, sampling_ratio: RATIO}` to the daemon's config, exporting over OTLP/HTTP to
+the same nginx (`return 204;` takes the POSTs of /v1/traces, so the export's whole client side runs: the
+SDK's batch processor, the protobuf encoding, the HTTP request). The backlog is enqueued by a producer that
+does not trace (it loaded no OpenTelemetry SDK), so each job makes two spans in the daemon: its attempt's
+consumer span and its handler call's client span. The side order rotates every round.
+
+Prints each measurement as it lands (stderr), then a table: side | median jobs/s | ratio to the base.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import redis
+
+import ab  # bench/ab.py: its child does the measurement, its parent helpers the checkouts
+from nginx import Nginx, nginx_version  # bench/nginx.py
+
+CHILD = "_tracing_child"
+#: The environment variable that tells the child to turn tracing on: the OTLP endpoint and the ratio.
+TRACING_ENV = "JOBCAR_BENCH_TRACING"
+
+
+def child(argv: list[str]) -> None:
+    """ab.py's backlog measurement, the daemon's config given a `tracing` section when TRACING_ENV is set."""
+    wanted = os.environ.get(TRACING_ENV)
+    if wanted:
+        endpoint, ratio = wanted.rsplit(" ", 1)
+        plain = ab.write_config
+
+        def with_tracing(*args: Any) -> Path:
+            path = plain(*args)
+            config = json.loads(path.read_text())
+            config["tracing"] = {"enabled": True, "endpoint": endpoint, "sampling_ratio": float(ratio)}
+            path.write_text(json.dumps(config, indent=2))
+            return path
+
+        ab.write_config = with_tracing
+    ab.child(argv)
+
+
+def main() -> None:
+    if sys.argv[1:2] == [CHILD]:
+        child(sys.argv[2:])
+        return
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("base", metavar="BASE_REV", help="the commit before tracing (a git rev)")
+    parser.add_argument("here", metavar="HERE_REV", nargs="?", default="HEAD", help=f"a git rev or {ab.WORKTREE}")
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--jobs", type=int, default=20_000)
+    parser.add_argument("--concurrency", type=int, default=50)
+    parser.add_argument("--ratio", type=float, default=1.0, help="sampling_ratio of the side with tracing on")
+    args = parser.parse_args()
+    args.enqueues = 1  # ab.measure's figure table reads it; the enqueue figure is not measured here
+    figure = ab.FIGURES[0]
+    assert figure.key == "backlog"
+    values: dict[str, list[float]] = {"base": [], "off": [], "on": []}
+    with contextlib.ExitStack() as stack:
+        tmp = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="jobcar-tracing-")))
+        base = ab.checkout(stack, "base", args.base, tmp)
+        here = ab.checkout(stack, "here", args.here, tmp)
+        for side in (base, here):
+            ab.say(f"{side.describe()}: jobcar from {ab.check_import(side, tmp)}")
+        server = ab.RedisServer(ab.find_server_binary(), tmp / "redis").start()
+        stack.callback(server.stop)
+        nginx_url = stack.enter_context(Nginx())
+        control = stack.enter_context(contextlib.closing(server.client()))
+        sides = {"base": (base, None), "off": (here, None), "on": (here, f"{nginx_url.rstrip('/')} {args.ratio}")}
+        names = list(sides)
+        for i in range(args.rounds):
+            order = names[i % 3 :] + names[: i % 3]  # each side first in a round as often as the others
+            for name in order:
+                side, tracing = sides[name]
+                control.flushall()
+                control.script_flush()
+                measured = ab.Side(side.name, side.rev, side.commit, side.note, side.daemon_dir)
+                result = measure(measured, figure, args, server.url, nginx_url, tmp, tracing)
+                values[name].append(result["jobs_per_s"])
+                ab.say(f"round {i + 1}/{args.rounds} {name}: {result['jobs_per_s']:,.0f} jobs/s "
+                       f"({result['jobs']} in {result['seconds']:.3f}s)")  # fmt: skip
+        versions = {"python": platform.python_version(), "redis-py": redis.__version__, "nginx": nginx_version(),
+                    "load average at the end": " ".join(f"{x:.2f}" for x in os.getloadavg())}  # fmt: skip
+    base_median = statistics.median(values["base"])
+    print(f"tracing cost: base = {base.describe()}, here = {here.describe()}")
+    print(
+        f"{args.rounds} rounds, order rotating, {args.jobs} backlog jobs at concurrency {args.concurrency}, "
+        f"nginx no-op; on = sampling_ratio {args.ratio}; " + ", ".join(f"{k} {v}" for k, v in versions.items())
+    )
+    print(f"{'side':<10}{'median jobs/s':>15}{'/ base':>9}   every round")
+    for name in names:
+        rounds = " ".join(f"{v:,.0f}" for v in values[name])
+        median = statistics.median(values[name])
+        print(f"{name:<10}{median:>15,.0f}{median / base_median:>9.3f}   {rounds}")
+    print(json.dumps({"rounds": args.rounds, "jobs": args.jobs, "concurrency": args.concurrency, "ratio": args.ratio,
+                      "base": base.commit, "values": values,
+                      "medians": {k: statistics.median(v) for k, v in values.items()}}))  # fmt: skip
+
+
+def measure(side: ab.Side, figure: ab.Figure, args: argparse.Namespace, redis_url: str, nginx_url: str, tmp: Path,
+            tracing: str | None) -> dict[str, Any]:  # fmt: skip
+    """ab.measure, run through this file's child so that `tracing` (endpoint and ratio) reaches the config."""
+    env = side.env()
+    env.pop(TRACING_ENV, None)
+    if tracing is not None:
+        env[TRACING_ENV] = tracing
+    argv = [str(ab.PYTHON), str(Path(__file__).resolve()), CHILD, figure.key, "--expect", str(side.daemon_dir),
+            "--redis", redis_url, "--nginx", nginx_url, "--jobs", str(args.jobs),
+            "--concurrency", str(args.concurrency), "--tmp", str(tmp)]  # fmt: skip
+    process = subprocess.Popen(argv, env=env, cwd=tmp, stdout=subprocess.PIPE, text=True, start_new_session=True)
+    try:
+        out, _ = process.communicate(timeout=ab.CHILD_TIMEOUT)
+    finally:
+        if process.poll() is None:
+            ab.end_group(process)
+    if process.returncode != 0:
+        raise RuntimeError(f"{side.describe()}: the measurement exited with {process.returncode}")
+    result: dict[str, Any] = json.loads(out.strip().splitlines()[-1])
+    return result
+
+
+if __name__ == "__main__":
+    main()
