@@ -263,3 +263,51 @@ def test_the_metrics_of_metrics_go_over_otlp_with_the_spans_exporter_settings(
     # One exporter config for both: the same endpoint and headers for the spans and the metrics.
     assert {path for path, _ in requests} == {"/v1/traces", "/v1/metrics"}
     assert all({k.lower(): v for k, v in headers.items()}.get("x-api-key") == "k-123" for _, headers in requests)
+
+
+def test_an_attempt_span_tells_a_snooze_and_the_limits_that_held_it(
+    tmp_path: Path, redis_server: RedisServer, namespace: str, q: QueueDriver, receiver: OtlpReceiver
+) -> None:
+    # t.snooze: its first run snoozes (exit 75, the delay on stdout), its second succeeds; one at a time in this
+    # daemon, each first run long enough for the other to wait. t.limited: one at a time fleet-wide (a limit in
+    # Redis), each run long enough for the other to wait.
+    marker = tmp_path / "snoozed-once"
+    snooze = f"if [ -e {marker}-$JOBCAR_JOB_ID ]; then exit 0; fi; touch {marker}-$JOBCAR_JOB_ID; sleep 0.3; "
+    snooze += "echo 0.05; exit 75"
+    handlers_config: dict[str, Any] = {
+        "t.snooze": {"command": ["sh", "-c", snooze], "concurrency": 1},
+        "t.limited": {"command": ["sh", "-c", "sleep 0.3"], "limits": {"concurrency": 1}},
+    }
+    config = write_config(
+        tmp_path, redis_server.url, namespace, handlers_config, tracing={"enabled": True, "endpoint": receiver.url}
+    )
+    daemon = DaemonProcess(config, env={"OTEL_BSP_SCHEDULE_DELAY": "50"}).start()
+    base = listen_url(daemon)
+    jobs = [{"type": job_type, "payload": {}} for job_type in ("t.snooze", "t.snooze", "t.limited", "t.limited")]
+    status, answer = post(base + "/v1/jobs", json.dumps({"jobs": jobs}).encode(), {"Content-Type": "application/json"})
+    assert status == 201, answer
+    ids = [job["id"] for job in answer["jobs"]]
+    for job_id in ids:
+        wait_gone(q, job_id, daemon)
+    # Each t.snooze job: a snoozed attempt and a done one; each t.limited: one done attempt.
+    wait_for(lambda: len(receiver.named("process default", **{"jobcar.outcome": "done"})) == 4, timeout=30,
+             what="the four done attempts")  # fmt: skip
+    wait_for(lambda: len(receiver.named("process default", **{"jobcar.outcome": "retried"})) == 2, timeout=30,
+             what="the two snoozed attempts")  # fmt: skip
+
+    snoozed = receiver.named("process default", **{"jobcar.outcome": "retried"})
+    for span in snoozed:
+        event = span.event("jobcar.snoozed")
+        assert event is not None, span.events
+        assert event["jobcar.snooze.delay_s"] == 0.05
+        assert span.status_code == 0  # a snooze is no failure
+    # The one of two t.snooze attempts that found the other running waited for this daemon's slot of its type.
+    snooze_attempts = [s for s in receiver.named("process default") if s.attributes["jobcar.job.type"] == "t.snooze"]
+    held_here = [s.event("jobcar.held_by_limit") for s in snooze_attempts if s.event("jobcar.held_by_limit")]
+    assert {"jobcar.limit": "concurrency", "jobcar.limit.value": 1} in held_here
+    # The t.limited job the fleet-wide limit held says since when, and for how long.
+    limited = receiver.named("process default", **{"jobcar.job.type": "t.limited"})
+    held = [s.event("jobcar.held_by_limit") for s in limited if s.event("jobcar.held_by_limit")]
+    assert len(held) == 1, [s.events for s in limited]
+    assert held[0]["jobcar.limit"] == "fleet-wide"
+    assert held[0]["jobcar.held_ms"] >= 100  # the other job's run held it (it sleeps 300 ms)
