@@ -12,6 +12,9 @@
                            ?wait=30s: answer once it is done or dead, or after 30 s; header Jobcar-Wait says which)
     DELETE /v1/jobs/{id}   200 canceled or cancel_requested | 404 | 409 already finished, or in several queues
     POST   /v1/drain       202 {"status": "draining"}: a graceful drain, for a preStop hook
+    GET    /v1/stats       200 [per queue: pending, scheduled, active, held, waiting, dead, paused, ...]: the
+                           document of `jobcar stats --json` (transitions.stats_document) | 404 (?queue=Q: only Q,
+                           which Redis or the config must know)
     /v1/schedules...       periodic jobs: api_schedules.py
     /v1/attempts/{id}/...  the handler API: what a running attempt's handler may do (handler_api.py), with
                            the attempt's own token instead of the api_token
@@ -31,6 +34,7 @@ not `Content-Type: application/json`. jobcar answers no CORS preflight, so a pag
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import binascii
 import contextlib
@@ -63,7 +67,7 @@ from jobcar.names import ID_PATTERN, check_name
 from jobcar.options import OPTIONS, Kind, api_name
 from jobcar.records import Payload
 from jobcar.targets import KnownTargets
-from jobcar.transitions import CancelResult
+from jobcar.transitions import CancelResult, stats_document
 from jobcar.ui.pages import build_ui_app
 from jobcar.units import parse_duration
 
@@ -145,6 +149,7 @@ def build_app(context: ApiContext) -> web.Application:
     app.router.add_delete("/v1/jobs/{id:.+}", _cancel)
     app.router.add_post("/v1/drain", _drain)
     app.router.add_get("/v1/limits", _limits)
+    app.router.add_get("/v1/stats", _stats)
     add_schedule_routes(app, lambda request: request.app[CONTEXT].client, _not_json)
     # The handler API's bounds are the runner's config, which a reload changes.
     add_handler_routes(app, context.desk, lambda request: context.desk.config or request.app[CONTEXT].config,
@@ -169,6 +174,18 @@ async def _limits(request: web.Request) -> web.Response:
     """Every limit group with a job running, held or rated, in the config's queues and those producers used."""
     groups = await request.app[ADMIN].limits(limit_rule_table(request.app[CONTEXT].config))
     return web.json_response([g.document() for g in groups])
+
+
+async def _stats(request: web.Request) -> web.Response:
+    """What `jobcar stats --json` prints: one document per queue (the config's and every queue producers used)."""
+    admin, config, only = request.app[ADMIN], request.app[CONTEXT].config, request.query.get("queue")
+    if only is not None:
+        only = check_name("queue name", only)
+        if only not in config.queues and only not in await admin.known_queues():
+            return _error(404, f"unknown queue {only}: no producer used it, and it is not in the config")
+    queues = await admin.queues(only)
+    stats, histories = await asyncio.gather(admin.stats(queues), admin.history(queues))
+    return web.json_response([stats_document(s, h) for s, h in zip(stats, histories, strict=True)])
 
 
 async def start_listener(app: web.Application, listen: str) -> web.AppRunner:

@@ -6,7 +6,6 @@ and returning the exit code; cli.py registers them in its command table.
 from __future__ import annotations
 
 import argparse
-from typing import Final
 
 from jobcar.admin import Admin
 from jobcar.cli_format import printable, span, table
@@ -17,7 +16,7 @@ from jobcar.exit_codes import EX_FAILURE, EX_OK
 from jobcar.limits_view import LimitGroup
 from jobcar.names import check_name
 from jobcar.recording import dead_letter_limits
-from jobcar.transitions import QueueHistory, QueueStats
+from jobcar.transitions import HOUR_MS, MINUTE_MS, QueueHistory, QueueStats, stats_document
 
 # -- shared by the operators' commands -------------------------------------------------------------
 
@@ -35,10 +34,6 @@ def add_queue_option(parser: argparse.ArgumentParser, help: str) -> None:
 
 def add_json_option(parser: argparse.ArgumentParser, what: str) -> None:
     parser.add_argument("--json", action="store_true", help=f"print {what} as JSON")
-
-
-MINUTE_MS: Final = 60_000
-HOUR_MS: Final = 3_600_000
 
 
 # -- stats ----------------------------------------------------------------------------------------
@@ -60,21 +55,11 @@ def cmd_stats(args: argparse.Namespace) -> int:
         return await admin.stats(queues), await admin.history(queues)
 
     stats, histories = with_admin(config, read)
+    if args.json:
+        print_json([stats_document(s, h) for s, h in zip(stats, histories, strict=True)])
+        return EX_OK
     # processed = attempts that ended (done or failed), fleet-wide, over the last minute and hour of Redis time.
     counts = [(h.totals(MINUTE_MS), h.totals(HOUR_MS)) for h in histories]
-    if args.json:
-        print_json(
-            [
-                {"queue": s.queue, "pending": s.pending, "scheduled": s.scheduled, "active": s.active,
-                 "held": s.held, "waiting": s.waiting, "dead": s.dead, "paused": s.paused,
-                 "latency_seconds": s.latency_s,
-                 "processed_last_minute": m["done"] + m["failed"], "failed_last_minute": m["failed"],
-                 "processed_last_hour": h["done"] + h["failed"], "failed_last_hour": h["failed"],
-                 "max_pending": s.max_pending, "refused": s.refused}
-                for s, (m, h) in zip(stats, counts, strict=True)
-            ]
-        )  # fmt: skip
-        return EX_OK
     header = ("QUEUE", "PENDING", "SCHEDULED", "ACTIVE", "HELD", "WAITING", "DEAD", "PAUSED", "LATENCY", "DONE/1M",
               "FAILED/1M", "DONE/1H", "FAILED/1H", "MAX_PENDING", "REFUSED")  # fmt: skip
     rows = [
