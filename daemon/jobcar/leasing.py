@@ -40,7 +40,8 @@ log = logging.getLogger("jobcar.leasing")
 #: small ones keep one call short.
 LEASE_BATCH_MAX: Final = 100
 #: An idle queue is leased from at least this often even if no wake came (a lost wake, a paused
-#: queue's lease script): the bound on idle Redis traffic is 2 commands per this many seconds.
+#: queue's lease script): its idle Redis traffic is a BLMOVE and a lease per this many seconds, the lease
+#: running TIME and one EXISTS inside (ADR 0022; 5 s against 10 s measured there).
 IDLE_WAIT_MAX: Final = 5.0
 #: A watcher leaves a scheduled job due within its wait (plus this margin) to the daemon's timer: Redis
 #: ends a BLMOVE on timeout only at its next cron tick (100 ms apart at the default hz 10).

@@ -1,19 +1,27 @@
 """The periodic loops on idle queues (ADR 0022), on the real server: an idle pass of the settler, the
 scheduler and the reaper is one EXISTS for all the served queues, with no script and no per-queue read, and
 the pass after something appeared still does its work (a schedule created elsewhere fires, an entry no wake
-announced is carried, an expired lease is reaped, a limit group's safety net runs)."""
+announced is carried, an expired lease is reaped, a limit group's safety net runs). The lease an idle
+watcher sends every IDLE_WAIT_MAX runs TIME and one EXISTS, and checks a key's type only before it writes."""
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Sequence
+import re
+from collections import Counter
+from collections.abc import Awaitable, Iterator, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
+import pytest
 import redis.asyncio
 
 from jobcar.job import State
-from jobcar.scripts import Reply, ScriptCall
+from jobcar.scripts import Reply, ScriptCall, script
+from jobcar.transitions import LeaseResult, lease_call, parse_lease
+from tests.integration.driver import QueueDriver
 from tests.integration.test_daemon_parts import MakeParts, Parts, Target, any_target, make_parts, target, until_expired
+from tests.servers import RedisServer
 
 __all__ = ["any_target", "make_parts", "target"]  # the fixtures this module uses
 
@@ -138,3 +146,110 @@ async def test_the_reapers_pass_after_idle_ones_reaps_an_expired_lease_and_runs_
     # A limit group alone (no lease held) is still a pass with the script: its held jobs' safety net.
     q.redis.sadd(q.keys.limit_groups, "t")
     assert await parts.reaper.reap(skip_idle=True) == {"a": {}, "b": {}, "c": {}}
+
+
+# -- the idle lease (lua/lease.lua) -----------------------------------------------------------------------
+
+LIMITS = '{"t": {"total": 2}}'
+
+
+@pytest.fixture
+def quiet(server_binary: str, tmp_path: Path) -> Iterator[QueueDriver]:
+    """A queue on a server of its own: INFO commandstats counts this test's commands alone."""
+    server = RedisServer(server_binary, tmp_path / "quiet").start()
+    try:
+        with server.client() as client:
+            client.script_load(script("lease").source)
+            yield QueueDriver(client, "quiet")
+    finally:
+        server.stop()
+
+
+def lease_counted(q: QueueDriver, alive: str | None = None, limits: str = "{}") -> tuple[LeaseResult, Counter[str]]:
+    """A lease of 10 and the commands Redis ran for it, the ones inside the script too (as bench/idle.py)."""
+
+    def calls() -> Counter[str]:
+        stats = q.redis.info("commandstats").items()
+        return Counter({name.removeprefix("cmdstat_"): int(n["calls"]) for name, n in stats if "info" not in name})
+
+    before = calls()
+    reply = q.run(lease_call(q.keys, 10, 30_000, 3, alive_key=alive, limits=limits))
+    return parse_lease(q.keys, reply), calls() - before
+
+
+@pytest.mark.parametrize("limits", ["{}", LIMITS])
+def test_an_idle_lease_runs_time_and_one_exists(quiet: QueueDriver, limits: str) -> None:
+    q = quiet
+    alive = q.keys.alive("d1")
+    q.redis.set(alive, "1")
+    for alive_key, exists in ((None, 1), (alive, 2)):  # a one-queue daemon's queued lease asks its alive key too
+        result, ran = lease_counted(q, alive_key, limits)
+        assert ran == Counter({"evalsha": 1, "time": 1, "exists": exists})
+        assert (result.jobs, result.next_due_ms, result.paused, result.declined) == ([], None, False, False)
+    q.redis.delete(alive)
+    assert lease_counted(q, alive, limits)[0].declined, "a lapsed alive key is still told, on an idle queue too"
+
+
+def test_a_job_alone_on_its_queue_is_leased_without_reading_the_schedule_or_the_pause(quiet: QueueDriver) -> None:
+    """The lease that wakes for a job (ADR 0005) reads `scheduled`, `paused` and the other pending lists
+    only when one of them exists, and checks the types of the keys it writes, `active` and `dead`, with
+    `pending` read by its LLEN."""
+    q = quiet
+    job_id = q.enqueue("t").id
+    assert q.redis.exists(q.keys.wake)
+    result, ran = lease_counted(q)
+    assert [leased.job.id for leased in result.jobs] == [job_id]
+    assert result.next_due_ms is None
+    assert not {"zrange", "zrangebyscore"} & set(ran)
+    assert (ran["type"], ran["exists"], ran["llen"]) == (2, 2, 2)
+    assert not q.redis.exists(q.keys.wake)
+
+
+def test_a_wake_with_nothing_to_lease_is_deleted_and_a_far_schedule_read_once(quiet: QueueDriver) -> None:
+    q = quiet
+    q.redis.rpush(q.keys.wake, "1")
+    result, ran = lease_counted(q)
+    assert (result.jobs, result.next_due_ms) == ([], None)
+    assert not q.redis.exists(q.keys.wake)
+    assert "type" not in ran, "nothing written but the wake's deletion: no type checked"
+    q.enqueue("t", delay=60)
+    result, ran = lease_counted(q)
+    assert result.next_due_ms is not None
+    assert 59_000 < result.next_due_ms <= 60_000
+    assert (ran["zrange"], ran["zrangebyscore"], ran["type"]) == (1, 0, 0), "one read of its head, for both"
+
+
+@pytest.mark.parametrize("key", ["active", "dead"])
+@pytest.mark.parametrize("work", ["pending", "due"])
+def test_a_key_of_another_type_is_refused_before_the_first_write_and_only_then(
+    q: QueueDriver, key: str, work: str
+) -> None:
+    """A lease that writes nothing takes nothing whatever `active` or `dead` hold; one that would promote a
+    due job or pop a pending one refuses first, naming the key, and changes nothing."""
+    bad = getattr(q.keys, key)
+    q.redis.set(bad, "written by something else")
+    assert q.lease().jobs == []
+    q.enqueue("later", delay=60)
+    assert q.lease().next_due_ms is not None, "a schedule read, not written: no refusal"
+    job_id = q.enqueue("t", delay=60 if work == "due" else None).id
+    if work == "due":
+        q.redis.zadd(q.keys.scheduled, {job_id: 1})
+    before = q.snapshot()
+    with pytest.raises(redis.ResponseError, match=rf"^WRONGTYPE jobcar: {re.escape(bad)} holds a string, not a zset"):
+        q.lease()
+    assert q.snapshot() == before
+
+
+@pytest.mark.parametrize(("key", "kind"), [("pending", "list"), ("scheduled", "zset")])
+def test_a_pending_list_or_schedule_of_another_type_is_refused_by_its_first_read(
+    q: QueueDriver, key: str, kind: str
+) -> None:
+    """Read first, they fail before any write; the refusal names the first key of the wrong type in the order
+    the lease always checked them (`pending`, `scheduled`, `active`, `dead`)."""
+    bad = getattr(q.keys, key)
+    q.redis.set(bad, "written by something else")
+    q.redis.set(q.keys.dead, "written by something else too")
+    before = q.snapshot()
+    with pytest.raises(redis.ResponseError, match=rf"^WRONGTYPE jobcar: {re.escape(bad)} holds a string, not a {kind}"):
+        q.lease()
+    assert q.snapshot() == before

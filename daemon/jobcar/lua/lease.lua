@@ -45,6 +45,10 @@
 --   expired: array of the ids moved to the dead set because their start deadline passed
 --   job: {id, token, field1, value1, ...} with every field of the job hash
 -- Attempts count here, at lease time: a job that kills its daemon every time still reaches the DLQ.
+-- An idle queue costs one EXISTS after TIME (and the alive key's EXISTS): an idle daemon sends this call per
+-- queue every IDLE_WAIT_MAX (ADR 0022). Keys of the wrong type are refused as ever (includes/wrong_type.lua)
+-- before the first write: `pending` and `scheduled` by their first read, the others just before the first
+-- write; a call that writes nothing but the deletion of `wake` checks none of them.
 
 --- @include "keys"
 --- @include "now_ms"
@@ -57,22 +61,34 @@
 
 local prefix = ARGV[1]
 local dead = dead_key_of(prefix)
-local refused = wrong_type({KEYS[1], 'list', KEYS[2], 'zset', KEYS[3], 'zset', dead, 'zset'})
-if refused then return refused end
-
 local count = tonumber(ARGV[2])
 local lease_ms = tonumber(ARGV[3])
 local token_base = ARGV[4]
 local default_max = ARGV[5]
-local max_by_type = cjson.decode(ARGV[6])
 -- nil without limits: a fleet without them pays nothing for them.
 local limits = ARGV[9] and ARGV[9] ~= '{}' and cjson.decode(ARGV[9]) or nil
-if limits then
-  -- The queue's limit keys a lease may write; a group's held list is checked where a job would be held.
-  refused = wrong_type(limit_key_types(prefix))
-  if refused then return refused end
-end
 local now = now_ms()
+local lists = pending_lists(KEYS[1])
+
+-- The refusal naming a key of the wrong type (ADR 0008), from the pair `from` on of the keys the lease
+-- writes, then the limit keys. The reads of `pending` and `scheduled` fail on another type before any write
+-- and ask for all of them (the same refusal as ever); the others are checked just before the first write.
+-- A call that writes nothing checks nothing (ADR 0022): it takes nothing, whatever the other keys hold.
+local function refusal(from)
+  local expected = {KEYS[1], 'list', KEYS[2], 'zset', KEYS[3], 'zset', dead, 'zset'}
+  if limits then
+    for _, part in ipairs(limit_key_types(prefix)) do expected[#expected + 1] = part end
+  end
+  return wrong_type({unpack(expected, from)})
+end
+
+-- The earliest scheduled job's run-at (ms, or nil), read once for both the due check and the reply's
+-- next_due_in_ms; or the refusal when `scheduled` holds another type.
+local function earliest()
+  local head = redis.pcall('ZRANGE', KEYS[2], 0, 0, 'WITHSCORES')
+  if head.err then return nil, refusal(1) or head end
+  return head[2] and tonumber(head[2])
+end
 
 -- Set a field in an HGETALL reply `job` whose value indexes are `at` (name -> index), or append it.
 local function put(job, at, name, value)
@@ -102,29 +118,55 @@ local function cannot_hold(job_key, id, why)
 end
 local limiter = limits and lease_limits(prefix, limits, now, started, cannot_hold)
 
--- When the caller should lease again without a wake: the earliest scheduled job, or with limits the
--- earliest time a rate-limited group may start its next held job.
-local function next_due_in()
-  local head = redis.call('ZRANGE', KEYS[2], 0, 0, 'WITHSCORES')
-  local due = head[2] and tonumber(head[2])
+-- When the caller should lease again without a wake: at `due` (the earliest scheduled job, ms, or nil), or
+-- with limits at the earliest time a rate-limited group may start its next held job, if sooner.
+local function next_due_in(due)
   if limiter then due = limiter.next_start(due) end
   if not due then return -1 end
   return math.max(0, math.ceil(due - now))
 end
 
 if KEYS[6] and redis.call('EXISTS', KEYS[6]) == 0 then
-  return {now, next_due_in(), 2, {}, {}}
+  local due, refused = earliest()
+  if refused then return refused end
+  return {now, next_due_in(due), 2, {}, {}}
 end
 
-if redis.call('EXISTS', KEYS[5]) == 1 then
-  redis.call('DEL', KEYS[4])
-  return {now, next_due_in(), 1, {}, {}}
+-- An idle queue (nothing in any pending list, nothing scheduled, not paused, no wake to delete, no rate group
+-- to let go) is answered by one EXISTS: an idle daemon sends this call every IDLE_WAIT_MAX per queue.
+local look = {KEYS[1], KEYS[4], KEYS[2], KEYS[5], unpack(lists, 2)}
+if limits then look[#look + 1] = throttled_key_of(prefix) end
+if redis.call('EXISTS', unpack(look)) == 0 then return {now, -1, 0, {}, {}} end
+
+-- `pending` by a read that fails on another type. The keys after it and `wake` in `look` are read only when
+-- one exists: a job that arrives on a queue with nothing else (its wake aside) is leased without them.
+local queued = redis.pcall('LLEN', KEYS[1])
+if type(queued) == 'table' then return refusal(1) or queued end
+local first_due, refused, others = nil, nil, 0
+if redis.call('EXISTS', unpack(look, 3)) > 0 then
+  first_due, refused = earliest()
+  if refused then return refused end
+  if redis.call('EXISTS', KEYS[5]) == 1 then
+    redis.call('DEL', KEYS[4])
+    return {now, next_due_in(first_due), 1, {}, {}}
+  end
+  -- The other lists, read only when one exists; one of another type is passed over below.
+  others = redis.call('EXISTS', unpack(lists, 2))
 end
+local due_now = first_due and first_due <= now
+if not (due_now or limiter or queued > 0 or others > 0) then
+  -- Nothing to promote, let go or pop: only `wake` to delete, whatever it holds.
+  redis.call('DEL', KEYS[4])
+  return {now, next_due_in(first_due), 0, {}, {}}
+end
+refused = refusal(5)
+if refused then return refused end
+local max_by_type = cjson.decode(ARGV[6])
 
 -- Promote due scheduled jobs in run-at order, behind the jobs already pending. Bounded so that one
 -- call stays short under a huge backlog of due retries; the next call promotes more.
-local due = redis.call('ZRANGEBYSCORE', KEYS[2], '-inf', now, 'LIMIT', 0, 1000)
-if #due > 0 then
+if due_now then
+  local due = redis.call('ZRANGEBYSCORE', KEYS[2], '-inf', now, 'LIMIT', 0, 1000)
   for _, id in ipairs(due) do
     -- An id without a hash (or whose key holds something else) is dropped, not given a stray hash; the
     -- lease reports nothing for it.
@@ -139,9 +181,8 @@ end
 
 if limiter then limiter.let_go_due_rates() end
 
--- The other lists, checked only when one exists: a queue without priorities or limits pays one EXISTS.
-local lists = pending_lists(KEYS[1])
-local others = redis.call('EXISTS', unpack(lists, 2))
+-- Promoted or let-go jobs may be in the other lists now.
+if due_now or limiter then others = redis.call('EXISTS', unpack(lists, 2)) end
 local lease_order = {lists[#lists], unpack(lists, 1, #lists - 1)}
 
 -- Up to `count` ids from the pending lists in lease order; a list of another type is passed over.
@@ -256,5 +297,6 @@ if limiter then limiter.add_taken() end
 if redis.call('LLEN', KEYS[1]) == 0 and (others == 0 or redis.call('EXISTS', unpack(lists, 2)) == 0) then
   redis.call('DEL', KEYS[4])
 end
-reply[2] = next_due_in()
+if due_now then first_due = earliest() end  -- the type is known by now: no refusal here
+reply[2] = next_due_in(first_due)
 return reply
