@@ -245,8 +245,19 @@ def test_sidecar_pod() -> None:
         assert context["allowPrivilegeEscalation"] is False
     config = parse_config(_configmap_configs()["app-jobcar"], "app-jobcar", CONFIG_ENV)
     assert config.health_url is not None  # /readyz includes the app's health
-    secrets = {e["valueFrom"]["secretKeyRef"]["name"] for e in jobcar["env"]}
+    secret_refs = [e["valueFrom"]["secretKeyRef"] for e in jobcar["env"] if "secretKeyRef" in e.get("valueFrom", {})]
+    secrets = {ref["name"] for ref in secret_refs}
     assert secrets == {"jobcar"}
+    # Traces go to the node's collector agent, as the container's environment says; without it, tracing is off.
+    assert not config.tracing.enabled
+    env = {e["name"]: e.get("value") for e in jobcar["env"]}
+    node = next(e for e in jobcar["env"] if e["name"] == "NODE_IP")
+    assert node["valueFrom"] == {"fieldRef": {"fieldPath": "status.hostIP"}}
+    endpoint = env["JOBCAR_OTLP_ENDPOINT"].replace("$(NODE_IP)", "10.0.0.7")
+    traced_env = {**CONFIG_ENV, "JOBCAR_TRACING": env["JOBCAR_TRACING"], "JOBCAR_OTLP_ENDPOINT": endpoint}
+    traced = parse_config(_configmap_configs()["app-jobcar"], "app-jobcar", traced_env)
+    assert traced.tracing.enabled
+    assert traced.tracing.endpoint == "http://10.0.0.7:4318"
 
 
 def test_worker_has_a_disruption_budget() -> None:
