@@ -5,6 +5,7 @@ continues the trace it was given."""
 from __future__ import annotations
 
 import json
+import subprocess
 import sys
 import textwrap
 import urllib.request
@@ -311,3 +312,66 @@ def test_an_attempt_span_tells_a_snooze_and_the_limits_that_held_it(
     assert len(held) == 1, [s.events for s in limited]
     assert held[0]["jobcar.limit"] == "fleet-wide"
     assert held[0]["jobcar.held_ms"] >= 100  # the other job's run held it (it sleeps 300 ms)
+
+
+#: An app that set up OpenTelemetry's SDK (its global provider, exporting to the receiver) and enqueues with the
+#: Python client inside its own span: the client's producer span is the app's, a child of that span.
+TRACED_PRODUCER = textwrap.dedent(
+    """\
+    import sys
+    from opentelemetry import trace
+    from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+    from opentelemetry.sdk.resources import Resource
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+    from jobcar import Client
+
+    otlp, redis_url, namespace = sys.argv[1:]
+    provider = TracerProvider(resource=Resource.create({"service.name": "shop-app"}))
+    provider.add_span_processor(SimpleSpanProcessor(OTLPSpanExporter(endpoint=otlp + "/v1/traces")))
+    trace.set_tracer_provider(provider)
+    with Client.from_url(redis_url, namespace=namespace) as client:
+        with trace.get_tracer("shop").start_as_current_span("checkout"):
+            job = client.enqueue("t.ok", {"order": 1})
+            mine = client.enqueue("t.ok", {"order": 2}, traceparent="00-" + "ab" * 16 + "-" + "cd" * 8 + "-01")
+    provider.shutdown()
+    print(job.id, mine.id)
+    """
+)
+
+
+def test_the_python_client_in_an_app_that_traces_makes_the_producer_span(
+    tmp_path: Path,
+    redis_server: RedisServer,
+    namespace: str,
+    q: QueueDriver,
+    receiver: OtlpReceiver,
+    handlers: HandlerServer,
+) -> None:
+    script = tmp_path / "app.py"
+    script.write_text(TRACED_PRODUCER)
+    handler = {"t.ok": {"url": handlers.url("/ok", lambda req: (200, {}, b""))}}
+    config = write_config(tmp_path, redis_server.url, namespace, handler, result_ttl="1h",
+                          tracing={"enabled": True, "endpoint": receiver.url})  # fmt: skip
+    daemon = DaemonProcess(config, env={"OTEL_BSP_SCHEDULE_DELAY": "50"}).start()
+    app = subprocess.run([sys.executable, str(script), receiver.url, redis_server.url, namespace],
+                         capture_output=True, text=True, timeout=60, check=True)  # fmt: skip
+    job_id, own_id = app.stdout.split()
+    wait_state(q, job_id, State.DONE, daemon)
+    wait_state(q, own_id, State.DONE, daemon)
+    wait_for(lambda: len(receiver.named("process default")) == 2, timeout=30, what="both attempts' spans")
+
+    checkout = _one(receiver.named("checkout"), "the app's span")
+    send = _one(receiver.named("send default"), "the client's producer span (one: the other job brought its own)")
+    assert (send.service, send.kind, send.parent_span_id) == ("shop-app", "producer", checkout.span_id)
+    assert send.attributes["messaging.message.id"] == job_id
+    assert send.attributes["messaging.system"] == "jobcar"
+    stored = q.job(job_id)
+    assert stored is not None
+    assert stored.traceparent is not None
+    assert stored.traceparent[3:52] == f"{send.trace_id}-{send.span_id}"  # its flags are the SDK's (01 or 03)
+    attempt = _one(receiver.named("process default", **{"messaging.message.id": job_id}), "its attempt")
+    assert (attempt.trace_id, attempt.parent_span_id) == (checkout.trace_id, send.span_id)
+    # A job that brings its own traceparent keeps it: its attempt continues that context.
+    own = _one(receiver.named("process default", **{"messaging.message.id": own_id}), "the other attempt")
+    assert (own.trace_id, own.parent_span_id) == ("ab" * 16, "cd" * 8)
