@@ -21,10 +21,12 @@
     /ui/...                the web dashboard (ui/pages.py), with its own rules for browsers and sessions
 
 Every error is JSON {"error": "..."}. Redis refusing a write (OOM under noeviction, a replica...) or unreachable
-is a 503, and the enqueue script was refused whole: nothing is half-written. With `api_token`
-set, all but the three probes need `Authorization: Bearer <token>` (reads too: payloads are data); without
-one they are open, which the daemon only allows on loopback (`check_exposure`). No token,
-password or payload is ever logged.
+is a 503, and the enqueue script was refused whole: nothing is half-written. With a token set (`api_token`,
+`api_tokens`), all but the three probes need `Authorization: Bearer <token>` (reads too: payloads are data), 401
+without a token in force, 403 with one whose role does not allow the route (api_tokens.py: GET needs read,
+POST /v1/jobs produce, every other write operate); without any they are open, which the daemon only allows on
+loopback (`check_exposure`). The log lines of actions name the token (never its value). No token, password or
+payload is ever logged.
 
 Web pages are refused on every route before the token is looked at (browser_guard.py, ADR 0009): 421 for a Host
 that is not a loopback name, an IP address or one of `api_allowed_hosts` while the API is open; 403 for a request
@@ -53,8 +55,9 @@ from jobcar import tracing
 from jobcar.admin import Admin
 from jobcar.admin_reads import AmbiguousJob, JobNotFound
 from jobcar.api_schedules import add_schedule_routes
+from jobcar.api_tokens import CALLER, Tokens, allows, caller, required_role, token_table
 from jobcar.attempt_desk import AttemptDesk
-from jobcar.browser_guard import bearer_matches, cross_site_problem, host_problem
+from jobcar.browser_guard import cross_site_problem, host_problem
 from jobcar.client import AsyncClient
 from jobcar.config_types import Config, limit_rule_table
 from jobcar.errors import InvalidJob, PayloadTooLarge, QueueFull
@@ -119,6 +122,8 @@ class ApiContext:
     #: The OpenMetrics exposition (its histograms carry exemplars), for a scraper that asks for it; None: the
     #: Prometheus text only (tracing off: no exemplar to show).
     openmetrics: Callable[[], Awaitable[bytes]] | None = None
+    #: The API tokens in force, which the daemon replaces on reload; None: the config's, for good.
+    tokens: Tokens | None = None
 
 
 #: One job of a request: (type, payload, enqueue options), as AsyncClient.enqueue takes them.
@@ -127,6 +132,7 @@ RequestedJob: TypeAlias = tuple[str, Payload, dict[str, Any]]
 CONTEXT: Final = web.AppKey("jobcar.api.context", ApiContext)
 ADMIN: Final = web.AppKey("jobcar.api.admin", Admin)
 TARGETS: Final = web.AppKey("jobcar.api.targets", KnownTargets)
+TOKENS: Final = web.AppKey("jobcar.api.tokens", Tokens)
 Handler: TypeAlias = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 
@@ -141,6 +147,7 @@ def build_app(context: ApiContext) -> web.Application:
     app[CONTEXT] = context
     app[ADMIN] = Admin(context.client.redis, context.client.namespace, context.config.queues)
     app[TARGETS] = context.config.known_targets()  # once: every enqueue request is checked against it
+    app[TOKENS] = context.tokens or Tokens(token_table(context.config))
     app.router.add_get("/healthz", _healthz)
     app.router.add_get("/readyz", _readyz)
     app.router.add_get("/metrics", _metrics)
@@ -156,7 +163,7 @@ def build_app(context: ApiContext) -> web.Application:
                        lambda request: request.app[CONTEXT].client, parse_enqueue_request)  # fmt: skip
     if context.config.ui.enabled:
         app.router.add_get(UI_PREFIX, to_dashboard)
-        app.add_subapp(UI_PREFIX, build_ui_app(app[ADMIN], context.config))
+        app.add_subapp(UI_PREFIX, build_ui_app(app[ADMIN], context.config, app[TOKENS]))
     return app
 
 
@@ -211,7 +218,7 @@ def bound_port(listener: web.AppRunner) -> int:
 def check_exposure(config: Config) -> str | None:
     """Why the daemon must not start with this listener (open routes on a reachable address), or None.
     The config loader applies the same rule, so `jobcar check` refuses what this refuses."""
-    problem = exposure_problem(config.listen, config.api_token)
+    problem = exposure_problem(config.listen, config.has_api_token)
     return None if problem is None else f"{config.source}: {problem}"
 
 
@@ -262,7 +269,8 @@ async def _refuse_web_pages(request: web.Request, handler: Handler) -> web.Strea
     host = request.headers.get(hdrs.HOST)
     # A bearer token is never sent by a browser on its own, so with one a rebound Host gains a page nothing; without
     # one the routes are open and Host is what tells the daemon's names from a rebound one.
-    misdirected = None if config.api_token else host_problem(host, config.api_allowed_hosts)
+    tokens = request.app[TOKENS].table
+    misdirected = None if tokens.enabled else host_problem(host, config.api_allowed_hosts)
     if misdirected is not None:
         log.debug("%s %s refused: Host is not one of the daemon's names", request.method, request.path)
         return _error(421, misdirected)
@@ -275,11 +283,22 @@ async def _refuse_web_pages(request: web.Request, handler: Handler) -> web.Strea
 
 @web.middleware
 async def _auth(request: web.Request, handler: Handler) -> web.StreamResponse:
-    token = request.app[CONTEXT].config.api_token
+    """The bearer token and its role (api_tokens.py); the tokens read anew on each request, as a reload changes them."""
+    tokens = request.app[TOKENS].table
     # The dashboard has its own sign-in; the handler API takes the attempt's token instead.
     open_route = request.path in PUBLIC_PATHS or _is_dashboard(request) or is_attempt_route(request.path)
-    if token and not open_route and not bearer_matches(request.headers.get(hdrs.AUTHORIZATION), token):
+    if not tokens.enabled or open_route:
+        return await handler(request)
+    token = tokens.bearer(request.headers.get(hdrs.AUTHORIZATION))
+    if token is None:
         return _error(401, "missing or wrong bearer token", {hdrs.WWW_AUTHENTICATE: 'Bearer realm="jobcar"'})
+    needed = required_role(request.method, request.path)
+    if not allows(token.role, needed):
+        log.info("%s %s refused: token %s (role %s) is not allowed to %s", request.method, request.path, token.name,
+                 token.role.value, needed.value)  # fmt: skip
+        return _error(403, f"token {token.name} has role {token.role.value}: this route needs {needed.value}",
+                      role=token.role.value, needed=needed.value)  # fmt: skip
+    request[CALLER] = token.name
     return await handler(request)
 
 
@@ -317,7 +336,7 @@ async def _metrics(request: web.Request) -> web.Response:
 
 
 async def _drain(request: web.Request) -> web.Response:
-    log.info("drain requested over HTTP")
+    log.info("drain requested over HTTP by %s", caller(request))
     request.app[CONTEXT].drain()
     return web.json_response({"status": "draining"}, status=202)
 
@@ -337,6 +356,9 @@ async def _enqueue(request: web.Request) -> web.Response:
     else:
         job_type, payload, options = specs[0]
         infos = [await client.enqueue(job_type, payload, **options)]
+    if log.isEnabledFor(logging.DEBUG):
+        shown = ", ".join(f"{i.id} in {i.queue} ({i.status.value})" for i in infos[:10])
+        log.debug("enqueued by %s: %s%s", caller(request), shown, f" and {len(infos) - 10} more" * (len(infos) > 10))
     response: web.Response
     if batch:
         response = web.json_response({"jobs": [_info(i) for i in infos]}, status=201)
@@ -374,6 +396,8 @@ async def _cancel(request: web.Request) -> web.Response:
         return _error(404, "no such job")
     if reply.result is CancelResult.NOT_CANCELABLE:
         return _error(409, "job already finished", id=job_id, queue=reply.queue, state=reply.before.value)
+    log.info("job %s in %s: %s by %s (was %s)", job_id, reply.queue, reply.result.value, caller(request),
+             reply.before.value)  # fmt: skip
     # "state" is the job's state now: a canceled job is gone; a flagged one runs until its daemon stops it.
     state = State.CANCELED if reply.result is CancelResult.CANCELED else reply.before
     return web.json_response({"id": job_id, "queue": reply.queue, "result": reply.result.value, "state": state.value})

@@ -12,10 +12,12 @@ POST   /v1/schedules/{name}/trigger   200 {"name", "job_id"}: one job now, the s
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Awaitable, Callable
 
 from aiohttp import web
 
+from jobcar.api_tokens import caller
 from jobcar.client import AsyncClient
 from jobcar.errors import InvalidJob
 from jobcar.formats import loads_strict
@@ -23,6 +25,7 @@ from jobcar.names import check_name
 from jobcar.schedules import SPEC_FIELDS
 
 ClientOf = Callable[[web.Request], AsyncClient]
+log = logging.getLogger("jobcar.api")
 
 
 def add_schedule_routes(
@@ -60,12 +63,15 @@ def add_schedule_routes(
         if not isinstance(document.get("type"), str):
             raise InvalidJob("type is required: the job type each tick enqueues")
         result = await client_of(request).upsert_schedule(name, **document)
+        log.info("schedule %s set by %s: %s", name, caller(request), result)
         return web.json_response({"name": name, "result": result})
 
     def change(action: str) -> Callable[[web.Request], Awaitable[web.Response]]:
         async def run(request: web.Request) -> web.Response:
             name = name_of(request)
             result = await client_of(request).change_schedule(name, action)
+            log.info("schedule %s: %s by %s%s", name, action, caller(request), {-1: " (no such schedule)",
+                     0: " (nothing changed)"}.get(result, ""))  # fmt: skip
             if result < 0:
                 return _missing()
             return web.json_response({"name": name, "changed": result == 1})
@@ -75,6 +81,7 @@ def add_schedule_routes(
     async def trigger(request: web.Request) -> web.Response:
         name = name_of(request)
         job_id = await client_of(request).trigger_schedule(name)
+        log.info("schedule %s: trigger by %s: %s", name, caller(request), job_id or "no such schedule")
         if job_id is None:
             return _missing()
         return web.json_response({"name": name, "job_id": job_id})

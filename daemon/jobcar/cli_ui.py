@@ -36,7 +36,7 @@ def cmd_ui(args: argparse.Namespace) -> int:
         parse_listen(args.listen)
     except ValueError as exc:
         raise CommandFailed(f"--listen: {exc}", EX_CONFIG) from None
-    problem = exposure_problem(args.listen, config.api_token)
+    problem = exposure_problem(args.listen, config.has_api_token)
     if problem is not None:
         raise CommandFailed(f"{config.source}: {problem.replace('enqueue, read', 'read')}", EX_CONFIG)
     asyncio.run(_serve(config, args.listen))

@@ -34,12 +34,14 @@ from jobcar.config_handlers import (
 from jobcar.config_limits import BATCH_FIELDS, LIMITS_FIELDS
 from jobcar.config_schedules import SCHEDULE_FIELDS, schedules_section
 from jobcar.config_settings import (
+    API_TOKEN_FIELDS,
     DEAD_LETTER_FIELDS,
     HANDLER_API_FIELDS,
     LOG_FORMATS,
     LOG_LEVELS,
     REDIS_FIELDS,
     UI_FIELDS,
+    api_tokens,
     host_names,
     listen,
     max_pending,
@@ -51,11 +53,19 @@ from jobcar.config_settings import (
     trace_url,
     valid_name,
 )
-from jobcar.config_types import Config, DeadLetter, Defaults, HandlerApiSettings, TracingSettings, UiSettings
+from jobcar.config_types import (
+    LEGACY_TOKEN_NAME,
+    Config,
+    DeadLetter,
+    Defaults,
+    HandlerApiSettings,
+    TracingSettings,
+    UiSettings,
+)
 from jobcar.config_values import boolean, choice, duration, integer, optional_string, size, string
 from jobcar.errors import JobcarError
 from jobcar.listen import exposure_problem
-from jobcar.yaml_reader import Converter, Invalid, KeyPath, Reader, line_col, syntax_error
+from jobcar.yaml_reader import Converter, Entry, Invalid, KeyPath, Reader, line_col, syntax_error
 
 __all__ = ["KNOWN_KEYS", "ConfigError", "load_config", "parse_config"]
 
@@ -138,6 +148,7 @@ _TOP_FIELDS: Final[Mapping[str, Converter]] = {
     "listen": listen,
     "api_token": optional_string,
     "api_allowed_hosts": host_names,
+    "api_tokens": api_tokens,
     "health_url": optional_url,
     "log_level": choice(LOG_LEVELS),
     "log_format": choice(LOG_FORMATS),
@@ -163,6 +174,7 @@ KNOWN_KEYS: Final[Mapping[str, tuple[str, ...]]] = {
     "dead_letter": tuple(DEAD_LETTER_FIELDS),
     "ui": tuple(UI_FIELDS),
     "handler_api": tuple(HANDLER_API_FIELDS),
+    "api token": tuple(API_TOKEN_FIELDS),
     "tracing": tuple(TRACING_FIELDS),
     "http handler": tuple(HTTP_FIELDS),
     "command handler": tuple(COMMAND_FIELDS),
@@ -181,9 +193,10 @@ def _top_level(r: Reader, root: yaml.Node) -> dict[str, Any]:
     values = r.fields(entries, (), _TOP_FIELDS)
     if "listen" in values:
         # `jobcar run` refuses the same (api.check_exposure), so `jobcar check` says it first.
-        problem = exposure_problem(values["listen"], values.get("api_token"))
+        problem = exposure_problem(values["listen"], bool(values.get("api_token") or values.get("api_tokens")))
         if problem is not None:
             r.error(entries["listen"].value, ("listen",), problem.removeprefix(f"listen {values['listen']} "))
+    _check_api_tokens(r, entries, values)
     for spec in values.get("schedules", ()):
         if spec.queue not in values.get("queues", {"default": 1}):
             node = r.entries(entries["schedules"].value, ("schedules",))[spec.name].value
@@ -201,6 +214,23 @@ def _top_level(r: Reader, root: yaml.Node) -> dict[str, Any]:
             r.error(node, ("handlers",), exc.message)
         _check_batch_sizes(r, node, values)
     return values
+
+
+def _check_api_tokens(r: Reader, entries: Mapping[str, Entry], values: dict[str, Any]) -> None:
+    """Each token names one caller: no two names share a token, and `api_token` keeps its name."""
+    named = values.get("api_tokens", ())
+    seen: dict[str, str] = {LEGACY_TOKEN_NAME: values["api_token"]} if values.get("api_token") else {}
+    for setting in named:
+        where = ("api_tokens", setting.name)
+        node = r.entries(entries["api_tokens"].value, where[:1])[setting.name].key
+        if setting.name == LEGACY_TOKEN_NAME and LEGACY_TOKEN_NAME in seen:
+            r.error(node, where, "api_token is the name of the api_token setting's token: choose another")
+            continue
+        same = next((name for name, token in seen.items() if setting.token and token == setting.token), None)
+        if same is not None:
+            r.error(node, where, f"the same token as {same}: give each name its own token")
+        elif setting.token:
+            seen[setting.name] = setting.token
 
 
 def _check_batch_sizes(r: Reader, handlers_node: yaml.Node, values: dict[str, Any]) -> None:

@@ -5,14 +5,15 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Mapping
+from pathlib import Path
 from typing import Any, Final, TypeVar
 from urllib.parse import urlsplit
 
 import yaml
 
 from jobcar.browser_guard import HOST_NAME, is_ip_address
-from jobcar.config_types import RedisSettings
-from jobcar.config_values import boolean, duration, integer, parse_int, size, string
+from jobcar.config_types import ApiTokenSetting, RedisSettings
+from jobcar.config_values import boolean, choice, duration, integer, parse_int, size, string
 from jobcar.listen import parse_listen
 from jobcar.names import NAME_PATTERN, NAME_RULE
 from jobcar.redis_url import is_sentinel_url, redis_url_problem
@@ -184,3 +185,65 @@ HANDLER_API_FIELDS: Final[Mapping[str, Converter]] = {
     "max_step_bytes": size(1),
     "max_children": integer(1),
 }
+
+
+API_TOKEN_ROLES: Final = ("read", "produce", "operate")
+API_TOKEN_FIELDS: Final[Mapping[str, Converter]] = {
+    "role": choice(API_TOKEN_ROLES),
+    "token": lambda r, node, path: _token(r, node),
+    "token_file": string,
+}
+
+
+def _token(r: Reader, node: yaml.Node) -> str | None:
+    """A token's value, ${VAR} expanded. A command that runs no daemon may lack the variable: no value then."""
+    text = r.secret(node, "a token")
+    if not text and r.secrets_needed:
+        raise Invalid("must not be empty")
+    return text or None
+
+
+def api_tokens(r: Reader, node: yaml.Node, path: KeyPath) -> tuple[ApiTokenSetting, ...]:
+    """`api_tokens`: name -> {role, token | token_file} (api_tokens.py, ADR 0026). A token file is read now, so at
+    start and on every reload; by a command that runs no daemon (secrets not needed), one it cannot read is left
+    without a value (it then matches nothing) instead of failing."""
+    entries = r.entries(node, path, what="a mapping of token names to {role, token | token_file}")
+    settings: list[ApiTokenSetting] = []
+    for name, entry in entries.items():
+        where = (*path, name)
+        if not NAME_PATTERN.fullmatch(name):
+            r.error(entry.key, where, f"invalid token name: {NAME_RULE}")
+            continue
+        try:
+            given = r.entries(entry.value, where, API_TOKEN_FIELDS)
+        except Invalid as exc:
+            r.error(entry.value, where, exc.message)
+            continue
+        values = r.fields(given, where, API_TOKEN_FIELDS)
+        if "role" not in given:
+            r.error(entry.value, where, f"role is required: one of {', '.join(API_TOKEN_ROLES)}")
+            continue
+        if ("token" in given) == ("token_file" in given):
+            r.error(entry.value, where, "give token (the value, or ${VAR}) or token_file (a file holding it), one")
+            continue
+        if "role" not in values or ("token" in given and "token" not in values):
+            continue  # reported
+        if "token_file" in values:
+            values["token"] = _read_token_file(r, entry.value, where, values["token_file"])
+        settings.append(ApiTokenSetting(name=name, **values))
+    return tuple(settings)
+
+
+def _read_token_file(r: Reader, node: yaml.Node, path: KeyPath, file: str) -> str | None:
+    """The token a file holds (without the white space around it); a path is relative to the config file's folder."""
+    where = Path(r.source).parent / file
+    try:
+        token = where.read_text(encoding="utf-8").strip()
+    except (OSError, UnicodeDecodeError) as exc:
+        if r.secrets_needed:
+            reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+            r.error(node, (*path, "token_file"), f"cannot read {file}: {reason}")
+        return None
+    if not token and r.secrets_needed:
+        r.error(node, (*path, "token_file"), f"{file} is empty")
+    return token or None

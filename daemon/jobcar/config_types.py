@@ -204,6 +204,22 @@ class TracingSettings:
     trace_url: str | None = None
 
 
+#: The name `api_token`'s token goes by (in the logs, api_tokens.py); no token of `api_tokens` may take it.
+LEGACY_TOKEN_NAME: Final = "api_token"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ApiTokenSetting:
+    """One of `api_tokens`: a named bearer token of the API and the dashboard, with its role (api_tokens.py)."""
+
+    name: str
+    role: str  # read, produce or operate
+    #: The token, from the file (`token`, ${VAR} expanded) or read from `token_file` when the config is loaded;
+    #: None when that file could not be read by a command that runs no daemon. Never shown.
+    token: str | None = field(default=None, repr=False)
+    token_file: str | None = None
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Config:
     source: str  # the file it was read from, for messages
@@ -221,6 +237,8 @@ class Config:
     #: Host names, besides loopback names and IP addresses, that the API answers to while api_token is unset
     #: (a Host check against DNS rebinding: browser_guard.py). Lower case.
     api_allowed_hosts: tuple[str, ...] = ()
+    #: Named tokens with a role each, besides api_token (an operate token): api_tokens.py, ADR 0026.
+    api_tokens: tuple[ApiTokenSetting, ...] = ()
     #: While this URL of the app does not answer 2xx, no jobs are leased (app health gates leasing).
     health_url: str | None = None
     log_level: str = "info"
@@ -244,6 +262,11 @@ class Config:
     #: Refuse, rather than warn of, an enqueue by a producer that knows this config (the CLI, the HTTP API,
     #: `Client.from_config`) of a type no handler runs or to a queue this config does not serve (targets.py).
     strict_enqueue: bool = False
+
+    @property
+    def has_api_token(self) -> bool:
+        """Whether any token guards the API: api_token, or one of api_tokens."""
+        return bool(self.api_token or self.api_tokens)
 
     def known_targets(self) -> KnownTargets:
         """The types and queues this config runs, for a producer's check of what it enqueues."""

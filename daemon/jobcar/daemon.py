@@ -27,6 +27,7 @@ import redis.exceptions
 
 from jobcar import tracing
 from jobcar.api import UI_PREFIX, ApiContext, bound_port, build_app, check_exposure, start_listener
+from jobcar.api_tokens import Tokens, token_table
 from jobcar.app_health import AppHealth
 from jobcar.attempt_desk import AttemptDesk
 from jobcar.client import AsyncClient
@@ -57,8 +58,9 @@ if TYPE_CHECKING:
 log = logging.getLogger("jobcar.daemon")
 
 #: Settings a reload cannot change: they take effect after a restart.
-RESTART_ONLY = ("redis", "namespace", "queues", "listen", "api_token", "api_allowed_hosts", "lease", "log_level",
-                "log_format", "max_payload_bytes", "ui", "tracing")  # fmt: skip
+#: Not the API's tokens (`api_token`, `api_tokens`): a reload replaces them (and rereads their files) at once.
+RESTART_ONLY = ("redis", "namespace", "queues", "listen", "api_allowed_hosts", "lease", "log_level", "log_format",
+                "max_payload_bytes", "ui", "tracing")  # fmt: skip
 
 
 class StartRefused(Exception):
@@ -151,6 +153,8 @@ class Daemon:
         self._dashboard: str | None = None
         #: The running attempts, shared by the runner and the handler API on the listener.
         self.desk = AttemptDesk()
+        #: The API's tokens in force, shared by the API and the dashboard; replaced on reload.
+        self.tokens = Tokens(token_table(config))
 
     async def serve(self) -> int:
         """Run until stopped; the process exit code."""
@@ -266,6 +270,7 @@ class Daemon:
             metrics=self._render_metrics,
             desk=self.desk,
             openmetrics=self._render_openmetrics if tracing.active is not None else None,
+            tokens=self.tokens,
         )
 
     async def _readiness(self) -> tuple[bool, str]:
@@ -356,9 +361,19 @@ class Daemon:
         if restart_only:
             log.warning("reload: changes to %s take effect only after a restart", ", ".join(restart_only))
             new = replace(new, **{name: getattr(self.config, name) for name in restart_only})
+        exposed = check_exposure(new)  # the running listener's address with the new file's tokens
+        if exposed is not None:
+            self.metrics.reloads.labels("failed").inc()
+            log.error("reload failed; keeping the running config: %s", exposed)
+            self.notifier.reloaded("running (reload failed; see the log)")
+            return
         self.app_health.watch([new.health_url])
         self.runner.apply(new, build_executors(new, self.http, self.guardian))
         self.config = new
+        tokens = token_table(new)
+        if tokens != self.tokens.table:  # a name, a role or a token (never logged) changed
+            self.tokens.table = tokens
+            log.info("reload: the API's tokens are now %s", tokens.names())
         self.metrics.reloads.labels("ok").inc()
         log.info("reloaded %s: %d handlers", new.source, len(new.handlers))
         self.notifier.reloaded(f"running: {len(new.handlers)} handlers")

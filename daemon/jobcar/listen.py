@@ -51,10 +51,10 @@ def local_url(listen: str, path: str) -> str:
     return f"http://{f'[{host}]' if ':' in host else host}:{port}{path}"
 
 
-def exposure_problem(listen: str, api_token: str | None) -> str | None:
-    """Why serving the API on `listen` without a token is refused (anyone who reaches a non-loopback
-    address could enqueue, read and cancel jobs), or None."""
-    if api_token or is_loopback(listen):
+def exposure_problem(listen: str, has_token: bool) -> str | None:
+    """Why serving the API on `listen` without a token (`has_token`: api_token or one of api_tokens) is refused
+    (anyone who reaches a non-loopback address could enqueue, read and cancel jobs), or None."""
+    if has_token or is_loopback(listen):
         return None
     return (f"listen {listen} is not a loopback address and api_token is not set, so anyone who reaches it "
             "could enqueue, read and cancel jobs: set api_token or listen on 127.0.0.1")  # fmt: skip

@@ -1021,6 +1021,7 @@ def _schema_sections(schema: dict[str, Any]) -> dict[str, dict[str, Any]]:
         "ui": _resolve(schema, top["ui"]),
         "handler_api": _resolve(schema, top["handler_api"]),
         "tracing": _resolve(schema, top["tracing"]),
+        "api token": _resolve(schema, top["api_tokens"]["additionalProperties"]),
         "http handler": http,
         "command handler": command,
         "schedule": _resolve(schema, top["schedules"]["additionalProperties"]),

@@ -30,6 +30,7 @@ from redis import exceptions as redis_errors
 
 from jobcar.admin import Admin
 from jobcar.admin_reads import AmbiguousJob, JobNotFound, JobView, LogRead
+from jobcar.api_tokens import Role, Tokens, allows, caller, token_table
 from jobcar.cli_format import byte_size, percent_text, span
 from jobcar.config_types import Config, limit_rule_table
 from jobcar.errors import InvalidJob
@@ -58,11 +59,12 @@ TEMPLATES: Final = web.AppKey("jobcar.ui.templates", jinja2.Environment)
 Page: TypeAlias = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 
-def build_ui_app(admin: Admin, config: Config) -> web.Application:
-    """The dashboard as an aiohttp app to mount at /ui (the daemon's listener) or serve alone (`jobcar ui`)."""
+def build_ui_app(admin: Admin, config: Config, tokens: Tokens | None = None) -> web.Application:
+    """The dashboard as an aiohttp app to mount at /ui (the daemon's listener) or serve alone (`jobcar ui`).
+    `tokens`: the API's tokens in force, which a reload replaces; None: the config's, for good."""
     # guard outermost: its security headers go on the error pages too.
     app = web.Application(middlewares=[guard, _errors])
-    app[ACCESS] = Access(config.api_token, config.ui.write, config.api_allowed_hosts)
+    app[ACCESS] = Access(tokens or Tokens(token_table(config)), config.ui.write, config.api_allowed_hosts)
     app[ADMIN] = admin
     app[CONFIG] = config
     app[TEMPLATES] = _templates()
@@ -115,8 +117,8 @@ def _ago(ms: int | None, now_ms: int) -> str:
 def render(request: web.Request, template: str, status: int = 200, **values: Any) -> web.Response:
     access = request.app[ACCESS]
     page = request.app[TEMPLATES].get_template(template).render(
-        csrf_field=CSRF_FIELD, csrf=access.csrf_token(request), write=access.write,
-        signed_in=access.token is not None and access.valid_session(request.cookies.get(SESSION_COOKIE)),
+        csrf_field=CSRF_FIELD, csrf=access.csrf_token(request), write=access.may_act(request),
+        signed_in=access.session_token(request.cookies.get(SESSION_COOKIE)) is not None,
         namespace=request.app[CONFIG].namespace, default_namespace=DEFAULT_NAMESPACE, path=request.path, **values,
     )  # fmt: skip
     return web.Response(text=page, status=status, content_type="text/html", charset="utf-8")
@@ -323,12 +325,14 @@ async def _login(request: web.Request) -> web.StreamResponse:
     form = await request.post()
     target = _safe_next(form.get("next"))
     given = form.get("token")
-    if access.token is None:
+    if not access.table.enabled:
         raise web.HTTPSeeOther(target)
-    if not isinstance(given, str) or not access.valid_token(given):
+    token = access.table.match(given) if isinstance(given, str) else None
+    if token is None or not allows(token.role, Role.READ):  # a produce token reads nothing
         return render(request, "login.html", 401, next=target, failed=True)
+    log.info("dashboard: %s (role %s) signed in", token.name, token.role.value)
     response = _see_other(target)
-    login_cookie(response, request, access.new_session(), SESSION_SECONDS)
+    login_cookie(response, request, access.new_session(token), SESSION_SECONDS)
     return response
 
 
@@ -356,6 +360,7 @@ async def _job_action(request: web.Request) -> web.Response:
     back = _link("/ui/job", queue=queue, id=job_id)
     if action == "cancel":
         reply = await admin.cancel(job_id, queue)
+        log.info("dashboard: cancel of job %s in %s by %s: %s", job_id, queue, caller(request), reply.result.value)
         if reply.result is CancelResult.MISSING or reply.before is None:
             return _message(request, "Nothing done", f"job {job_id} no longer exists", f"/ui/queues/{queue}", 404)
         if reply.result is CancelResult.NOT_CANCELABLE:
@@ -367,6 +372,8 @@ async def _job_action(request: web.Request) -> web.Response:
         return _message(request, "Cancel requested", text, back)
     bulk = admin.requeue_dead if action == "requeue" else admin.purge_dead
     moved, problems = await bulk([queue], [job_id])
+    log.info("dashboard: %s of dead job %s in %s by %s: %s", "requeue" if action == "requeue" else "purge", job_id,
+             queue, caller(request), "done" if moved.get(queue) else "nothing done")  # fmt: skip
     if not moved.get(queue):
         return _message(request, "Nothing done", "; ".join(problems) or f"job {job_id} is not dead", back, 409)
     if action == "requeue":
@@ -378,6 +385,7 @@ async def _pause(request: web.Request) -> web.Response:
     queue, paused = _queue_name(request), request.match_info["action"] == "pause"
     changed = await request.app[ADMIN].set_paused(queue, paused)
     word = "paused" if paused else "resumed"
+    log.info("dashboard: queue %s %s by %s%s", queue, word, caller(request), "" if changed else " (it already was)")
     text = f"queue {queue} is {word}" if changed else f"queue {queue} was already {word}: nothing changed"
     return _message(request, word.capitalize(), text, f"/ui/queues/{queue}")
 
@@ -437,6 +445,7 @@ async def _dead_apply(request: web.Request) -> web.Response:
         moved, problems = await act([bulk.queue], ids)
         done = moved.get(bulk.queue, 0)
     verb = "requeued" if bulk.action == "requeue" else "deleted"
+    log.info("dashboard: %d dead jobs of %s %s by %s", done, bulk.queue, verb, caller(request))
     text = f"{done} dead job{'s' if done != 1 else ''} {verb}"
     if problems:
         text += f"; {len(problems)} not: " + "; ".join(problems[:5]) + (" …" if len(problems) > 5 else "")
@@ -446,6 +455,7 @@ async def _dead_apply(request: web.Request) -> web.Response:
 async def _schedule_action(request: web.Request) -> web.Response:
     admin = request.app[ADMIN]
     name, action = request.match_info["name"], request.match_info["action"]
+    log.info("dashboard: %s of schedule %s by %s", action, name, caller(request))
     if action == "trigger":
         job_id = await run_async(admin.redis, trigger(admin.namespace, name, request.app[CONFIG].max_payload_bytes))
         if job_id is None:
