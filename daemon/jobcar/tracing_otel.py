@@ -465,10 +465,13 @@ class _Exporter:
             self._wake.set()
 
     def _run(self) -> None:
-        while not self._stopping:
+        while True:
             self._wake.wait(self._delay)
             self._wake.clear()
+            stopping = self._stopping  # read before the flush: what ended before the stop goes out with it
             self._flush()
+            if stopping:
+                return
 
     def _flush(self) -> None:
         while self._spans:
@@ -484,10 +487,10 @@ class _Exporter:
                     log.warning("could not export %d spans to %s: %s", len(batch), self._url, exc)
 
     def shutdown(self) -> None:
+        """The spans still queued go out, for at most 10 s: a collector that hangs must not hold up the exit."""
         self._stopping = True
         self._wake.set()
-        self._thread.join(timeout=15)
-        self._flush()
+        self._thread.join(timeout=10)
         if self.dropped:
             log.warning("%d spans were dropped: more than %d waited for the exporter", self.dropped, MAX_QUEUE)
 

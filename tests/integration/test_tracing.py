@@ -375,3 +375,26 @@ def test_the_python_client_in_an_app_that_traces_makes_the_producer_span(
     # A job that brings its own traceparent keeps it: its attempt continues that context.
     own = _one(receiver.named("process default", **{"messaging.message.id": own_id}), "the other attempt")
     assert (own.trace_id, own.parent_span_id) == ("ab" * 16, "cd" * 8)
+
+
+def test_the_spans_still_queued_go_out_when_the_daemon_stops(
+    tmp_path: Path,
+    redis_server: RedisServer,
+    namespace: str,
+    q: QueueDriver,
+    receiver: OtlpReceiver,
+    handlers: HandlerServer,
+) -> None:
+    handler = {"t.ok": {"url": handlers.url("/ok", lambda req: (200, {}, b""))}}
+    config = write_config(tmp_path, redis_server.url, namespace, handler, tracing={"enabled": True,
+                          "endpoint": receiver.url})  # fmt: skip
+    # Exports every 60 s: only the exit's flush can send these spans within the test.
+    daemon = DaemonProcess(config, env={"OTEL_BSP_SCHEDULE_DELAY": "60000"}).start()
+    status, job = post(listen_url(daemon) + "/v1/jobs", b'{"type": "t.ok"}', {"Content-Type": "application/json"})
+    assert status == 201, job
+    wait_gone(q, job["id"], daemon)
+    assert receiver.spans == []
+    daemon.stop()
+    assert daemon.wait() == 0
+    assert [s.name for s in sorted(receiver.spans, key=lambda s: s.start_ns)] == [
+        "send default", "process default", "handle t.ok"]  # fmt: skip
