@@ -251,6 +251,53 @@ def test_a_non_loopback_dashboard_asks_for_the_token(page: Page, start_daemon: S
     save(page, "login-then-queue")
 
 
+def test_a_read_token_signs_in_read_only_and_an_operate_token_acts(page: Page, start_daemon: StartDaemon,
+                                                                  q: QueueDriver) -> None:  # fmt: skip
+    """Tokens with roles (ADR 0026): a read token's session has no button and its actions are refused; an operate
+    token's has them and acts; a produce token cannot sign in."""
+    tokens = {"viewer": {"role": "read", "token": "v1ewer-t0ken"}, "ops": {"role": "operate", "token": "0ps-t0ken"},
+              "shop": {"role": "produce", "token": "sh0p-t0ken"}}  # fmt: skip
+    daemon = start_daemon({"t.ok": {"command": ["true"]}}, listen="0.0.0.0:0", api_tokens=tokens, ui={"write": True},
+                          queues={"default": 1})  # fmt: skip
+    port = re.search(r":(\d+)$", listen_url(daemon)).group(1)  # type: ignore[union-attr]
+    base = f"http://127.0.0.1:{port}"
+    parked = QueueDriver(q.redis, q.namespace, "parked")  # no daemon serves it: the job stays pending
+    job = parked.enqueue("t.ok").id
+    job_page = f"{base}/ui/job?queue=parked&id={job}"
+
+    def sign_in(token: str) -> None:
+        page.goto(job_page)
+        expect(page).to_have_url(re.compile(r"/ui/login\?next="))
+        page.get_by_label("API token").fill(token)
+        page.get_by_role("button", name="Sign in").click()
+
+    sign_in("sh0p-t0ken")  # produce: reads nothing, so no session
+    expect(page.get_by_role("alert")).to_have_text("That is not the API token.")
+    page.get_by_label("API token").fill("v1ewer-t0ken")
+    page.get_by_role("button", name="Sign in").click()
+    expect(page).to_have_url(job_page)
+    expect(page.locator("header .mode")).to_have_text("read-only")
+    expect(page.get_by_role("button", name="Cancel")).to_have_count(0)
+    expect(page.locator("form[method=post]:not([action='/ui/logout'])")).to_have_count(0)
+    csrf = page.locator("form[action='/ui/logout'] input[name=csrf]").get_attribute("value")
+    answer = page.request.post(f"{base}/ui/job/cancel", form={"queue": "parked", "id": job, "csrf": csrf or ""},
+                               headers={"Origin": base})  # fmt: skip
+    assert answer.status == 403
+    assert "token viewer has role read" in answer.text()
+    assert parked.where(job) is State.PENDING
+    save(page, "job-read-token")
+
+    page.get_by_role("button", name="Sign out").click()
+    sign_in("0ps-t0ken")
+    expect(page).to_have_url(job_page)
+    expect(page.locator("header .mode")).to_have_text("read-write")
+    page.get_by_role("button", name="Cancel").click()
+    expect(page.locator("h1")).to_have_text("Canceled")
+    assert parked.where(job) is None
+    daemon.wait_for_log(f"dashboard: cancel of job {job} in parked by ops: canceled")
+    assert "dashboard: viewer (role read) signed in" in daemon.log_path.read_text()
+
+
 def test_payloads_and_errors_that_try_to_run_script_render_as_text(
     page: Page, start_daemon: StartDaemon, q: QueueDriver
 ) -> None:
