@@ -37,7 +37,7 @@ from jobcar.attempt_logs import LINES_PER_WRITE, LogWriter
 from jobcar.client import AsyncClient
 from jobcar.config_types import Config
 from jobcar.dependency_calls import DependOutcome, depend_call, settle_call
-from jobcar.errors import InvalidJob
+from jobcar.errors import InvalidJob, QueueFull
 from jobcar.formats import loads_strict
 from jobcar.handler_calls import (
     ACCEPTED,
@@ -261,7 +261,13 @@ class _HandlerApi:
         await self._write(request, adopt_call(live.keys, live.job.id, live.lease_token, refs,
                                               config.handler_api.max_children))  # fmt: skip
         producer = Producer(client.redis, client.namespace, client.max_payload_bytes)
-        infos = await run_async(client.redis, producer.enqueue(records))
+        try:
+            infos = await run_async(client.redis, producer.enqueue(records))
+        except QueueFull as exc:
+            # A child refused by its queue's max_pending was never stored: it is no child (the 429 says so).
+            stored = {job_ref(info.queue, info.id) for info in exc.stored}
+            await client.redis.zrem(live.keys.children(live.job.id), *(ref for ref in refs if ref not in stored))
+            raise
         documents = [{"id": i.id, "queue": i.queue, "state": i.state.value, "status": i.status.value} for i in infos]
         return web.json_response({"jobs": documents} if batch else documents[0], status=201)
 

@@ -134,3 +134,18 @@ async def test_a_wrong_token_is_a_401(redis_server: RedisServer, q: QueueDriver,
         async with attempt.http.post(attempt.live.url + "/progress", json={"percent": 1}, headers=headers) as response:
             assert response.status == 401
             assert response.headers["WWW-Authenticate"].startswith("Bearer")
+
+
+async def test_a_child_refused_by_max_pending_is_no_child(
+    redis_server: RedisServer, q: QueueDriver, r: redis.Redis
+) -> None:
+    async with attempt_of(redis_server.url, q) as attempt:
+        r.hset(q.keys.settings, "max_pending", 1)  # as the daemons write their config's max_pending
+        status, answer = await attempt.call("POST", "/children", json={"jobs": [
+            {"type": "c", "id": "kid-1", "payload": {}}, {"type": "c", "id": "kid-2", "payload": {}}]})  # fmt: skip
+        assert status == 429
+        assert answer["max_pending"] == 1
+        assert r.zrange(q.keys.children(attempt.live.job.id), 0, -1) == []
+        status, answer = await attempt.call("POST", "/children", json={"type": "c", "id": "kid-3", "payload": {}})
+        assert (status, answer["id"]) == (201, "kid-3")
+        assert r.zrange(q.keys.children(attempt.live.job.id), 0, -1) == [b"default/kid-3"]
