@@ -13,7 +13,10 @@ SDK's batch processor, the protobuf encoding, the HTTP request). The backlog is 
 does not trace (it loaded no OpenTelemetry SDK), so each job makes two spans in the daemon: its attempt's
 consumer span and its handler call's client span. The side order rotates every round.
 
-Prints each measurement as it lands (stderr), then a table: side | median jobs/s | ratio to the base.
+Besides jobs/s, the daemon's CPU per job (user + system of all its threads, /proc, from the resume to the
+drained queue): on a loaded machine throughput swings with what else runs, the CPU a job costs much less.
+Prints each measurement as it lands (stderr), then a table: side | median jobs/s | ratio to the base | median
+CPU µs per job | the base's CPU / the side's (the throughput one core would give, relative to the base).
 """
 
 from __future__ import annotations
@@ -40,8 +43,24 @@ CHILD = "_tracing_child"
 TRACING_ENV = "JOBCAR_BENCH_TRACING"
 
 
+def _cpu_seconds(pid: int) -> float:
+    """User + system CPU of a process and all its threads so far (/proc/<pid>/stat, fields 14 and 15)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def child(argv: list[str]) -> None:
-    """ab.py's backlog measurement, the daemon's config given a `tracing` section when TRACING_ENV is set."""
+    """ab.py's backlog measurement, the daemon's config given a `tracing` section when TRACING_ENV is set; then
+    the daemon's CPU (every thread of it: the span exporter's too) from the resume to the drained queue."""
+    drained = ab.wait_drained
+    spent: list[float] = []
+
+    def timed(client: Any, prefix: str, daemon: subprocess.Popen[bytes], log: Path) -> None:
+        before = _cpu_seconds(daemon.pid)
+        drained(client, prefix, daemon, log)
+        spent.append(_cpu_seconds(daemon.pid) - before)
+
+    ab.wait_drained = timed
     wanted = os.environ.get(TRACING_ENV)
     if wanted:
         endpoint, ratio = wanted.rsplit(" ", 1)
@@ -56,6 +75,7 @@ def child(argv: list[str]) -> None:
 
         ab.write_config = with_tracing
     ab.child(argv)
+    print(json.dumps({"daemon_cpu_s": spent[0]}))
 
 
 def main() -> None:
@@ -74,6 +94,7 @@ def main() -> None:
     figure = ab.FIGURES[0]
     assert figure.key == "backlog"
     values: dict[str, list[float]] = {"base": [], "off": [], "on": []}
+    cpu: dict[str, list[float]] = {"base": [], "off": [], "on": []}  # the daemon's CPU µs per job
     with contextlib.ExitStack() as stack:
         tmp = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="jobcar-tracing-")))
         base = ab.checkout(stack, "base", args.base, tmp)
@@ -95,8 +116,10 @@ def main() -> None:
                 measured = ab.Side(side.name, side.rev, side.commit, side.note, side.daemon_dir)
                 result = measure(measured, figure, args, server.url, nginx_url, tmp, tracing)
                 values[name].append(result["jobs_per_s"])
+                cpu[name].append(result["daemon_cpu_s"] / result["jobs"] * 1e6)
                 ab.say(f"round {i + 1}/{args.rounds} {name}: {result['jobs_per_s']:,.0f} jobs/s "
-                       f"({result['jobs']} in {result['seconds']:.3f}s)")  # fmt: skip
+                       f"({result['jobs']} in {result['seconds']:.3f}s), "
+                       f"daemon CPU {cpu[name][-1]:.0f} µs/job")  # fmt: skip
         versions = {"python": platform.python_version(), "redis-py": redis.__version__, "nginx": nginx_version(),
                     "load average at the end": " ".join(f"{x:.2f}" for x in os.getloadavg())}  # fmt: skip
     base_median = statistics.median(values["base"])
@@ -105,13 +128,16 @@ def main() -> None:
         f"{args.rounds} rounds, order rotating, {args.jobs} backlog jobs at concurrency {args.concurrency}, "
         f"nginx no-op; on = sampling_ratio {args.ratio}; " + ", ".join(f"{k} {v}" for k, v in versions.items())
     )
-    print(f"{'side':<10}{'median jobs/s':>15}{'/ base':>9}   every round")
+    base_cpu = statistics.median(cpu["base"])
+    print(f"{'side':<6}{'jobs/s':>9}{'/ base':>8}{'CPU µs/job':>12}{'base/it':>9}   every round (jobs/s; CPU µs/job)")
     for name in names:
         rounds = " ".join(f"{v:,.0f}" for v in values[name])
-        median = statistics.median(values[name])
-        print(f"{name:<10}{median:>15,.0f}{median / base_median:>9.3f}   {rounds}")
+        cpus = " ".join(f"{v:.0f}" for v in cpu[name])
+        median, median_cpu = statistics.median(values[name]), statistics.median(cpu[name])
+        print(f"{name:<6}{median:>9,.0f}{median / base_median:>8.3f}{median_cpu:>12.0f}{base_cpu / median_cpu:>9.3f}"
+              f"   {rounds}; {cpus}")  # fmt: skip
     print(json.dumps({"rounds": args.rounds, "jobs": args.jobs, "concurrency": args.concurrency, "ratio": args.ratio,
-                      "base": base.commit, "values": values,
+                      "base": base.commit, "values": values, "daemon_cpu_us_per_job": cpu,
                       "medians": {k: statistics.median(v) for k, v in values.items()}}))  # fmt: skip
 
 
@@ -133,7 +159,8 @@ def measure(side: ab.Side, figure: ab.Figure, args: argparse.Namespace, redis_ur
             ab.end_group(process)
     if process.returncode != 0:
         raise RuntimeError(f"{side.describe()}: the measurement exited with {process.returncode}")
-    result: dict[str, Any] = json.loads(out.strip().splitlines()[-1])
+    *_, measured, cpu = out.strip().splitlines()
+    result: dict[str, Any] = {**json.loads(measured), **json.loads(cpu)}
     return result
 
 
