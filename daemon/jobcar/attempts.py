@@ -25,6 +25,7 @@ from jobcar.attempt_desk import ANSWERED, CANCELED, LEASE_LOST, STOPPED, Attempt
 from jobcar.attempt_logs import LogWriter
 from jobcar.batching import Batches
 from jobcar.config_types import CommandHandler, Config, Handler
+from jobcar.dependencies import BATCH_REF_PREFIX
 from jobcar.executors import BatchExecutor, Executor
 from jobcar.history import History
 from jobcar.job import Job, State
@@ -379,10 +380,15 @@ class Attempts:
 
     async def _link_dependencies(self, tracer: Tracer, span: Span, namespace: str, after: tuple[str, ...]) -> None:
         """Link the attempt's span to the jobs it waited for: their traceparents, one HGET each at once, from
-        the hashes that still exist (a job acked without result_ttl is gone). Nothing read fails the attempt."""
-        refs = [ref.partition("/") for ref in after[:MAX_DEPENDENCY_LINKS]]  # "<queue>/<id>": no "/" in a queue
-        reads = (self.link.client.hget(QueueKeys.of(namespace, queue).job(job_id), "traceparent")
-                 for queue, _, job_id in refs)  # fmt: skip
+        the hashes that still exist (a job acked without result_ttl is gone); a batch's callback to its batch,
+        whose counters keep its first jobs' traceparent (producer.py). Nothing read fails the attempt."""
+        keys = []
+        for ref in after[:MAX_DEPENDENCY_LINKS]:
+            queue, _, ref_id = ref.partition("/")  # "<queue>/<id>": no "/" in a queue name
+            queue_keys = QueueKeys.of(namespace, queue)
+            batch = ref_id.removeprefix(BATCH_REF_PREFIX)
+            keys.append(queue_keys.batch(batch) if batch != ref_id else queue_keys.job(ref_id))
+        reads = (self.link.client.hget(key, "traceparent") for key in keys)
         replies = await asyncio.gather(*reads, return_exceptions=True)
         tracer.link(span, [reply.decode() for reply in replies if isinstance(reply, bytes)])
 

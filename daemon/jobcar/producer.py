@@ -164,6 +164,13 @@ class Producer:
             return (yield from operation)
         try:
             infos = yield from operation
+            # A batch keeps the context of its first jobs beside its counters: its callbacks' spans link to it. Only
+            # for jobs this call stored, whose script just wrote the counters (the hash exists, with its expiry).
+            batches = {(r.queue, r.batch): r.traceparent for r, info in zip(reversed(records), reversed(infos),
+                       strict=True) if r.batch and r.traceparent and info.created}  # fmt: skip
+            if batches:
+                yield [("HSETNX", QueueKeys.of(self.namespace, queue).batch(batch), "traceparent", traceparent)
+                       for (queue, batch), traceparent in batches.items()]  # fmt: skip
         except BaseException as exc:
             tracer.send_failed(span, exc)
             raise

@@ -23,6 +23,7 @@ from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.trace import SpanKind
 
+from jobcar import Client
 from jobcar.job import State
 from tests.integration.daemon_harness import (
     DaemonProcess,
@@ -398,3 +399,34 @@ def test_the_spans_still_queued_go_out_when_the_daemon_stops(
     assert daemon.wait() == 0
     assert [s.name for s in sorted(receiver.spans, key=lambda s: s.start_ns)] == [
         "send default", "process default", "handle t.ok"]  # fmt: skip
+
+
+def test_a_batch_callbacks_attempt_links_to_the_batch(
+    tmp_path: Path,
+    redis_server: RedisServer,
+    namespace: str,
+    q: QueueDriver,
+    client: Client,
+    receiver: OtlpReceiver,
+    handlers: HandlerServer,
+) -> None:
+    ok = handlers.url("/ok", lambda req: (200, {}, b""))
+    config = write_config(tmp_path, redis_server.url, namespace, {"t.ok": {"url": ok}, "t.cb": {"url": ok}},
+                          tracing={"enabled": True, "endpoint": receiver.url})  # fmt: skip
+    daemon = DaemonProcess(config, env={"OTEL_BSP_SCHEDULE_DELAY": "50"}).start()
+    jobs = {"jobs": [{"type": "t.ok", "batch": "b1"}, {"type": "t.ok", "batch": "b1"}]}
+    status, answer = post(listen_url(daemon) + "/v1/jobs", json.dumps(jobs).encode(),
+                          {"Content-Type": "application/json"})  # fmt: skip
+    assert status == 201, answer
+    seal = client.seal_batch("b1", on_complete=("t.cb", {}))
+    [callback] = seal.callbacks
+    wait_gone(q, callback.id, daemon)
+    wait_for(lambda: receiver.named("process default", **{"messaging.message.id": callback.id}), timeout=30,
+             what="the callback's attempt")  # fmt: skip
+    send = _one(receiver.named("send default"), "the batch's producer span")
+    assert send.attributes["messaging.batch.message_count"] == 2
+    attempt = _one(receiver.named("process default", **{"messaging.message.id": callback.id}), "the callback's")
+    assert attempt.links == [(send.trace_id, send.span_id)]
+    # The batch's counters keep that context, and their expiry: the field added nothing that outlives them.
+    assert q.redis.hget(q.keys.batch("b1"), "traceparent") == _traceparent(send).encode()
+    assert q.redis.ttl(q.keys.batch("b1")) > 0
