@@ -394,13 +394,31 @@ class AdminReads:
         }
 
     async def ids(self, queue: str, state: State, start: int, count: int, newest_first: bool = False) -> list[str]:
-        """Ids `start` to `start + count` of a state's set (not `done`: no set holds those), in the order they
-        leave it, or the other way round."""
+        """Ids `start` to `start + count` of a state's set or lists (not `done`: no set holds those), in the order
+        they leave it, or the other way round."""
+        return [job_id for job_id, _ in await self.located(queue, state, start, count, newest_first)]
+
+    async def located(
+        self, queue: str, state: State, start: int, count: int, newest_first: bool = False
+    ) -> list[tuple[str, int]]:
+        """As `ids`, each with its index in its list counted from the left (the newest) end, as read (a hint:
+        the list may have changed since); -1 for the sorted sets' jobs."""
         keys = self.keys(queue)
         if count <= 0:
             return []
         if state is State.PENDING:
-            return await self._pending_ids(keys, start, count, newest_first)
+            # In lease order: the jobs a limit let go, then by priority; `newest_first`, the other way round.
+            lists = keys.lease_order[::-1] if newest_first else keys.lease_order
+            pipe = self.redis.pipeline(transaction=False)
+            for key in lists:
+                pipe.llen(key)
+            # A list of another type (fsck reports it) counts as empty.
+            lengths = [n if isinstance(n, int) else 0 for n in await pipe.execute(raise_on_error=False)]
+            return await self._in_lists(list(zip(lists, lengths, strict=True)), start, count, newest_first)
+        if state is State.HELD:
+            # Group by group (by name), each group's in the order its slots let them go.
+            groups = [(keys.held(group), n) for group, n in await self.held_groups(queue)]
+            return await self._in_lists(groups, start, count, newest_first)
         sets = {
             State.SCHEDULED: keys.scheduled,
             State.ACTIVE: keys.active,
@@ -408,31 +426,44 @@ class AdminReads:
             State.WAITING: keys.waiting,
         }
         members = await self.redis.zrange(sets[state], start, start + count - 1, desc=newest_first)
-        return [as_text(m) for m in members]
+        return [(as_text(m), -1) for m in members]
 
-    async def _pending_ids(self, keys: QueueKeys, start: int, count: int, newest_first: bool = False) -> list[str]:
-        """Pending ids `start` to `start + count` in lease order: the jobs a limit let go, then by priority,
-        each list from its right end; `newest_first`, the other way round."""
-        lists = keys.lease_order[::-1] if newest_first else keys.lease_order
-        pipe = self.redis.pipeline(transaction=False)
-        for key in lists:
-            pipe.llen(key)
-        # A list of another type (fsck reports it) counts as empty.
-        lengths = [n if isinstance(n, int) else 0 for n in await pipe.execute(raise_on_error=False)]
-        ids: list[str] = []
-        for key, length in zip(lists, lengths, strict=True):
+    async def _in_lists(
+        self, lists: Sequence[tuple[str, int]], start: int, count: int, newest_first: bool
+    ) -> list[tuple[str, int]]:
+        """Ids `start` to `start + count` of these lists (key, length) one after the other, each from its right
+        (oldest) end, or with `newest_first` from its left end; with their indexes from the left."""
+        found: list[tuple[str, int]] = []
+        for key, length in lists:
             if start >= length:
                 start -= length
                 continue
-            take = min(count - len(ids), length - start)
+            take = min(count - len(found), length - start)
             if newest_first:  # the left end holds the last enqueued
-                ids += [as_text(m) for m in await self.redis.lrange(key, start, start + take - 1)]
+                members = await self.redis.lrange(key, start, start + take - 1)
+                found += [(as_text(m), start + n) for n, m in enumerate(members)]
             else:
-                ids += [as_text(m) for m in reversed(await self.redis.lrange(key, -start - take, -start - 1))]
+                members = await self.redis.lrange(key, -start - take, -start - 1)
+                first = length - start - take  # the index of members[0], as the length was read
+                found += [(as_text(members[n]), first + n) for n in range(len(members) - 1, -1, -1)]
             start = 0
-            if len(ids) >= count:
+            if len(found) >= count:
                 break
-        return ids
+        return found
+
+    async def held_groups(self, queue: str) -> list[tuple[str, int]]:
+        """(limit group, jobs it holds) for each group of the queue holding jobs, by group name: the lists of
+        `<prefix>limit_groups`, as the stats script counts them (a list of another type counts as empty)."""
+        keys = self.keys(queue)
+        members = await self.redis.smembers(keys.limit_groups)
+        groups = sorted(decode_names(members)) if isinstance(members, set) else []
+        if not groups:
+            return []
+        pipe = self.redis.pipeline(transaction=False)
+        for group in groups:
+            pipe.llen(keys.held(group))
+        lengths = await pipe.execute(raise_on_error=False)
+        return [(g, n) for g, n in zip(groups, lengths, strict=True) if isinstance(n, int) and n > 0]
 
     async def job_keys_page(self, queue: str, cursor: int, count: int, id_prefix: str = "") -> tuple[int, list[str]]:
         """One SCAN step (COUNT `count`) over the queue's job hashes, or those whose id starts with `id_prefix`:

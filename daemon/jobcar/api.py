@@ -12,6 +12,7 @@
                            ?wait=30s: answer once it is done or dead, or after 30 s; header Jobcar-Wait says which)
     DELETE /v1/jobs/{id}   200 canceled or cancel_requested | 404 | 409 already finished, or in several queues
     POST   /v1/drain       202 {"status": "draining"}: a graceful drain, for a preStop hook
+    GET    /v1/jobs?state= a page of one state's jobs of a queue, held ones with their limit group: api_jobs.py
     GET    /v1/stats       200 [per queue: pending, scheduled, active, held, waiting, dead, paused, ...]: the
                            document of `jobcar stats --json` (transitions.stats_document) | 404 (?queue=Q: only Q,
                            which Redis or the config must know)
@@ -54,6 +55,7 @@ from redis import exceptions as redis_errors
 from jobcar import tracing
 from jobcar.admin import Admin
 from jobcar.admin_reads import AmbiguousJob, JobNotFound
+from jobcar.api_jobs import add_job_routes
 from jobcar.api_schedules import add_schedule_routes
 from jobcar.api_tokens import CALLER, Tokens, allows, caller, required_role, token_table
 from jobcar.attempt_desk import AttemptDesk
@@ -155,6 +157,7 @@ def build_app(context: ApiContext) -> web.Application:
     app.router.add_get("/v1/jobs/{id:.+}", _get_job)  # `.+`: an id may hold a slash (docs/protocol.md)
     app.router.add_delete("/v1/jobs/{id:.+}", _cancel)
     app.router.add_post("/v1/drain", _drain)
+    add_job_routes(app, lambda request: request.app[ADMIN])  # GET /v1/jobs: api_jobs.py
     app.router.add_get("/v1/limits", _limits)
     app.router.add_get("/v1/stats", _stats)
     add_schedule_routes(app, lambda request: request.app[CONTEXT].client, _not_json)

@@ -16,11 +16,13 @@ from jobcar.cli_format import byte_size, printable, progress_text, span, table
 from jobcar.cli_ops import add_json_option, add_queue_option
 from jobcar.cli_support import ID_HELP, count, load, positive_int, print_json, with_admin
 from jobcar.exit_codes import EX_OK
-from jobcar.job import FINISHED, STORED_IN_SETS, Job, State
+from jobcar.job import FINISHED, Job, State
 from jobcar.timestamps import rfc3339_ms
 
-#: What `jobs list --state` takes: the state sets, and done jobs while their result is kept.
-LISTABLE: Final = (*STORED_IN_SETS, State.DONE)
+#: What `jobs list` lists without --state: every state a set or a limit group's lists hold.
+SET_STATES: Final = (State.PENDING, State.HELD, State.SCHEDULED, State.ACTIVE, State.DEAD, State.WAITING)
+#: What `jobs list --state` takes: those, and done jobs while their result is kept.
+LISTABLE: Final = (*SET_STATES, State.DONE)
 #: Longest last error shown in a `jobs list` table (--json gives it whole).
 ERROR_COLUMN: Final = 60
 #: How often `jobs logs --follow` reads the log again.
@@ -55,8 +57,15 @@ def _last_error_cell(error: str | None) -> str:
     return line if len(line) <= ERROR_COLUMN else line[: ERROR_COLUMN - 1] + "…"
 
 
+def _held_cell(job: Job, now_ms: int) -> str:
+    if not job.held_for:
+        return ""
+    since = "" if job.held_at_ms is None else f" for {span(max(0, now_ms - job.held_at_ms) / 1000)}"
+    return printable(job.held_for) + since
+
+
 def cmd_jobs_list(args: argparse.Namespace) -> int:
-    states = [State(args.state)] if args.state else list(STORED_IN_SETS)
+    states = [State(args.state)] if args.state else list(SET_STATES)
 
     def kept(job: Job) -> bool:
         return (
@@ -87,18 +96,22 @@ def cmd_jobs_list(args: argparse.Namespace) -> int:
                 {"id": job.id, "queue": job.queue, "state": job.state.value, "type": job.type,
                  "attempt": job.attempt, "max_attempts": job.max_attempts,
                  "created_at": rfc3339_ms(job.created_ms), "age_seconds": max(0, now_ms - job.created_ms) / 1000,
-                 "run_at": rfc3339_ms(job.run_at_ms), "last_error": job.last_error}
+                 "run_at": rfc3339_ms(job.run_at_ms), "last_error": job.last_error,
+                 **({"held_for": job.held_for, "held_since": rfc3339_ms(job.held_at_ms)} if job.held_for else {})}
                 for job in jobs
             ]
         )  # fmt: skip
     elif jobs:
-        header = ("QUEUE", "STATE", "ID", "TYPE", "ATTEMPT", "AGE", "LAST ERROR")
-        rows = [
+        header: tuple[str, ...] = ("QUEUE", "STATE", "ID", "TYPE", "ATTEMPT", "AGE", "LAST ERROR")
+        rows: list[tuple[str, ...]] = [
             (job.queue, job.state.value, printable(job.id), job.type,
              f"{job.attempt}/{job.max_attempts}" if job.max_attempts else str(job.attempt),
              span((now_ms - job.created_ms) / 1000), _last_error_cell(job.last_error))
             for job in jobs
         ]  # fmt: skip
+        if any(job.held_for for job in jobs):  # which limit group holds each held job, and for how long
+            header = (*header[:6], "HELD BY", header[6])
+            rows = [(*row[:6], _held_cell(job, now_ms), row[6]) for job, row in zip(jobs, rows, strict=True)]
         print("\n".join(table(header, rows, numeric={4, 5})))
     else:
         print("no jobs")

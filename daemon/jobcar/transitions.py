@@ -337,9 +337,9 @@ class QueueStats:
         return 0.0 if self.oldest_ready_ms is None else max(0, self.now_ms - self.oldest_ready_ms) / 1000
 
     def in_state(self, state: State) -> int:
-        """How many jobs a state's set holds (not `done` nor `held`: no such count is kept here)."""
+        """How many jobs a state's set (or lists) holds (not `done`: no such count is kept here)."""
         counts = {State.PENDING: self.pending, State.SCHEDULED: self.scheduled, State.ACTIVE: self.active,
-                  State.DEAD: self.dead, State.WAITING: self.waiting}  # fmt: skip
+                  State.DEAD: self.dead, State.WAITING: self.waiting, State.HELD: self.held}  # fmt: skip
         return counts[state]
 
 

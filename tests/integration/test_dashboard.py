@@ -135,7 +135,7 @@ async def test_the_overview_shows_what_redis_holds(ui: Ui, q: QueueDriver, r: re
     page = await ui.get("/ui/")
     assert page.status == 200
     assert cells(page, "default") == {
-        "pending": "6", "scheduled": "1", "active": "1", "waiting": "0", "dead": "2",
+        "pending": "6", "held": "0", "scheduled": "1", "active": "1", "waiting": "0", "dead": "2",
         "latency_s": cells(page, "default")["latency_s"], "done_last_hour": "0", "failed_last_hour": "0",
         "paused": "running",
     }  # fmt: skip

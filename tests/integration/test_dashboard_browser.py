@@ -388,3 +388,19 @@ def test_a_bulk_requeue_works_from_the_keyboard_alone(
     expect(page.get_by_role("status")).to_have_text("1 dead job requeued")
     parked = QueueDriver(r, namespace, "parked")
     assert (parked.where(first), parked.where(second)) == (State.DEAD, State.PENDING)
+
+
+def test_the_held_tab_lists_each_jobs_limit_group(
+    page: Page, start_daemon: StartDaemon, r: redis.Redis, namespace: str
+) -> None:
+    base = dashboard(start_daemon, {"t.ok": {"command": ["true"]}})
+    parked = QueueDriver(r, namespace, "parked")  # no daemon serves it: its jobs stay where they are
+    limited = [parked.enqueue("a", {"n": n}).id for n in range(4)]
+    assert len(parked.lease(limits='{"a": {"total": 1}}').jobs) == 1  # the other three are held
+    page.goto(base)
+    expect(page.locator('#queues tr[data-queue="parked"] [data-field="held"]')).to_have_text("3")
+    page.locator('#queues tr[data-queue="parked"] [data-field="held"] a').click()
+    expect(page.get_by_role("link", name="held", exact=True)).to_have_attribute("aria-current", "page")
+    expect(page.locator("table.jobs td.id")).to_have_text(limited[1:])
+    expect(page.locator("table.jobs td.held-by")).to_have_text(["a"] * 3)
+    save(page, "queue-held")

@@ -15,15 +15,12 @@ from typing import Any, Final
 
 from jobcar.admin import Admin
 from jobcar.fleet import DaemonInfo, live_daemons
-from jobcar.job import Job, State, parse_errors
+from jobcar.job import Job, State
+from jobcar.job_search import CHUNK, SCAN_BUDGET, JobFilter, find, last_error
 from jobcar.replies import as_text
 from jobcar.transitions import QueueHistory, QueueStats
 
 PAGE_SIZE: Final = 50
-#: Jobs a filtered page examines at most before it shows what it found (and a link to go on).
-SCAN_BUDGET: Final = 5000
-#: Jobs read per round trip while filtering.
-CHUNK: Final = 500
 #: Done jobs (in no set) are found by SCAN: its COUNT per step, and the most steps a page sends.
 DONE_STEP: Final = 1000
 DONE_STEPS: Final = 100
@@ -34,7 +31,7 @@ ERROR_KEY_CHARS: Final = 120
 MINUTE_MS: Final = 60_000
 HOUR_MS: Final = 3_600_000
 #: The states a queue page lists, in the order of its tabs.
-LISTED: Final = (State.PENDING, State.SCHEDULED, State.ACTIVE, State.WAITING, State.DEAD, State.DONE)
+LISTED: Final = (State.PENDING, State.HELD, State.SCHEDULED, State.ACTIVE, State.WAITING, State.DEAD, State.DONE)
 
 
 @dataclass(frozen=True, slots=True)
@@ -113,24 +110,8 @@ def by_type(history: QueueHistory) -> list[TypeHour]:
     return [TypeHour(kind, c["done"], c["failed"], c["dead"]) for kind, c in sorted(hour.items()) if any(c.values())]
 
 
-@dataclass(frozen=True, slots=True)
-class Filters:
-    """A queue page's filters; all optional, all must match."""
-
-    job_type: str = ""
-    error: str = ""  # text the last error holds (case-insensitive)
-    id_prefix: str = ""
-
-    @property
-    def any(self) -> bool:
-        return bool(self.job_type or self.error or self.id_prefix)
-
-    def match(self, job_id: str, job_type: str, last_error: str | None) -> bool:
-        if self.id_prefix and not job_id.startswith(self.id_prefix):
-            return False
-        if self.job_type and job_type != self.job_type:
-            return False
-        return not self.error or (last_error is not None and self.error.lower() in last_error.lower())
+#: A queue page's filters (job_search.py); all optional, all must match.
+Filters = JobFilter
 
 
 @dataclass(slots=True)
@@ -162,61 +143,23 @@ async def browse(
     """Up to PAGE_SIZE jobs of `state` from position `start`, examining at most SCAN_BUDGET when filtering.
     For done jobs, `start` and `skip` are where a page left off (`Browse.next_start`, `Browse.next_skip`)."""
     if state is State.DONE:
-        return await _browse_done(admin, stats.queue, start, skip, filters)
-    page = Browse(total=stats.in_state(state))
-    position = start
-    budget = SCAN_BUDGET if filters.any else PAGE_SIZE
-    while True:
-        if page.total is not None and position >= page.total:
-            return page
-        if len(page.jobs) >= PAGE_SIZE or page.examined >= budget:
-            page.next_start = position
-            return page
-        want = min(CHUNK, budget - page.examined) if filters.any else PAGE_SIZE - len(page.jobs)
-        ids = await admin.ids(stats.queue, state, position, want, newest_first)
-        if not ids:
-            return page
-        if filters.any:
-            fields = await admin.fields(stats.queue, ids, ("type", "errors"))
-            matching = {job_id for job_id, f in zip(ids, fields, strict=True) if _matches(job_id, f, filters)}
-        else:
-            matching = set(ids)
-        found: list[str] = []
-        taken = 0
-        for job_id in ids:
-            taken += 1
-            if job_id in matching:
-                found.append(job_id)
-                if len(page.jobs) + len(found) >= PAGE_SIZE:
-                    break
-        await page.take(admin, stats.queue, found)
-        position += taken
-        page.examined += taken
-        if taken == len(ids) < want:  # the state's last job
-            return page
+        return await _browse_done(admin, stats.queue, start, skip, filters, stats.now_ms)
+    found = await find(admin, stats.queue, state, filters, start, PAGE_SIZE, SCAN_BUDGET, newest_first)
+    return Browse(found.jobs, found.next_start, 0, found.examined, found.total, found.unreadable)
 
 
-def _matches(job_id: str, fields: dict[bytes, bytes], filters: Filters) -> bool:
-    """Whether a job whose `type` and `errors` fields these are passes the filters (one gone never does)."""
-    return bool(fields) and filters.match(job_id, as_text(fields.get(b"type", b"")), _last_error(fields))
+def _matches(job_id: str, fields: dict[bytes, bytes], filters: Filters, now_ms: int = 0) -> bool:
+    """Whether a job whose fields these are passes the filters (one gone never does)."""
+    return filters.match(job_id, fields, now_ms)
 
 
-def _last_error(fields: dict[bytes, bytes]) -> str | None:
-    """The last attempt's error, from a job's `errors` field."""
-    try:
-        errors = parse_errors(fields.get(b"errors"))
-    except (ValueError, KeyError, TypeError):
-        return "(the job's error history cannot be read)"
-    return errors[-1].error if errors else None
-
-
-async def _browse_done(admin: Admin, queue: str, cursor: int, skip: int, filters: Filters) -> Browse:
-    page = await _scan_done(admin, queue, cursor, skip, filters)
+async def _browse_done(admin: Admin, queue: str, cursor: int, skip: int, filters: Filters, now_ms: int) -> Browse:
+    page = await _scan_done(admin, queue, cursor, skip, filters, now_ms)
     page.jobs.sort(key=lambda job: job.finished_ms or 0, reverse=True)
     return page
 
 
-async def _scan_done(admin: Admin, queue: str, cursor: int, skip: int, filters: Filters) -> Browse:
+async def _scan_done(admin: Admin, queue: str, cursor: int, skip: int, filters: Filters, now_ms: int) -> Browse:
     """Done jobs are in no set (their hash lives for result_ttl): found by SCAN, newest first within a page (SCAN
     knows no order across pages), DONE_STEP keys
     of the keyspace a step, until the page is full, or SCAN_BUDGET of the queue's job keys or DONE_STEPS steps
@@ -227,10 +170,10 @@ async def _scan_done(admin: Admin, queue: str, cursor: int, skip: int, filters: 
         step = cursor
         cursor, ids = await admin.job_keys_page(queue, step, DONE_STEP, filters.id_prefix)
         skip = min(skip, len(ids))  # the step found fewer keys than when the last page was made
-        fields = await admin.fields(queue, ids, ("state", "type", "errors"))
+        fields = await admin.fields(queue, ids, ("state", *filters.fields))
         found: list[str] = []
         for index in range(skip, len(ids)):
-            if fields[index].get(b"state") == b"done" and _matches(ids[index], fields[index], filters):
+            if fields[index].get(b"state") == b"done" and _matches(ids[index], fields[index], filters, now_ms):
                 found.append(ids[index])
                 if len(page.jobs) + len(found) >= PAGE_SIZE:
                     await page.take(admin, queue, found)
@@ -270,7 +213,7 @@ async def dead_groups(admin: Admin, queue: str, total: int) -> DeadGroups:
     async for _, fields in _newest_dead(admin, queue, total):
         counted += 1
         by_type[as_text(fields.get(b"type", b""))] += 1
-        by_error[error_key(_last_error(fields) or "")] += 1
+        by_error[error_key(last_error(fields) or "")] += 1
     return DeadGroups(by_type.most_common(), by_error.most_common(), counted, total)
 
 

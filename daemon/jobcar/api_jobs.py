@@ -1,0 +1,83 @@
+"""The HTTP API's listing of jobs, behind the same guard and token as the rest of the listener (api.py):
+
+GET /v1/jobs?state=S[&queue=Q&type=T&limit=N&cursor=C&scan=B]
+    200 {"queue", "state", "total", "examined", "cursor", "jobs": [document...]}: up to `limit` jobs (default 50,
+    at most 1000) of one state of one queue (default `default`), in the order they leave it, each the job
+    document of GET /v1/jobs/{id} (a held job's `held_for` names the limit group holding it, `held_since`
+    since when). With a type filter, a walk looks at no more than `scan` jobs (default 5000); `examined` says
+    how many it looked at, and `cursor` (null at the state's end) is where the next walk starts
+    (job_search.py). | 400 a bad parameter
+
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import Any, Final
+
+from aiohttp import web
+
+from jobcar.admin import Admin
+from jobcar.errors import InvalidJob
+from jobcar.job import State
+from jobcar.job_document import job_document
+from jobcar.job_search import MAX_SCAN_BUDGET, SCAN_BUDGET, WALKABLE, JobFilter, find
+from jobcar.keys import DEFAULT_QUEUE
+from jobcar.names import check_name
+
+AdminOf = Callable[[web.Request], Admin]
+
+#: Jobs per GET /v1/jobs page, by default and at most.
+DEFAULT_LIMIT: Final = 50
+MAX_LIMIT: Final = 1000
+_LIST_PARAMETERS: Final = frozenset({"queue", "state", "type", "limit", "cursor", "scan"})
+
+
+def add_job_routes(app: web.Application, admin_of: AdminOf) -> None:
+    """`admin_of` gives the listener's Admin."""
+
+    async def list_jobs(request: web.Request) -> web.Response:
+        query = request.query
+        unknown = sorted(set(query) - _LIST_PARAMETERS)
+        if unknown:
+            raise InvalidJob(f"unknown parameter(s): {', '.join(unknown)}")
+        queue = check_name("queue name", query.get("queue") or DEFAULT_QUEUE)
+        state = _state(query.get("state"))
+        job_filter = JobFilter(job_type=query.get("type", ""))
+        limit = _number(query, "limit", DEFAULT_LIMIT, 1, MAX_LIMIT)
+        start = _number(query, "cursor", 0, 0, 2**62)
+        budget = _number(query, "scan", SCAN_BUDGET, 1, MAX_SCAN_BUDGET)
+        found = await find(admin_of(request), queue, state, job_filter, start, limit, budget)
+        document: dict[str, Any] = {
+            "queue": queue, "state": state.value, "total": found.total, "examined": found.examined,
+            "cursor": None if found.next_start is None else str(found.next_start),
+            "jobs": [job_document(job) for job in found.jobs],
+        }  # fmt: skip
+        if found.unreadable:
+            document["unreadable"] = found.unreadable
+        return web.json_response(document)
+
+    app.router.add_get("/v1/jobs", list_jobs)
+
+
+def _state(text: str | None) -> State:
+    names = ", ".join(s.value for s in WALKABLE)
+    if text is None:
+        raise InvalidJob(f"state is required: one of {names}")
+    try:
+        state = State(text)
+    except ValueError:
+        state = None
+    if state not in WALKABLE:
+        raise InvalidJob(f"state must be one of {names}")
+    assert state is not None
+    return state
+
+
+def _number(query: Mapping[str, str], name: str, default: int, low: int, high: int) -> int:
+    text = query.get(name)
+    if text is None:
+        return default
+    if not text.isascii() or not text.isdigit() or len(text) > 19 or not low <= int(text) <= high:
+        raise InvalidJob(f"{name} must be a whole number from {low} to {high}")
+    return int(text)

@@ -1,0 +1,139 @@
+"""Jobs found by a filter in bounded steps, for every surface (the CLI, the HTTP API, the dashboard): a state's
+jobs walked by position in the order they leave it, the fields a filter needs read a chunk at a time in one
+call (`job_fields`) and matched here; each walk looks at a bounded number of jobs and says how far it looked
+and where the next one starts (a position, the cursor). Plain reads only.
+
+A position counts from the end the state's jobs leave by (the next out first). Jobs that leave the state
+meanwhile (a daemon leases them) move the ones behind them forward, so a walk continued from a cursor may
+skip as many as left; jobs that arrive join at the other end.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Final
+
+from jobcar.admin_reads import AdminReads
+from jobcar.job import Job, State, parse_errors
+from jobcar.replies import as_text
+
+#: The states a walk by position covers: every set or list that holds jobs (done jobs are in none).
+WALKABLE: Final = (State.PENDING, State.HELD, State.SCHEDULED, State.ACTIVE, State.WAITING, State.DEAD)
+#: Jobs a filtered walk looks at, at most, unless asked for another bound.
+SCAN_BUDGET: Final = 5000
+#: The most a caller may ask a walk to look at.
+MAX_SCAN_BUDGET: Final = 100_000
+#: Jobs whose fields are read per round trip while filtering.
+CHUNK: Final = 500
+
+
+@dataclass(frozen=True, slots=True)
+class JobFilter:
+    """What a job must match; every part given must (the empty filter matches every job)."""
+
+    job_type: str = ""
+    error: str = ""  # text the last error holds (case-insensitive)
+    id_prefix: str = ""
+
+    @property
+    def any(self) -> bool:
+        return bool(self.job_type or self.error or self.id_prefix)
+
+    @property
+    def fields(self) -> tuple[str, ...]:
+        """The job hash's fields `match` reads (`type` always: every stored job has one, so a job gone is told
+        apart from one without the others)."""
+        return ("type", "errors") if self.error else ("type",)
+
+    def match(self, job_id: str, fields: Mapping[bytes, bytes], now_ms: int = 0) -> bool:
+        """Whether the job with these fields (`fields`, read from its hash; {} for one gone) matches."""
+        if not fields:
+            return False
+        if self.id_prefix and not job_id.startswith(self.id_prefix):
+            return False
+        if self.job_type and as_text(fields.get(b"type", b"")) != self.job_type:
+            return False
+        if self.error:
+            error = last_error(fields)
+            if error is None or self.error.lower() not in error.lower():
+                return False
+        return True
+
+
+def last_error(fields: Mapping[bytes, bytes]) -> str | None:
+    """The last attempt's error, from a job's `errors` field."""
+    try:
+        errors = parse_errors(fields.get(b"errors"))
+    except (ValueError, KeyError, TypeError):
+        return "(the job's error history cannot be read)"
+    return errors[-1].error if errors else None
+
+
+@dataclass(slots=True)
+class Found:
+    """What one walk found in one queue and state."""
+
+    jobs: list[Job] = field(default_factory=list)
+    #: Where the next walk starts (the cursor), or None: this one reached the state's end.
+    next_start: int | None = None
+    #: Jobs looked at (more than found when filtering).
+    examined: int = 0
+    #: Jobs in the state when the walk began.
+    total: int = 0
+    #: Why some jobs found could not be read (a hash written around the scripts), one line each.
+    unreadable: list[str] = field(default_factory=list)
+    #: Redis time when the walk began, the clock every stored time was taken with.
+    now_ms: int = 0
+
+
+async def find(
+    reads: AdminReads,
+    queue: str,
+    state: State,
+    job_filter: JobFilter,
+    start: int = 0,
+    limit: int = 50,
+    budget: int = SCAN_BUDGET,
+    newest_first: bool = False,
+) -> Found:
+    """Up to `limit` jobs of `state` in `queue` that match, from position `start` on, looking at no more than
+    `budget` jobs when filtering (without a filter, the next `limit`)."""
+    if state not in WALKABLE:
+        raise ValueError(f"no set holds {state.value} jobs")
+    (stats,) = await reads.stats([queue])
+    found = Found(total=stats.in_state(state), now_ms=stats.now_ms)
+    position = start
+    filtering = job_filter.any
+    budget = budget if filtering else limit
+    while True:
+        if position >= found.total:
+            return found
+        if len(found.jobs) >= limit or found.examined >= budget:
+            found.next_start = position
+            return found
+        want = min(CHUNK, budget - found.examined) if filtering else limit - len(found.jobs)
+        ids = await reads.ids(queue, state, position, want, newest_first)
+        if not ids:
+            return found
+        if filtering:
+            values = await reads.fields(queue, ids, job_filter.fields)
+            matching = {i for i, f in zip(ids, values, strict=True) if job_filter.match(i, f, stats.now_ms)}
+        else:
+            matching = set(ids)
+        chosen: list[str] = []
+        taken = 0
+        for job_id in ids:
+            taken += 1
+            if job_id in matching:
+                chosen.append(job_id)
+                if len(found.jobs) + len(chosen) >= limit:
+                    break
+        if chosen:
+            jobs, problems = await reads.jobs(queue, chosen)
+            found.jobs += jobs
+            found.unreadable += problems
+        position += taken
+        found.examined += taken
+        if taken == len(ids) < want:  # the state's last job
+            return found

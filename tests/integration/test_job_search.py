@@ -1,0 +1,143 @@
+"""Jobs found by a filter in bounded steps (job_search.py) on every surface, against the session's real Redis:
+held jobs listed with the limit group holding them and since when (`jobs list --state held`, GET /v1/jobs,
+the dashboard's held tab and counts).
+
+Jobs are made with the producer's script and leased with the daemon's own (the limits of a real config), so
+every state is one a running daemon would leave. The same pages in a real browser: test_dashboard_browser.py.
+"""
+
+from __future__ import annotations
+
+import html
+import json
+import re
+from collections.abc import AsyncIterator
+
+import pytest
+import redis
+
+from jobcar.job import State
+from tests.integration.driver import QueueDriver
+from tests.integration.test_api import Api, running_api
+from tests.integration.test_cli_ops import Run
+from tests.integration.test_cli_ops import run as run  # the `run` fixture
+from tests.integration.test_dashboard import Ui, cells, job_ids, running_ui
+from tests.servers import RedisServer
+
+#: A type whose jobs run one at a time fleet-wide: the lease holds the others in group "a".
+ONE_AT_A_TIME = '{"a": {"total": 1}}'
+
+
+def hold(q: QueueDriver, n: int, job_type: str = "a") -> tuple[str, list[str]]:
+    """n + 1 jobs of `job_type` enqueued and a lease under a total of 1: (the one leased, the n held, oldest
+    first)."""
+    ids = [q.enqueue(job_type, {"n": i}).id for i in range(n + 1)]
+    leased = q.lease(limits=json.dumps({job_type: {"total": 1}})).jobs
+    assert [job.job.id for job in leased] == ids[:1]
+    assert [job.state for i in ids[1:] if (job := q.job(i))] == [State.HELD] * n
+    return ids[0], ids[1:]
+
+
+@pytest.fixture
+async def api(redis_server: RedisServer, namespace: str) -> AsyncIterator[Api]:
+    async with running_api(redis_server.url, namespace) as listener:
+        yield listener
+
+
+@pytest.fixture
+async def ui(redis_server: RedisServer, namespace: str) -> AsyncIterator[Ui]:
+    async with running_ui(redis_server.url, namespace, token=None, write=True) as dashboard:
+        yield dashboard
+
+
+# -- held jobs in view -----------------------------------------------------------------------------------
+
+
+def test_jobs_list_state_held_names_each_jobs_group_and_since_when(run: Run, q: QueueDriver) -> None:
+    _, held = hold(q, 3)
+    _, other = hold(q, 1, "b")
+    code, out, err = run("jobs", "list", "--state", "held")
+    assert code == 0, err
+    header, *rows = out.splitlines()
+    assert header.split()[:7] == ["QUEUE", "STATE", "ID", "TYPE", "ATTEMPT", "AGE", "HELD"]
+    # Group by group (by name), each in the order its slot lets them go: the oldest first.
+    assert [row.split()[2] for row in rows] == [*held, *other]
+    assert [row.split()[6] for row in rows] == ["a", "a", "a", "b"]
+    assert all(re.search(r" for \d+\.\ds", row) for row in rows), out
+    listed = json.loads(run("jobs", "list", "--state", "held", "--json")[1])
+    assert [(j["id"], j["state"], j["held_for"]) for j in listed] == [
+        *((i, "held", "a") for i in held),
+        (other[0], "held", "b"),
+    ]
+    assert all(j["held_since"].endswith("Z") for j in listed)
+    # Without --state held jobs are listed too, after the pending ones, and a page of them says what it left.
+    code, out, err = run("jobs", "list", "--limit", "2")
+    assert [row.split()[2] for row in out.splitlines()[1:] if row.split()[1] == "held"] == held[:2]
+    assert "default held: 2 of 4 shown" in err
+
+
+async def test_get_v1_jobs_pages_a_state_with_a_cursor(api: Api, q: QueueDriver) -> None:
+    leased, held = hold(q, 3)
+    reply = await api.call("GET", "/v1/jobs", params={"state": "held", "limit": "2"})
+    assert reply.status == 200, reply.body
+    body = reply.body
+    assert (body["queue"], body["state"], body["total"], body["examined"], body["cursor"]) == (
+        "default",
+        "held",
+        3,
+        2,
+        "2",
+    )
+    assert [(j["id"], j["state"], j["held_for"]) for j in body["jobs"]] == [(i, "held", "a") for i in held[:2]]
+    assert all(j["held_since"].endswith("Z") and j["payload"] == {"n": n + 1} for n, j in enumerate(body["jobs"]))
+    rest = (await api.call("GET", "/v1/jobs", params={"state": "held", "cursor": body["cursor"]})).body
+    assert ([j["id"] for j in rest["jobs"]], rest["cursor"]) == (held[2:], None)
+    active = (await api.call("GET", "/v1/jobs", params={"state": "active", "queue": "default"})).body
+    assert [(j["id"], j["held_for"], j["held_since"]) for j in active["jobs"]] == [(leased, None, None)]
+    assert (await api.call("GET", "/v1/jobs", params={"state": "pending"})).body["jobs"] == []
+
+
+async def test_get_v1_jobs_filters_by_type_within_its_scan(api: Api, q: QueueDriver) -> None:
+    ids = [q.enqueue("t.rare" if n % 4 == 0 else "t.common", n).id for n in range(10)]
+    page = (await api.call("GET", "/v1/jobs", params={"state": "pending", "type": "t.rare", "scan": "5"})).body
+    assert ([j["id"] for j in page["jobs"]], page["examined"], page["cursor"]) == ([ids[0], ids[4]], 5, "5")
+    more = {"state": "pending", "type": "t.rare", "scan": "5", "cursor": page["cursor"]}
+    page = (await api.call("GET", "/v1/jobs", params=more)).body
+    assert ([j["id"] for j in page["jobs"]], page["examined"], page["cursor"]) == ([ids[8]], 5, None)
+
+
+@pytest.mark.parametrize(
+    ("query", "error"),
+    [
+        ({}, "state is required"),
+        ({"state": "done"}, "state must be one of pending, held, scheduled, active, waiting, dead"),
+        ({"state": "pending", "limit": "0"}, "limit must be a whole number from 1 to 1000"),
+        ({"state": "pending", "cursor": "-1"}, "cursor must be a whole number"),
+        ({"state": "pending", "queue": "no such/queue"}, "queue name"),
+        ({"state": "pending", "colour": "red"}, "unknown parameter(s): colour"),
+    ],
+)
+async def test_get_v1_jobs_refuses_a_bad_parameter(api: Api, query: dict[str, str], error: str) -> None:
+    reply = await api.call("GET", "/v1/jobs", params=query)
+    assert reply.status == 400, reply.body
+    assert error in reply.body["error"]
+
+
+async def test_get_v1_jobs_needs_the_token(api: Api) -> None:
+    assert (await api.call("GET", "/v1/jobs", params={"state": "held"}, anon=True)).status == 401
+
+
+async def test_the_dashboard_counts_and_lists_held_jobs(ui: Ui, q: QueueDriver, r: redis.Redis) -> None:
+    _, held = hold(q, 2)
+    overview = await ui.get("/ui/")
+    assert cells(overview, "default")["held"] == "2"
+    assert '<a href="/ui/queues/default?state=held">2</a>' in overview.text
+    page = await ui.get("/ui/queues/default?state=held")
+    assert page.status == 200, page.text
+    assert job_ids(page) == held
+    assert "2 held" in page.text
+    assert '<th scope="col">Held by</th>' in page.text
+    assert page.text.count('<td class="held-by">a</td>') == 2
+    assert 'aria-current="page">held</a>' in page.text
+    assert json.loads((await ui.get("/ui/overview.json")).text)["queues"][0]["held"] == 2
+    assert html.unescape(page.text).count("Held since") == 1
