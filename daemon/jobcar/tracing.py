@@ -82,5 +82,8 @@ def trace_id_of(traceparent: str | None) -> str | None:
     """The trace id of a W3C `traceparent` (`00-<trace id>-<span id>-<flags>`), or None."""
     if not traceparent or len(traceparent) < 35 or traceparent[2] != "-":
         return None
-    trace_id = traceparent[3:35]
-    return None if trace_id == "0" * 32 else trace_id
+    trace_id = traceparent[3:35].lower()
+    # Hex only: it goes into a URL (tracing.trace_url), and a hash written by hand may hold anything.
+    if trace_id == "0" * 32 or trace_id.strip("0123456789abcdef"):
+        return None
+    return trace_id

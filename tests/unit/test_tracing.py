@@ -91,6 +91,7 @@ def test_a_producer_in_an_app_that_uses_opentelemetry_gets_a_tracer_over_the_app
         ("00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01", "4bf92f3577b34da6a3ce929d0e0e4736"),
         ("00-00000000000000000000000000000000-00f067aa0ba902b7-01", None),
         ("garbage", None),
+        ('00-4bf92f3577b34da6a3ce929d0e0e47"><-00f067aa0ba902b7-01', None),
         (None, None),
     ],
 )
