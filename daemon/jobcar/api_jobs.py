@@ -1,36 +1,42 @@
 """The HTTP API's listing of jobs, behind the same guard and token as the rest of the listener (api.py):
 
-GET /v1/jobs?state=S[&queue=Q&type=T&limit=N&cursor=C&scan=B]
+GET /v1/jobs?state=S[&queue=Q&limit=N&cursor=C&scan=B][&type=T&key=K&id_prefix=P&older_than=1h&where=COND...]
     200 {"queue", "state", "total", "examined", "cursor", "jobs": [document...]}: up to `limit` jobs (default 50,
     at most 1000) of one state of one queue (default `default`), in the order they leave it, each the job
     document of GET /v1/jobs/{id} (a held job's `held_for` names the limit group holding it, `held_since`
-    since when). With a type filter, a walk looks at no more than `scan` jobs (default 5000); `examined` says
-    how many it looked at, and `cursor` (null at the state's end) is where the next walk starts
-    (job_search.py). | 400 a bad parameter
+    since when). A filter keeps the jobs of a type, a limit key, an id prefix, enqueued at least `older_than`
+    ago, and (`where`, repeated: all must hold) whose payload field or meta value is a text:
+    `payload.customer=42`, `payload.address.city=Lyon`, `meta.tenant=acme` (job_search.Condition). With a
+    filter a walk looks at no more than `scan` jobs (default 5000); `examined` says how many it looked at, and
+    `cursor` (null at the state's end) is where the next walk starts (job_search.py). | 400 a bad parameter
 
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Final
 
 from aiohttp import web
+from multidict import MultiMapping
 
 from jobcar.admin import Admin
 from jobcar.errors import InvalidJob
 from jobcar.job import State
 from jobcar.job_document import job_document
-from jobcar.job_search import MAX_SCAN_BUDGET, SCAN_BUDGET, WALKABLE, JobFilter, find
+from jobcar.job_search import MAX_SCAN_BUDGET, SCAN_BUDGET, WALKABLE, JobFilter, find, parse_condition
 from jobcar.keys import DEFAULT_QUEUE
 from jobcar.names import check_name
+from jobcar.units import parse_duration
 
 AdminOf = Callable[[web.Request], Admin]
 
 #: Jobs per GET /v1/jobs page, by default and at most.
 DEFAULT_LIMIT: Final = 50
 MAX_LIMIT: Final = 1000
-_LIST_PARAMETERS: Final = frozenset({"queue", "state", "type", "limit", "cursor", "scan"})
+#: The filter's parameters.
+FILTER_FIELDS: Final = ("type", "key", "id_prefix", "older_than", "where")
+_LIST_PARAMETERS: Final = frozenset({"queue", "state", "limit", "cursor", "scan", *FILTER_FIELDS})
 
 
 def add_job_routes(app: web.Application, admin_of: AdminOf) -> None:
@@ -43,7 +49,7 @@ def add_job_routes(app: web.Application, admin_of: AdminOf) -> None:
             raise InvalidJob(f"unknown parameter(s): {', '.join(unknown)}")
         queue = check_name("queue name", query.get("queue") or DEFAULT_QUEUE)
         state = _state(query.get("state"))
-        job_filter = JobFilter(job_type=query.get("type", ""))
+        job_filter = filter_of(query)
         limit = _number(query, "limit", DEFAULT_LIMIT, 1, MAX_LIMIT)
         start = _number(query, "cursor", 0, 0, 2**62)
         budget = _number(query, "scan", SCAN_BUDGET, 1, MAX_SCAN_BUDGET)
@@ -58,6 +64,30 @@ def add_job_routes(app: web.Application, admin_of: AdminOf) -> None:
         return web.json_response(document)
 
     app.router.add_get("/v1/jobs", list_jobs)
+
+
+def filter_of(values: Mapping[str, object], conditions: Sequence[object] | None = None) -> JobFilter:
+    """The filter of a query (`where` repeated) or of a JSON body (`where` a list); each part a string."""
+    texts = {}
+    for name in ("type", "key", "id_prefix", "older_than"):
+        value = values.get(name, "")
+        if not isinstance(value, str):
+            raise InvalidJob(f"{name} must be a string")
+        texts[name] = value
+    if conditions is None:
+        conditions = values.getall("where", []) if isinstance(values, MultiMapping) else []
+    if not all(isinstance(c, str) for c in conditions):
+        raise InvalidJob("where must be a list of conditions, each payload.FIELD=VALUE or meta.NAME=VALUE")
+    older_than_ms = 0
+    if texts["older_than"]:
+        try:
+            older_than_ms = int(parse_duration(texts["older_than"]) * 1000)
+        except (ValueError, OverflowError) as exc:
+            raise InvalidJob(f"older_than: {exc}") from None
+    return JobFilter(
+        job_type=texts["type"], id_prefix=texts["id_prefix"], key=texts["key"], older_than_ms=older_than_ms,
+        where=tuple(parse_condition(str(c)) for c in conditions),
+    )  # fmt: skip
 
 
 def _state(text: str | None) -> State:

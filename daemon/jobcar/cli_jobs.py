@@ -14,9 +14,11 @@ from jobcar.admin import Admin
 from jobcar.admin_reads import JobListing, JobView, LogEntry, LogRead, StepInfo
 from jobcar.cli_format import byte_size, printable, progress_text, span, table
 from jobcar.cli_ops import add_json_option, add_queue_option
-from jobcar.cli_support import ID_HELP, count, load, positive_int, print_json, with_admin
-from jobcar.exit_codes import EX_OK
+from jobcar.cli_support import ID_HELP, CommandFailed, count, load, positive_int, print_json, with_admin
+from jobcar.errors import InvalidJob
+from jobcar.exit_codes import EX_OK, EX_USAGE
 from jobcar.job import FINISHED, Job, State
+from jobcar.job_search import SCAN_BUDGET, Condition, JobFilter, find, parse_condition
 from jobcar.timestamps import rfc3339_ms
 
 #: What `jobs list` lists without --state: every state a set or a limit group's lists hold.
@@ -47,7 +49,43 @@ def jobs_list_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--limit", type=positive_int, default=20, metavar="N", help="at most N jobs per queue and state (default: 20)"
     )
+    parser.add_argument(
+        "--where",
+        action="append",
+        type=_condition,
+        default=[],
+        metavar="COND",
+        help="only jobs whose payload field or meta value is this: payload.FIELD=VALUE (a field of a JSON object "
+        "payload; dots reach into nested objects) or meta.NAME=VALUE; repeat for all of several. A search looks at "
+        "--scan jobs per queue and state at most, says how far it looked, and where to go on (--cursor)",
+    )
+    parser.add_argument(
+        "--scan",
+        type=positive_int,
+        default=SCAN_BUDGET,
+        metavar="N",
+        help=f"with --where or --type: look at N jobs per queue and state at most (default: {SCAN_BUDGET})",
+    )
+    parser.add_argument(
+        "--cursor",
+        type=_position,
+        metavar="N",
+        help="go on from where a search stopped (with --queue and --state, as its note says)",
+    )
     add_json_option(parser, "a list with one object per job")
+
+
+def _condition(text: str) -> Condition:
+    try:
+        return parse_condition(text)
+    except InvalidJob as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def _position(text: str) -> int:
+    if not text.isascii() or not text.isdigit():
+        raise argparse.ArgumentTypeError(f"a cursor is a position a search's note gave, not {text!r}")
+    return int(text)
 
 
 def _last_error_cell(error: str | None) -> str:
@@ -55,6 +93,37 @@ def _last_error_cell(error: str | None) -> str:
         return ""
     line = printable(error.strip().splitlines()[0] if error.strip() else "")
     return line if len(line) <= ERROR_COLUMN else line[: ERROR_COLUMN - 1] + "…"
+
+
+def _check_search(args: argparse.Namespace) -> None:
+    if args.parent is not None:
+        raise CommandFailed("--where and --cursor search a state's jobs, not a job's children (--parent)", EX_USAGE)
+    if args.state == State.DONE.value:
+        raise CommandFailed("--where and --cursor search the states a set holds; done jobs are in none", EX_USAGE)
+    if args.cursor is not None and (args.queue is None or args.state is None):
+        raise CommandFailed("--cursor goes on in one queue and state: give --queue and --state", EX_USAGE)
+
+
+async def _search(admin: Admin, args: argparse.Namespace, states: Sequence[State]) -> JobListing:
+    """Each queue's and state's walk (job_search.find), bounded by --scan; how far each looked, on stderr."""
+    job_filter = JobFilter(job_type=args.job_type or "", where=tuple(args.where))
+    listing = JobListing()
+    for queue in await admin.queues(args.queue):
+        for state in states:
+            start = args.cursor or 0
+            found = await find(admin, queue, state, job_filter, start, args.limit, args.scan)
+            listing.jobs += found.jobs
+            listing.unreadable += found.unreadable
+            listing.now_ms = max(listing.now_ms, found.now_ms)
+            if not found.examined:
+                continue
+            looked = f"looked at {count(found.examined, 'job')} of {found.total} from position {start}"
+            if found.next_start is None:
+                listing.unreadable.append(f"{queue} {state.value}: {looked}, to the end")
+            else:
+                go_on = f"--queue {queue} --state {state.value} --cursor {found.next_start}"
+                listing.unreadable.append(f"{queue} {state.value}: {looked}; more may match: {go_on} goes on")
+    return listing
 
 
 def _held_cell(job: Job, now_ms: int) -> str:
@@ -74,7 +143,13 @@ def cmd_jobs_list(args: argparse.Namespace) -> int:
             and (args.job_type is None or job.type == args.job_type)
         )
 
+    searching = bool(args.where) or args.cursor is not None
+    if searching:
+        _check_search(args)
+
     async def read(admin: Admin) -> JobListing:
+        if searching:
+            return await _search(admin, args, states)
         if args.parent is not None:
             listing, total = await admin.children(args.parent, args.limit, kept)
             if total > len(listing.jobs) and len(listing.jobs) == args.limit:

@@ -10,12 +10,14 @@ skip as many as left; jobs that arrive join at the other end.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Final
 
 from jobcar.admin_reads import AdminReads
-from jobcar.job import Job, State, parse_errors
+from jobcar.errors import InvalidJob
+from jobcar.job import DEFAULT_CONTENT_TYPE, Job, State, parse_errors
 from jobcar.replies import as_text
 
 #: The states a walk by position covers: every set or list that holds jobs (done jobs are in none).
@@ -28,6 +30,73 @@ MAX_SCAN_BUDGET: Final = 100_000
 CHUNK: Final = 500
 
 
+#: What a condition's path starts with: a field of the job's JSON payload, or a value of its meta.
+SOURCES: Final = ("payload", "meta")
+
+
+@dataclass(frozen=True, slots=True)
+class Condition:
+    """`payload.<field>[.<field>...]=<value>` or `meta.<name>=<value>`: a field of the job's JSON object payload
+    (dots walk into nested objects) or a meta value, equal to the text. A string equals its own text; any other
+    JSON value its JSON text (`42`, `true`, `null`, `[1,2]`), and a number also any number text of the same value
+    (`42` and `42.0`). A payload that is not a JSON object, or lacks the field, never matches."""
+
+    source: str
+    path: tuple[str, ...]
+    value: str
+
+    def __str__(self) -> str:
+        return f"{self.source}.{'.'.join(self.path)}={self.value}"
+
+    def match(self, fields: Mapping[bytes, bytes]) -> bool:
+        if self.source == "meta":
+            meta = _json(fields.get(b"meta"))
+            found = meta.get(self.path[0], _MISSING) if isinstance(meta, dict) else _MISSING
+        else:
+            content_type = as_text(fields.get(b"content_type", DEFAULT_CONTENT_TYPE.encode()))
+            if content_type.partition(";")[0].strip().lower() != DEFAULT_CONTENT_TYPE:
+                return False
+            found = _json(fields.get(b"payload"))
+            for name in self.path:
+                found = found.get(name, _MISSING) if isinstance(found, dict) else _MISSING
+        return found is not _MISSING and _equals(found, self.value)
+
+
+_MISSING: Final = object()
+
+
+def _json(raw: bytes | None) -> object:
+    if raw is None:
+        return _MISSING
+    try:
+        return json.loads(raw)
+    except (ValueError, RecursionError):
+        return _MISSING
+
+
+def _equals(found: object, text: str) -> bool:
+    if isinstance(found, str):
+        return found == text
+    if isinstance(found, int | float) and not isinstance(found, bool):
+        try:
+            return float(text) == found
+        except ValueError:
+            return False
+    return json.dumps(found, separators=(",", ":"), ensure_ascii=False) == text
+
+
+def parse_condition(text: str) -> Condition:
+    """A condition as written: `payload.customer=42`, `payload.address.city=Lyon`, `meta.tenant=acme`."""
+    path, equals, value = text.partition("=")
+    source, _, rest = path.partition(".")
+    names = tuple(rest.split(".")) if rest else ()
+    if not equals or source not in SOURCES or not names or not all(names):
+        raise InvalidJob(f"a condition is payload.<field>=<value> or meta.<name>=<value>, not {text!r}")
+    if source == "meta" and len(names) > 1:
+        raise InvalidJob(f"meta is flat: meta.<name>=<value>, not {text!r}")
+    return Condition(source, names, value)
+
+
 @dataclass(frozen=True, slots=True)
 class JobFilter:
     """What a job must match; every part given must (the empty filter matches every job)."""
@@ -35,16 +104,31 @@ class JobFilter:
     job_type: str = ""
     error: str = ""  # text the last error holds (case-insensitive)
     id_prefix: str = ""
+    #: The producer's limit key (`key=`).
+    key: str = ""
+    #: Only jobs enqueued at least this long ago (ms, by Redis time); 0: any.
+    older_than_ms: int = 0
+    where: tuple[Condition, ...] = ()
 
     @property
     def any(self) -> bool:
-        return bool(self.job_type or self.error or self.id_prefix)
+        return bool(self.job_type or self.error or self.id_prefix or self.key or self.older_than_ms or self.where)
 
     @property
     def fields(self) -> tuple[str, ...]:
         """The job hash's fields `match` reads (`type` always: every stored job has one, so a job gone is told
         apart from one without the others)."""
-        return ("type", "errors") if self.error else ("type",)
+        wanted = ["type", "errors"] if self.error else ["type"]
+        if self.key:
+            wanted.append("key")
+        if self.older_than_ms:
+            wanted.append("created")
+        sources = {c.source for c in self.where}
+        if "payload" in sources:
+            wanted += ["payload", "content_type"]
+        if "meta" in sources:
+            wanted.append("meta")
+        return tuple(wanted)
 
     def match(self, job_id: str, fields: Mapping[bytes, bytes], now_ms: int = 0) -> bool:
         """Whether the job with these fields (`fields`, read from its hash; {} for one gone) matches."""
@@ -54,11 +138,27 @@ class JobFilter:
             return False
         if self.job_type and as_text(fields.get(b"type", b"")) != self.job_type:
             return False
+        if self.key and as_text(fields.get(b"key", b"")) != self.key:
+            return False
+        if self.older_than_ms:
+            created = fields.get(b"created", b"")
+            if not created.isdigit() or int(created) > now_ms - self.older_than_ms:
+                return False
         if self.error:
             error = last_error(fields)
             if error is None or self.error.lower() not in error.lower():
                 return False
-        return True
+        return all(condition.match(fields) for condition in self.where)
+
+    def describe(self) -> str:
+        """The filter in words, for confirmations and notes."""
+        parts = [f"of type {self.job_type}"] if self.job_type else []
+        parts += [f"with key {self.key}"] if self.key else []
+        parts += [f"whose id starts with {self.id_prefix}"] if self.id_prefix else []
+        parts += [f"enqueued over {self.older_than_ms / 1000:g}s ago"] if self.older_than_ms else []
+        parts += [f"whose last error holds “{self.error}”"] if self.error else []
+        parts += [f"where {c}" for c in self.where]
+        return ", ".join(parts) if parts else "every job"
 
 
 def last_error(fields: Mapping[bytes, bytes]) -> str | None:

@@ -404,3 +404,23 @@ def test_the_held_tab_lists_each_jobs_limit_group(
     expect(page.locator("table.jobs td.id")).to_have_text(limited[1:])
     expect(page.locator("table.jobs td.held-by")).to_have_text(["a"] * 3)
     save(page, "queue-held")
+
+
+def parked_bills(r: redis.Redis, namespace: str) -> tuple[QueueDriver, dict[int, str]]:
+    """Six pending jobs in queue `parked`, which no daemon serves, payloads {"customer": n % 3, "note": <script>}."""
+    parked = QueueDriver(r, namespace, "parked")
+    return parked, {n: parked.enqueue("t.bill", {"customer": n % 3, "note": XSS[0]}).id for n in range(6)}
+
+
+def test_the_search_box_finds_jobs_by_a_payload_field(
+    page: Page, start_daemon: StartDaemon, r: redis.Redis, namespace: str
+) -> None:
+    base = dashboard(start_daemon, {"t.ok": {"command": ["true"]}})
+    _, bills = parked_bills(r, namespace)
+    page.goto(base + "queues/parked")
+    page.get_by_label("Search").fill("payload.customer=1")
+    page.get_by_role("button", name="Show").click()
+    expect(page.locator("table.jobs td.id")).to_have_text([bills[1], bills[4]])
+    expect(page.locator("p.hint")).to_contain_text("Looked at 6 job(s)")
+    expect(page.get_by_label("Search")).to_have_value("payload.customer=1")
+    save(page, "queue-search")

@@ -12,6 +12,7 @@ import html
 import json
 import re
 from collections.abc import AsyncIterator
+from urllib.parse import urlencode
 
 import pytest
 import redis
@@ -141,3 +142,96 @@ async def test_the_dashboard_counts_and_lists_held_jobs(ui: Ui, q: QueueDriver, 
     assert 'aria-current="page">held</a>' in page.text
     assert json.loads((await ui.get("/ui/overview.json")).text)["queues"][0]["held"] == 2
     assert html.unescape(page.text).count("Held since") == 1
+
+
+# -- search by a payload field or a meta value ------------------------------------------------------------
+
+
+def customers(q: QueueDriver) -> dict[str, str]:
+    """Pending jobs of several payloads and metas: name -> id, in enqueue order."""
+    made = {
+        "c42": q.enqueue("t.bill", {"customer": 42, "address": {"city": "Lyon"}}, meta={"tenant": "acme"}),
+        "c42s": q.enqueue("t.bill", {"customer": "42"}, meta={"tenant": "other"}),
+        "c7": q.enqueue("t.bill", {"customer": 7, "address": {"city": "Lyon"}}),
+        "list": q.enqueue("t.bill", [{"customer": 42}]),  # not an object: never matches a field
+        "text": q.enqueue("t.mail", b'{"customer": 42}', content_type="text/plain"),  # not JSON: never matches
+        "c42b": q.enqueue("t.mail", {"customer": 42.0, "tags": ["a", "b"]}),
+    }
+    return {name: info.id for name, info in made.items()}
+
+
+@pytest.mark.parametrize(
+    ("conditions", "expected"),
+    [
+        (["payload.customer=42"], ["c42", "c42s", "c42b"]),
+        (["payload.customer=42", "meta.tenant=acme"], ["c42"]),
+        (["payload.address.city=Lyon"], ["c42", "c7"]),
+        (['payload.tags=["a","b"]'], ["c42b"]),
+        (["meta.tenant=other"], ["c42s"]),
+        (["payload.nothing=1"], []),
+    ],
+)
+def test_jobs_list_where_finds_jobs_by_payload_field_or_meta(
+    run: Run, q: QueueDriver, conditions: list[str], expected: list[str]
+) -> None:
+    ids = customers(q)
+    where = [arg for c in conditions for arg in ("--where", c)]
+    code, out, err = run("jobs", "list", "--state", "pending", *where, "--json")
+    assert code == 0, err
+    assert [j["id"] for j in json.loads(out)] == [ids[name] for name in expected]
+    assert "default pending: looked at 6 jobs of 6 from position 0, to the end" in err
+
+
+def test_a_search_stops_at_its_scan_and_goes_on_from_its_cursor(run: Run, q: QueueDriver) -> None:
+    ids = [q.enqueue("t", {"customer": 42 if n % 4 == 0 else n}).id for n in range(10)]
+    code, out, err = run("jobs", "list", "-q", "default", "--state", "pending", "--where", "payload.customer=42",
+                         "--scan", "5", "--json")  # fmt: skip
+    assert code == 0, err
+    assert [j["id"] for j in json.loads(out)] == [ids[0], ids[4]]
+    assert "looked at 5 jobs of 10 from position 0; more may match: --queue default --state pending --cursor 5" in err
+    code, out, err = run("jobs", "list", "-q", "default", "--state", "pending", "--where", "payload.customer=42",
+                         "--scan", "5", "--cursor", "5", "--json")  # fmt: skip
+    assert [j["id"] for j in json.loads(out)] == [ids[8]]
+    assert "looked at 5 jobs of 10 from position 5, to the end" in err
+
+
+@pytest.mark.parametrize(
+    ("args", "error"),
+    [
+        (["--where", "customer=42"], "a condition is payload.<field>=<value> or meta.<name>=<value>"),
+        (["--where", "meta.a.b=1"], "meta is flat"),
+        (["--cursor", "5", "--state", "pending"], "--cursor goes on in one queue and state: give --queue and --state"),
+        (["--where", "payload.a=1", "--state", "done"], "done jobs are in none"),
+    ],
+)
+def test_a_search_refuses_what_it_cannot_do(run: Run, args: list[str], error: str) -> None:
+    code, _, err = run("jobs", "list", *args)
+    assert code == 2
+    assert error in err
+
+
+async def test_get_v1_jobs_searches_by_payload_and_meta(api: Api, q: QueueDriver) -> None:
+    ids = customers(q)
+    query = [("state", "pending"), ("where", "payload.customer=42"), ("where", "meta.tenant=acme")]
+    page = (await api.call("GET", "/v1/jobs", params=query)).body
+    assert ([j["id"] for j in page["jobs"]], page["examined"], page["cursor"]) == ([ids["c42"]], 6, None)
+    query = [("state", "pending"), ("where", "payload.address.city=Lyon"), ("type", "t.bill"), ("limit", "1")]
+    page = (await api.call("GET", "/v1/jobs", params=query)).body
+    assert ([j["id"] for j in page["jobs"]], page["cursor"]) == ([ids["c42"]], "1")
+    bad = await api.call("GET", "/v1/jobs", params={"state": "pending", "where": "tenant=acme"})
+    assert bad.status == 400
+    assert "payload.<field>=<value>" in bad.body["error"]
+
+
+async def test_the_queue_pages_search_box_finds_and_escapes(ui: Ui, q: QueueDriver) -> None:
+    ids = customers(q)
+    page = await ui.get("/ui/queues/default?state=pending&where=payload.customer%3D42")
+    assert job_ids(page) == [ids["c42"], ids["c42s"], ids["c42b"]]
+    assert 'name="where" value="payload.customer=42"' in page.text
+    assert "Looked at 6 job(s) from position 0 for this page." in page.text
+    hostile = '<script>alert("x")</script>'
+    page = await ui.get("/ui/queues/default?" + urlencode({"state": "pending", "where": f"payload.customer={hostile}"}))
+    assert page.status == 200
+    assert hostile not in page.text
+    assert 'value="payload.customer=&lt;script&gt;alert(&#34;x&#34;)&lt;/script&gt;"' in page.text
+    assert (await ui.get("/ui/queues/default?where=customer")).status == 400

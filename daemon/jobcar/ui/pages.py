@@ -36,12 +36,14 @@ from jobcar.config_types import Config, limit_rule_table
 from jobcar.errors import InvalidJob
 from jobcar.formats import redact
 from jobcar.job import FINISHED, State
+from jobcar.job_search import parse_condition
 from jobcar.keys import DEFAULT_NAMESPACE
 from jobcar.names import ID_PATTERN, check_name
 from jobcar.schedule_store import change, every_schedule, trigger
 from jobcar.timestamps import rfc3339_ms
 from jobcar.transitions import CancelResult
 from jobcar.transport import run_async
+from jobcar.units import parse_duration
 from jobcar.ui import reads
 from jobcar.ui.access import ACCESS, CSRF_FIELD, SESSION_COOKIE, SESSION_SECONDS, Access, guard, login_cookie
 
@@ -195,18 +197,17 @@ async def _queue(request: web.Request) -> web.Response:
     if wanted is not None and wanted not in reads.LISTED:
         raise InvalidJob(f"no list of {wanted.value} jobs")
     newest_first = query.get("order") == "newest"
-    filters = reads.Filters(query.get("type", ""), query.get("error", ""), query.get("id", ""))
+    filters = _filters(query)
     skip = _number(query, "skip")
     ((stats,), (history,)) = await asyncio.gather(admin.stats([queue]), admin.history([queue]))
     # Without a tab asked for, the first that holds jobs; with none, the jobs that finished lately.
     first = next((s for s in reads.LISTED if s is not State.DONE and stats.in_state(s)), State.DONE)
     state: State = first if wanted is None else wanted
     page = await reads.browse(admin, stats, state, start, filters, newest_first, skip)
-    here = {"state": state.value, "type": filters.job_type, "error": filters.error, "id": filters.id_prefix,
-            "order": "newest" if newest_first else ""}  # fmt: skip
+    here = {"state": state.value, **_filter_query(filters), "order": "newest" if newest_first else ""}
     return render(
         request, "queue.html", queue=queue, stats=stats, state=state, states=reads.LISTED, page=page, start=start,
-        hour=reads.by_type(history),
+        hour=reads.by_type(history), older=_filter_query(filters)["older"],
         filters=filters, newest_first=newest_first, now_ms=stats.now_ms, page_size=reads.PAGE_SIZE,
         next_link=None if page.next_start is None else _link(request.path, **here, start=page.next_start,
                                                              skip=page.next_skip or None),
@@ -216,6 +217,25 @@ async def _queue(request: web.Request) -> web.Response:
         tab_link=lambda s: _link(request.path, state=s.value),
         type_link=lambda t: _link(request.path, state=state.value, type=t),
     )  # fmt: skip
+
+
+def _filters(values: Mapping[str, Any]) -> reads.Filters:
+    """A queue page's filters from its query (or a bulk form): type, error text, id prefix, key, age (`older`,
+    a duration) and one search condition (`where`: payload.FIELD=VALUE or meta.NAME=VALUE)."""
+    text = {name: str(values.get(name, "")).strip() for name in ("type", "error", "id", "key", "older", "where")}
+    try:
+        older_than_ms = int(parse_duration(text["older"]) * 1000) if text["older"] else 0
+    except (ValueError, OverflowError) as exc:
+        raise InvalidJob(f"older than: {exc}") from None
+    where = (parse_condition(text["where"]),) if text["where"] else ()
+    return reads.Filters(text["type"], text["error"], text["id"], text["key"], older_than_ms, where)
+
+
+def _filter_query(filters: reads.Filters) -> dict[str, str]:
+    """The query that gives back these filters (`_filters`)."""
+    return {"type": filters.job_type, "error": filters.error, "id": filters.id_prefix, "key": filters.key,
+            "older": f"{filters.older_than_ms / 1000:g}s" if filters.older_than_ms else "",
+            "where": str(filters.where[0]) if filters.where else ""}  # fmt: skip
 
 
 async def _dead(request: web.Request) -> web.Response:
