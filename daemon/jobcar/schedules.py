@@ -369,12 +369,18 @@ def parse_due(reply: Reply) -> Due:
     return Due(as_int(now), None if wait < 0 else wait, schedules, broken)  # type: ignore[arg-type]
 
 
-def fire_call(keys: QueueKeys, spec: ScheduleSpec, step: Step, max_payload_bytes: int) -> ScriptCall:
-    """One step of the schedule (`plan`): the job of its tick, if it fires one, and the schedule moved on."""
+def fire_call(
+    keys: QueueKeys, spec: ScheduleSpec, step: Step, max_payload_bytes: int, traceparent: str | None = None
+) -> ScriptCall:
+    """One step of the schedule (`plan`): the job of its tick, if it fires one, and the schedule moved on.
+    `traceparent`: the fire's span (tracing on), which the job carries unless its options give one."""
     args: list[Arg] = [keys.prefix, spec.name, step.expected, step.fire_ms or 0, step.skipped, _opt(step.next_ms),
                        spec.overlap, spec.limit or 0]  # fmt: skip
     if step.fire_ms is not None:
-        args += spec.record(step.fire_ms, max_payload_bytes).args()
+        record = spec.record(step.fire_ms, max_payload_bytes)
+        if record.traceparent is None:
+            record.traceparent = traceparent
+        args += record.args()
     return _fire(keys, spec.name, args)
 
 

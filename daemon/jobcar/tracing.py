@@ -11,16 +11,19 @@ instrumented library's). ADR 0025 says why it is built so.
 
 from __future__ import annotations
 
+import itertools
 import sys
-from typing import TYPE_CHECKING
+from collections.abc import Callable, Iterable
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from jobcar.errors import JobcarError
+from jobcar.keys import DEFAULT_QUEUE
 
 if TYPE_CHECKING:
     from jobcar.config_types import TracingSettings
     from jobcar.tracing_otel import AppTracer, ProducerTracer, Tracer
 
-__all__ = ["TracingUnavailable", "active", "for_producer", "setup", "shutdown", "trace_id_of"]
+__all__ = ["TracingUnavailable", "active", "for_producer", "partition_span", "setup", "shutdown", "trace_id_of"]
 
 #: The daemon's tracer while the config's `tracing.enabled`, else None.
 active: Tracer | None = None
@@ -76,6 +79,34 @@ def for_producer() -> ProducerTracer | None:
 
         _app_tracer = tracing_otel.AppTracer.over_global()
     return _app_tracer
+
+
+_Sent = TypeVar("_Sent")
+
+
+def partition_span(
+    tracer: ProducerTracer, specs: Iterable[Any], send: Callable[[Iterable[Any]], _Sent], count: Callable[[_Sent], int]
+) -> _Sent:
+    """`send(specs)` inside one producer span for the whole of them (a Spark partition, sent in chunks): each job
+    (type, payload, options) that brings no traceparent gets the span's, so no chunk makes a span of its own;
+    the span ends with `count(what send returned)` jobs. The queue is the first job's."""
+    rows = iter(specs)
+    first = next(rows, None)
+    if first is None:
+        return send(())
+    queue = (first[2].get("queue") if len(first) == 3 else None) or DEFAULT_QUEUE
+    with tracer.partition(queue) as sent:
+        traceparent = sent.traceparent
+
+        def traced(spec: Any) -> Any:
+            options = spec[2] if len(spec) == 3 else {}
+            if traceparent is None or options.get("traceparent"):
+                return spec
+            return (spec[0], spec[1], {**options, "traceparent": traceparent})
+
+        result = send(map(traced, itertools.chain((first,), rows)))
+        sent.count = count(result)
+    return result
 
 
 def trace_id_of(traceparent: str | None) -> str | None:

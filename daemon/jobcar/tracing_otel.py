@@ -28,6 +28,7 @@ import urllib.request
 from collections import deque
 from collections.abc import Iterator, Sequence
 from contextvars import ContextVar
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Final, Protocol
 from urllib.parse import unquote, urlsplit, urlunsplit
 
@@ -39,7 +40,7 @@ if TYPE_CHECKING:
     from jobcar.job import Job, JobInfo
     from jobcar.outcome import Outcome
 
-__all__ = ["AppTracer", "MetricsPusher", "ProducerTracer", "Span", "Tracer", "parse_traceparent"]
+__all__ = ["AppTracer", "MetricsPusher", "Partition", "ProducerTracer", "Span", "Tracer", "parse_traceparent"]
 
 log = logging.getLogger("jobcar.tracing")
 
@@ -143,7 +144,16 @@ class ProducerTracer(Protocol):
     def send(self, records: Sequence[EnqueueRecord]) -> Any: ...
     def sent(self, span: Any, infos: Sequence[JobInfo]) -> None: ...
     def send_failed(self, span: Any, error: BaseException) -> None: ...
-    def partition(self, queue: str, count: int) -> contextlib.AbstractContextManager[None]: ...
+    def partition(self, queue: str) -> contextlib.AbstractContextManager[Partition]: ...
+
+
+@dataclass(slots=True)
+class Partition:
+    """A Spark partition's producer span, as its sender sees it: the context its jobs carry, and how many it sent
+    (the span's `messaging.batch.message_count` when it ends)."""
+
+    traceparent: str | None
+    count: int = 0
 
 
 def _send_attributes(untraced: Sequence[EnqueueRecord]) -> tuple[str, dict[str, Any]]:
@@ -232,30 +242,35 @@ class Tracer:
         self._end(span)
 
     @contextlib.contextmanager
-    def partition(self, queue: str, count: int) -> Iterator[None]:
-        """One producer span for a Spark partition's jobs (not one per row); its jobs carry its context."""
-        attributes = {**_messaging("send", queue), "messaging.batch.message_count": count}
-        span = self._start(f"send {queue}", PRODUCER, attributes, _current.get())
-        token = _current.set((span.trace_id, span.span_id, span.sampled))
+    def partition(self, queue: str) -> Iterator[Partition]:
+        """One producer span for a Spark partition's jobs (not one per row or chunk): its jobs carry its context,
+        and it ends with their count."""
+        span = self._start(f"send {queue}", PRODUCER, _messaging("send", queue), _current.get())
+        sent = Partition(span.traceparent)
         try:
-            yield
+            yield sent
+        except BaseException as exc:
+            span.error(_reason(str(exc) or type(exc).__name__))
+            raise
         finally:
-            _current.reset(token)
+            span.attributes["messaging.batch.message_count"] = sent.count
             self._end(span)
 
-    @contextlib.contextmanager
-    def schedule_fire(self, queue: str, schedule: str, tick_ms: int) -> Iterator[None]:
-        """The span of one schedule's fire, a trace of its own (nothing asked for it): the job it enqueues inside
-        is its child, through the producer span made there."""
-        attributes = {"messaging.system": SYSTEM, "messaging.destination.name": queue, "jobcar.schedule": schedule,
-                      "jobcar.schedule.tick_ms": tick_ms}  # fmt: skip
-        span = self._start(f"fire {schedule}", INTERNAL, attributes, None)
-        token = _current.set((span.trace_id, span.span_id, span.sampled))
-        try:
-            yield
-        finally:
-            _current.reset(token)
-            self._end(span)
+    def schedule_fire(self, queue: str, schedule: str, tick_ms: int) -> Span:
+        """The span of one schedule's fire, the root of a trace (nothing asked for it) and the producer span of
+        the job it makes, which carries its context (`schedules.fire_call`)."""
+        attributes = {**_messaging("send", queue), "jobcar.schedule": schedule, "jobcar.schedule.tick_ms": tick_ms}
+        return self._start(f"fire {schedule}", PRODUCER, attributes, None)
+
+    def schedule_fired(self, span: Span, outcome: str, job_id: str | None) -> None:
+        """How the fire went (`schedules.Fired`): a job made (or found made), or nothing done by this daemon (another
+        took the tick, or it was not due): then the span is dropped, it tells of nothing that happened."""
+        if outcome in ("moved", "early", "paused", "missing"):
+            return
+        span.attributes["jobcar.schedule.outcome"] = outcome
+        if job_id is not None:
+            span.attributes["messaging.message.id"] = job_id
+        self._end(span)
 
     # -- attempts -----------------------------------------------------------------------------------
 
@@ -536,11 +551,16 @@ class AppTracer:
         span.end()
 
     @contextlib.contextmanager
-    def partition(self, queue: str, count: int) -> Iterator[None]:
-        attributes = {**_messaging("send", queue), "messaging.batch.message_count": count}
+    def partition(self, queue: str) -> Iterator[Partition]:
         with self._tracer.start_as_current_span(f"send {queue}", kind=self._trace.SpanKind.PRODUCER,
-                                                attributes=attributes):  # fmt: skip
-            yield
+                                                attributes=_messaging("send", queue)) as span:  # fmt: skip
+            context = span.get_span_context()
+            traceparent = f"00-{context.trace_id:032x}-{context.span_id:016x}-{int(context.trace_flags):02x}"
+            sent = Partition(traceparent if context.is_valid else None)
+            try:
+                yield sent
+            finally:
+                span.set_attribute("messaging.batch.message_count", sent.count)
 
 
 class MetricsPusher:

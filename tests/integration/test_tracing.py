@@ -23,7 +23,7 @@ from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.trace import SpanKind
 
-from jobcar import Client
+from jobcar import Client, tracing
 from jobcar.job import State
 from tests.integration.daemon_harness import (
     DaemonProcess,
@@ -430,3 +430,28 @@ def test_a_batch_callbacks_attempt_links_to_the_batch(
     # The batch's counters keep that context, and their expiry: the field added nothing that outlives them.
     assert q.redis.hget(q.keys.batch("b1"), "traceparent") == _traceparent(send).encode()
     assert q.redis.ttl(q.keys.batch("b1")) > 0
+
+
+def test_a_partition_sent_in_chunks_is_one_producer_span_with_its_job_count(
+    q: QueueDriver, client: Client, receiver: OtlpReceiver
+) -> None:
+    """What a Spark partition's sender does (tracing.partition_span), with the daemon's tracer exporting to the
+    receiver: one span for every chunk, the count of the jobs, and each job carrying its context."""
+    from jobcar import tracing_otel
+    from jobcar.config_types import TracingSettings
+
+    tracer = tracing_otel.Tracer(TracingSettings(enabled=True, endpoint=receiver.url))
+    own = "00-" + "ab" * 16 + "-" + "cd" * 8 + "-01"
+    specs = [("t.row", {"n": n}, {"job_id": f"row-{n}", "queue": "default"}) for n in range(4)]
+    specs.append(("t.row", {"n": 4}, {"job_id": "row-4", "queue": "default", "traceparent": own}))
+
+    def send_in_chunks_of_two(traced: Any) -> int:
+        rows = list(traced)
+        return sum(len(client.enqueue_many(rows[i : i + 2])) for i in range(0, len(rows), 2))
+
+    assert tracing.partition_span(tracer, specs, send_in_chunks_of_two, lambda sent: sent) == 5
+    tracer.shutdown()  # sends what it holds
+    [span] = receiver.spans
+    assert (span.name, span.kind, span.attributes["messaging.batch.message_count"]) == ("send default", "producer", 5)
+    stored = [q.job(f"row-{n}") for n in range(5)]
+    assert [job.traceparent if job else None for job in stored] == [_traceparent(span)] * 4 + [own]
