@@ -56,6 +56,7 @@ from jobcar import tracing
 from jobcar.admin import Admin
 from jobcar.admin_reads import AmbiguousJob, JobNotFound
 from jobcar.api_jobs import add_job_routes
+from jobcar.api_fields import duration_field, reject_unknown
 from jobcar.api_schedules import add_schedule_routes
 from jobcar.api_tokens import CALLER, Tokens, allows, caller, required_role, token_table
 from jobcar.attempt_desk import AttemptDesk
@@ -74,7 +75,6 @@ from jobcar.records import Payload
 from jobcar.targets import KnownTargets
 from jobcar.transitions import CancelResult, stats_document
 from jobcar.ui.pages import build_ui_app
-from jobcar.units import parse_duration
 
 log = logging.getLogger("jobcar.api")
 
@@ -383,7 +383,7 @@ async def _get_job(request: web.Request) -> web.Response:
         view = await request.app[ADMIN].job(job_id, queue)
         return web.json_response(view.document())
     # A long poll: the answer comes when the job has finished, or when the wait is over.
-    seconds = _duration("wait", wait)
+    seconds = duration_field("wait", wait)
     if seconds > MAX_WAIT:
         raise InvalidJob(f"wait is at most {MAX_WAIT:g}s; ask again for longer")
     view = await request.app[ADMIN].wait(job_id, queue, seconds)
@@ -438,7 +438,7 @@ def parse_enqueue_request(body: bytes) -> tuple[list[RequestedJob], bool]:
         raise InvalidJob('request body must be a JSON object: a job, or {"jobs": [...]}')
     if "jobs" not in document:
         return [job_spec(document)], False
-    _reject_unknown(document, frozenset({"jobs"}))
+    reject_unknown(document, frozenset({"jobs"}))
     items = document["jobs"]
     if not isinstance(items, list):
         raise InvalidJob("jobs must be a list of jobs")
@@ -458,7 +458,7 @@ def job_spec(item: object) -> RequestedJob:
     """One job of a request as (type, payload, options) for enqueue_many, which validates the rest."""
     if not isinstance(item, dict):
         raise InvalidJob("a job must be a JSON object")
-    _reject_unknown(item, JOB_FIELDS)
+    reject_unknown(item, JOB_FIELDS)
     if not isinstance(item.get("type"), str):
         raise InvalidJob("type is required: the job type, a string")
     options: dict[str, Any] = {}
@@ -468,7 +468,7 @@ def job_spec(item: object) -> RequestedJob:
             continue
         kind = OPTIONS[name].kind
         if kind is Kind.DURATION:
-            options[name] = _duration(field, value)
+            options[name] = duration_field(field, value)
         elif kind is Kind.INSTANT:
             options[name] = _moment(field, value)
         elif isinstance(value, bool):  # true would pass for max_attempts or priority 1
@@ -490,21 +490,6 @@ def job_spec(item: object) -> RequestedJob:
     except (binascii.Error, ValueError, TypeError):
         raise InvalidJob("payload_base64 is not a base64 string") from None
     return item["type"], payload, {**options, "content_type": content_type}
-
-
-def _reject_unknown(document: Mapping[str, object], known: frozenset[str]) -> None:
-    unknown = sorted(set(document) - known)
-    if unknown:
-        raise InvalidJob(f"unknown field(s): {', '.join(unknown)}")
-
-
-def _duration(name: str, value: object) -> float:
-    if isinstance(value, bool) or not isinstance(value, str | int | float):
-        raise InvalidJob(f"{name} must be a duration: seconds, or a string like 10s, 5m, 1h")
-    try:
-        return parse_duration(value)
-    except (ValueError, OverflowError) as exc:
-        raise InvalidJob(f"{name}: {exc}") from None
 
 
 def _moment(name: str, value: object) -> datetime | float:

@@ -32,6 +32,7 @@ from typing import Any, Final, TypeAlias
 
 from aiohttp import hdrs, web
 
+from jobcar.api_fields import duration_field, reject_unknown
 from jobcar.attempt_desk import ATTEMPT_PATH, LEASE_LOST, AttemptDesk, LiveAttempt, Refused
 from jobcar.attempt_logs import LINES_PER_WRITE, LogWriter
 from jobcar.client import AsyncClient
@@ -61,7 +62,6 @@ from jobcar.replies import as_bytes, as_text
 from jobcar.timestamps import rfc3339
 from jobcar.transitions import ExtendStatus, extend_call, parse_extend
 from jobcar.transport import execute_async, run_async
-from jobcar.units import parse_duration
 
 #: A progress message is one short line.
 MAX_MESSAGE_CHARS: Final = 500
@@ -176,7 +176,7 @@ class _HandlerApi:
 
     async def progress(self, request: web.Request, live: LiveAttempt) -> web.Response:
         body = await _json_object(request)
-        _only(body, {"percent", "message"})
+        reject_unknown(body, {"percent", "message"})
         percent, message = body.get("percent"), body.get("message")
         if percent is None and message is None:
             raise InvalidJob("give percent (0 to 100), message, or both")
@@ -194,7 +194,7 @@ class _HandlerApi:
             lines = (await request.text()).splitlines()
         else:
             body = await _json_object(request)
-            _only(body, {"line", "lines"})
+            reject_unknown(body, {"line", "lines"})
             given = [body["line"]] if "line" in body else body.get("lines")
             if not isinstance(given, list) or not all(isinstance(line, str) for line in given):
                 raise InvalidJob('give {"line": "..."} or {"lines": ["...", ...]}, or a text/plain body')
@@ -212,8 +212,8 @@ class _HandlerApi:
 
     async def extend(self, request: web.Request, live: LiveAttempt) -> web.Response:
         body = await _json_object(request)
-        _only(body, {"by"})
-        seconds = _duration("by", body.get("by"))
+        reject_unknown(body, {"by"})
+        seconds = duration_field("by", body.get("by"))
         config = self._config(request)
         if not live.extendable:
             handler = config.handlers.get(live.job.type)
@@ -236,8 +236,8 @@ class _HandlerApi:
 
     async def snooze(self, request: web.Request, live: LiveAttempt) -> web.Response:
         body = await _json_object(request)
-        _only(body, {"delay"})
-        delay = _duration("delay", body.get("delay"))
+        reject_unknown(body, {"delay"})
+        delay = duration_field("delay", body.get("delay"))
         config = self._config(request)
         handler = config.handlers.get(live.job.type)
         delay = min(delay, handler.max_retry_after if handler else config.defaults.max_retry_after)
@@ -273,7 +273,7 @@ class _HandlerApi:
 
     async def await_children(self, request: web.Request, live: LiveAttempt) -> web.Response:
         body = await _json_object(request, empty_ok=True)
-        _only(body, {"on_child_failure"})
+        reject_unknown(body, {"on_child_failure"})
         policy = body.get("on_child_failure", "run")
         if policy not in CHILD_FAILURE_POLICIES:
             raise InvalidJob(f"on_child_failure must be one of {', '.join(CHILD_FAILURE_POLICIES)}")
@@ -364,21 +364,6 @@ async def _json_object(request: web.Request, *, empty_ok: bool = False) -> dict[
     if not isinstance(document, dict):
         raise InvalidJob("request body must be a JSON object")
     return document
-
-
-def _only(body: dict[str, Any], known: set[str]) -> None:
-    unknown = sorted(set(body) - known)
-    if unknown:
-        raise InvalidJob(f"unknown field(s): {', '.join(unknown)}")
-
-
-def _duration(name: str, value: object) -> float:
-    if isinstance(value, bool) or not isinstance(value, str | int | float):
-        raise InvalidJob(f"{name} must be a duration: seconds, or a string like 30s, 5m, 1h")
-    try:
-        return parse_duration(value)
-    except (ValueError, OverflowError) as exc:
-        raise InvalidJob(f"{name}: {exc}") from None
 
 
 def _error(status: int, message: str, headers: Mapping[str, str] | None = None) -> web.Response:
