@@ -12,10 +12,11 @@
                            ?wait=30s: answer once it is done or dead, or after 30 s; header Jobcar-Wait says which)
     DELETE /v1/jobs/{id}   200 canceled or cancel_requested | 404 | 409 already finished, or in several queues
     POST   /v1/drain       202 {"status": "draining"}: a graceful drain, for a preStop hook
-    GET    /v1/jobs?state= a page of one state's jobs of a queue, held ones with their limit group: api_jobs.py
     GET    /v1/stats       200 [per queue: pending, scheduled, active, held, waiting, dead, paused, ...]: the
                            document of `jobcar stats --json` (transitions.stats_document) | 404 (?queue=Q: only Q,
                            which Redis or the config must know)
+    GET    /v1/jobs?state= a page of one state's jobs of a queue, filtered, held ones with their limit group, and
+    POST   /v1/jobs/cancel the jobs not yet running that a filter matches canceled (a dry run counts): api_jobs.py
     /v1/schedules...       periodic jobs: api_schedules.py
     /v1/attempts/{id}/...  the handler API: what a running attempt's handler may do (handler_api.py), with
                            the attempt's own token instead of the api_token
@@ -157,7 +158,7 @@ def build_app(context: ApiContext) -> web.Application:
     app.router.add_get("/v1/jobs/{id:.+}", _get_job)  # `.+`: an id may hold a slash (docs/protocol.md)
     app.router.add_delete("/v1/jobs/{id:.+}", _cancel)
     app.router.add_post("/v1/drain", _drain)
-    add_job_routes(app, lambda request: request.app[ADMIN])  # GET /v1/jobs: api_jobs.py
+    add_job_routes(app, lambda request: request.app[ADMIN], _not_json)  # GET /v1/jobs, POST /v1/jobs/cancel
     app.router.add_get("/v1/limits", _limits)
     app.router.add_get("/v1/stats", _stats)
     add_schedule_routes(app, lambda request: request.app[CONTEXT].client, _not_json)

@@ -1,4 +1,4 @@
-"""The HTTP API's listing of jobs, behind the same guard and token as the rest of the listener (api.py):
+"""The HTTP API's listing and bulk cancel of jobs, behind the same guard and token as the rest of the listener (api.py):
 
 GET /v1/jobs?state=S[&queue=Q&limit=N&cursor=C&scan=B][&type=T&key=K&id_prefix=P&older_than=1h&where=COND...]
     200 {"queue", "state", "total", "examined", "cursor", "jobs": [document...]}: up to `limit` jobs (default 50,
@@ -10,18 +10,27 @@ GET /v1/jobs?state=S[&queue=Q&limit=N&cursor=C&scan=B][&type=T&key=K&id_prefix=P
     filter a walk looks at no more than `scan` jobs (default 5000); `examined` says how many it looked at, and
     `cursor` (null at the state's end) is where the next walk starts (job_search.py). | 400 a bad parameter
 
+POST /v1/jobs/cancel  {"queue"?, "states"?, "type"?, "key"?, "id_prefix"?, "older_than"?, "where"?: [COND...],
+                       "all"?: true, "dry_run"?: true}
+    200 {"dry_run", "examined", "matched", "canceled", "left", "by_queue": [{"queue", "state", "examined",
+    "matched", "canceled", "left"}...]}: cancels the pending, held, scheduled and waiting jobs (or those of
+    `states`) of `queue` (default: every queue) that the filter matches, in bounded steps
+    (Admin.cancel_queue_state); a job that started running meanwhile is not canceled (`left` counts those).
+    A filter, or "all": true, is required. `dry_run` counts and changes nothing. | 400 | 415 not JSON
 """
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Final
 
 from aiohttp import web
 from multidict import MultiMapping
 
-from jobcar.admin import Admin
+from jobcar.admin import CANCELABLE, Admin
 from jobcar.errors import InvalidJob
+from jobcar.formats import loads_strict
 from jobcar.job import State
 from jobcar.job_document import job_document
 from jobcar.job_search import MAX_SCAN_BUDGET, SCAN_BUDGET, WALKABLE, JobFilter, find, parse_condition
@@ -34,13 +43,15 @@ AdminOf = Callable[[web.Request], Admin]
 #: Jobs per GET /v1/jobs page, by default and at most.
 DEFAULT_LIMIT: Final = 50
 MAX_LIMIT: Final = 1000
-#: The filter's parameters.
+#: The filter's parameters, of GET /v1/jobs and of POST /v1/jobs/cancel's body.
 FILTER_FIELDS: Final = ("type", "key", "id_prefix", "older_than", "where")
 _LIST_PARAMETERS: Final = frozenset({"queue", "state", "limit", "cursor", "scan", *FILTER_FIELDS})
+_CANCEL_FIELDS: Final = frozenset({"queue", "states", "all", "dry_run", *FILTER_FIELDS})
+log = logging.getLogger("jobcar.api")
 
 
-def add_job_routes(app: web.Application, admin_of: AdminOf) -> None:
-    """`admin_of` gives the listener's Admin."""
+def add_job_routes(app: web.Application, admin_of: AdminOf, not_json: Callable[[web.Request], str | None]) -> None:
+    """`admin_of` gives the listener's Admin; `not_json` says why a body is not declared JSON."""
 
     async def list_jobs(request: web.Request) -> web.Response:
         query = request.query
@@ -63,7 +74,60 @@ def add_job_routes(app: web.Application, admin_of: AdminOf) -> None:
             document["unreadable"] = found.unreadable
         return web.json_response(document)
 
+    async def cancel(request: web.Request) -> web.Response:
+        why = not_json(request)
+        if why is not None:
+            return web.json_response({"error": why}, status=415)
+        try:
+            body = loads_strict(await request.read())
+        except (ValueError, RecursionError) as exc:
+            raise InvalidJob(f"request body is not valid JSON: {exc}") from None
+        if not isinstance(body, dict):
+            raise InvalidJob("request body must be a JSON object: the filter")
+        unknown = sorted(set(body) - _CANCEL_FIELDS)
+        if unknown:
+            raise InvalidJob(f"unknown field(s): {', '.join(unknown)}")
+        where = body.get("where", [])
+        if not isinstance(where, list):
+            raise InvalidJob("where must be a list of conditions, each payload.FIELD=VALUE or meta.NAME=VALUE")
+        job_filter = filter_of(body, where)
+        every, dry_run = body.get("all", False), body.get("dry_run", False)
+        if not isinstance(every, bool) or not isinstance(dry_run, bool):
+            raise InvalidJob("all and dry_run are true or false")
+        if not job_filter.any and not every:
+            raise InvalidJob('give a filter (type, key, id_prefix, older_than, where), or "all": true')
+        queue = body.get("queue")
+        if queue is not None and not isinstance(queue, str):
+            raise InvalidJob("queue must be a queue name")
+        states = _cancel_states(body.get("states"))
+        admin = admin_of(request)
+        tallies = await admin.cancel_matching(await admin.queues(queue and check_name("queue name", queue)), states,
+                                              job_filter, dry_run)  # fmt: skip
+        canceled = sum(t.canceled for t in tallies)
+        if not dry_run:
+            log.info("POST /v1/jobs/cancel: %d job(s) canceled (%s)", canceled, job_filter.describe())
+        return web.json_response({
+            "dry_run": dry_run, "examined": sum(t.examined for t in tallies),
+            "matched": sum(t.matched for t in tallies), "canceled": canceled, "left": sum(t.left for t in tallies),
+            "by_queue": [t.document() for t in tallies if t.examined],
+        })  # fmt: skip
+
     app.router.add_get("/v1/jobs", list_jobs)
+    app.router.add_post("/v1/jobs/cancel", cancel)
+
+
+def _cancel_states(value: object) -> list[State]:
+    names = ", ".join(s.value for s in CANCELABLE)
+    if value is None:
+        return list(CANCELABLE)
+    if not isinstance(value, list) or not value or not all(isinstance(v, str) for v in value):
+        raise InvalidJob(f"states must be a list of states: {names}")
+    states = []
+    for name in dict.fromkeys(value):
+        if name not in {s.value for s in CANCELABLE}:
+            raise InvalidJob(f"a bulk cancel takes {names} jobs, not {name}")
+        states.append(State(name))
+    return states
 
 
 def filter_of(values: Mapping[str, object], conditions: Sequence[object] | None = None) -> JobFilter:

@@ -276,6 +276,12 @@ COMMANDS: Final[tuple[Command, ...]] = (
                 _later("jobcar.cli_jobs:cmd_jobs_logs"),
                 _later("jobcar.cli_jobs:jobs_logs_arguments"),
             ),
+            Command(
+                "cancel",
+                "cancel the pending, held, scheduled or waiting jobs a filter matches (--dry-run counts them)",
+                _later("jobcar.cli_actions:cmd_jobs_cancel"),
+                _later("jobcar.cli_actions:jobs_cancel_arguments"),
+            ),
         ),
     ),
     _group(

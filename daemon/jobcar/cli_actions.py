@@ -1,5 +1,5 @@
-"""The operators' commands that change state: `dead requeue|purge`, `queue pause|resume` and `cancel`, each
-an action of admin.Admin."""
+"""The operators' commands that change state: `dead requeue|purge`, `queue pause|resume`, `cancel` and `jobs
+cancel` (by filter), each an action of admin.Admin."""
 
 from __future__ import annotations
 
@@ -7,11 +7,14 @@ import argparse
 import sys
 from collections.abc import Mapping
 
-from jobcar.admin import Admin, CancelReply
+from jobcar.admin import CANCELABLE, Admin, BulkCancel, CancelReply
+from jobcar.cli_format import table
 from jobcar.cli_ops import add_json_option, add_queue_option, queue_name
-from jobcar.cli_support import ID_DASH, ID_HELP, CommandFailed, count, load, print_json, with_admin
+from jobcar.cli_support import ID_DASH, ID_HELP, CommandFailed, count, duration, load, print_json, with_admin
+from jobcar.errors import InvalidJob
 from jobcar.exit_codes import EX_FAILURE, EX_OK, EX_USAGE
 from jobcar.job import State
+from jobcar.job_search import JobFilter, parse_condition
 from jobcar.transitions import CancelResult
 
 
@@ -146,4 +149,70 @@ def cmd_cancel(args: argparse.Namespace) -> int:
         raise CommandFailed(f"job {args.job_id} in queue {queue} is already {state}: nothing to cancel")
     else:
         raise CommandFailed(f"no such job {args.job_id} in queue {queue} (it finished just now)")
+    return EX_OK
+
+
+# -- jobs cancel (by filter) ----------------------------------------------------------------------
+
+
+def jobs_cancel_arguments(parser: argparse.ArgumentParser) -> None:
+    add_queue_option(parser, "only this queue (default: every queue)")
+    parser.add_argument(
+        "--state",
+        action="append",
+        choices=[s.value for s in CANCELABLE],
+        help="only jobs in this state; repeat for several (default: pending, held, scheduled and waiting; a running "
+        "job is never canceled by a bulk cancel: `jobcar cancel ID` asks its daemon to stop it)",
+    )
+    parser.add_argument("--type", dest="job_type", default="", metavar="TYPE", help="only jobs of this type")
+    parser.add_argument("--key", default="", metavar="KEY", help="only jobs enqueued with this limit key (key=)")
+    parser.add_argument("--id-prefix", default="", metavar="P", help="only jobs whose id starts with P")
+    parser.add_argument(
+        "--older-than", type=duration, metavar="AGE", help="only jobs enqueued at least this long ago (30s, 2h, 1d)"
+    )
+    parser.add_argument(
+        "--where",
+        action="append",
+        default=[],
+        metavar="COND",
+        help="only jobs whose payload field or meta value is this: payload.FIELD=VALUE or meta.NAME=VALUE; repeat "
+        "for all of several (as in jobs list --where)",
+    )
+    parser.add_argument("--all", action="store_true", help="with no filter: cancel every job of those states")
+    parser.add_argument("--dry-run", "-n", action="store_true", help="count the jobs it would cancel; change nothing")
+    add_json_option(parser, '{"dry_run", "examined", "matched", "canceled", "left", "by_queue": [...]}')
+
+
+def cmd_jobs_cancel(args: argparse.Namespace) -> int:
+    try:
+        job_filter = JobFilter(
+            job_type=args.job_type, key=args.key, id_prefix=args.id_prefix,
+            older_than_ms=int((args.older_than or 0) * 1000), where=tuple(parse_condition(c) for c in args.where),
+        )  # fmt: skip
+    except InvalidJob as exc:
+        raise CommandFailed(str(exc), EX_USAGE) from None
+    if not job_filter.any and not args.all:
+        raise CommandFailed("give a filter (--type, --key, --id-prefix, --older-than, --where), or --all", EX_USAGE)
+    states = [State(s) for s in dict.fromkeys(args.state)] if args.state else list(CANCELABLE)
+
+    async def cancel(admin: Admin) -> list[BulkCancel]:
+        return await admin.cancel_matching(await admin.queues(args.queue), states, job_filter, args.dry_run)
+
+    tallies = with_admin(load(args), cancel)
+    matched, canceled, left = (sum(getattr(t, name) for t in tallies) for name in ("matched", "canceled", "left"))
+    if args.json:
+        print_json({"dry_run": args.dry_run, "examined": sum(t.examined for t in tallies), "matched": matched,
+                    "canceled": canceled, "left": left,
+                    "by_queue": [t.document() for t in tallies if t.examined]})  # fmt: skip
+        return EX_OK
+    rows = [(t.queue, t.state.value, str(t.examined), str(t.matched), str(t.canceled), str(t.left))
+            for t in tallies if t.matched]  # fmt: skip
+    if rows:
+        print("\n".join(table(("QUEUE", "STATE", "EXAMINED", "MATCHED", "CANCELED", "LEFT"), rows, {2, 3, 4, 5})))
+    what = job_filter.describe()
+    if args.dry_run:
+        print(f"dry run: would cancel {count(matched, 'job')} ({what}); nothing changed")
+    else:
+        gone = f"; {left} had left their state meanwhile (started, or moved on): left as they are" if left else ""
+        print(f"canceled {count(canceled, 'job')} ({what}){gone}")
     return EX_OK

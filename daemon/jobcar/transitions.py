@@ -305,6 +305,19 @@ def parse_cancel(reply: Reply) -> tuple[CancelResult, State | None]:
     return CancelResult(result), State(state) if state else None
 
 
+def cancel_many_call(keys: QueueKeys, state: State, located: Sequence[tuple[str, int]]) -> ScriptCall:
+    """A bulk cancel's step: these jobs deleted if still in `state` (pending, scheduled, held or waiting). Each
+    (id, index): where a pending or held job was read in its list, from the left (`AdminReads.located`), or -1."""
+    return call("cancel_many", (keys.pending, keys.scheduled),
+                (keys.prefix, state.value, *(str(x) for pair in located for x in pair)))  # fmt: skip
+
+
+def parse_cancel_many(reply: Reply) -> tuple[int, int]:
+    """(jobs canceled, jobs left as they were: no longer in that state, or gone)."""
+    canceled, left = as_list(reply)
+    return as_int(canceled), as_int(left)
+
+
 def pause_call(keys: QueueKeys, paused: bool) -> ScriptCall:
     return call("pause", (keys.paused, keys.wake), (keys.prefix, "1" if paused else "0"))
 

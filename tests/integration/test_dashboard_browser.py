@@ -424,3 +424,18 @@ def test_the_search_box_finds_jobs_by_a_payload_field(
     expect(page.locator("p.hint")).to_contain_text("Looked at 6 job(s)")
     expect(page.get_by_label("Search")).to_have_value("payload.customer=1")
     save(page, "queue-search")
+
+
+def test_a_bulk_cancel_by_filter_asks_first_then_cancels_exactly_those(
+    page: Page, start_daemon: StartDaemon, r: redis.Redis, namespace: str
+) -> None:
+    base = dashboard(start_daemon, {"t.ok": {"command": ["true"]}}, ui={"write": True})
+    parked, bills = parked_bills(r, namespace)
+    page.goto(base + "queues/parked?state=pending&where=payload.customer%3D1")
+    page.get_by_role("button", name="Cancel the matching pending jobs…").click()
+    expect(page.locator("h1")).to_have_text("Cancel 2 pending jobs?")
+    assert all(parked.job(i) is not None for i in bills.values()), "nothing changes before the confirmation"
+    save(page, "confirm-cancel")
+    page.get_by_role("button", name="Cancel 2").click()
+    expect(page.get_by_role("status")).to_have_text("2 pending jobs canceled")
+    assert {n for n, i in bills.items() if parked.job(i) is None} == {1, 4}

@@ -8,7 +8,8 @@
                                     what its handler writes while it runs, for the page's updates)
     GET  /ui/schedules, /ui/limits  periodic jobs; flow control now
     POST /ui/job/{cancel|requeue|delete}, /ui/queues/{queue}/{pause|resume},
-         /ui/queues/{queue}/dead/{confirm|apply}, /ui/schedules/{name}/{pause|resume|trigger}
+         /ui/queues/{queue}/dead/{confirm|apply}, /ui/queues/{queue}/cancel/{confirm|apply} (by filter),
+         /ui/schedules/{name}/{pause|resume|trigger}
     GET|POST /ui/login, POST /ui/logout
 """
 
@@ -28,7 +29,7 @@ import jinja2
 from aiohttp import web
 from redis import exceptions as redis_errors
 
-from jobcar.admin import Admin
+from jobcar.admin import CANCELABLE, Admin
 from jobcar.admin_reads import AmbiguousJob, JobNotFound, JobView, LogRead
 from jobcar.api_tokens import Role, Tokens, allows, caller, token_table
 from jobcar.cli_format import byte_size, percent_text, span
@@ -88,6 +89,7 @@ def build_ui_app(admin: Admin, config: Config, tokens: Tokens | None = None) -> 
     post("/queues/{queue}/{action:pause|resume}", _pause)
     post("/queues/{queue}/dead/confirm", _dead_confirm)
     post("/queues/{queue}/dead/apply", _dead_apply)
+    post("/queues/{queue}/cancel/{step:confirm|apply}", _cancel_matching)
     post("/schedules/{name}/{action:pause|resume|trigger}", _schedule_action)
     app.router.add_static("/static", _HERE / "static", append_version=False)
     return app
@@ -207,7 +209,7 @@ async def _queue(request: web.Request) -> web.Response:
     here = {"state": state.value, **_filter_query(filters), "order": "newest" if newest_first else ""}
     return render(
         request, "queue.html", queue=queue, stats=stats, state=state, states=reads.LISTED, page=page, start=start,
-        hour=reads.by_type(history), older=_filter_query(filters)["older"],
+        hour=reads.by_type(history), older=_filter_query(filters)["older"], filter_fields=_filter_query(filters),
         filters=filters, newest_first=newest_first, now_ms=stats.now_ms, page_size=reads.PAGE_SIZE,
         next_link=None if page.next_start is None else _link(request.path, **here, start=page.next_start,
                                                              skip=page.next_skip or None),
@@ -470,6 +472,34 @@ async def _dead_apply(request: web.Request) -> web.Response:
     if problems:
         text += f"; {len(problems)} not: " + "; ".join(problems[:5]) + (" …" if len(problems) > 5 else "")
     return _message(request, verb.capitalize(), text, f"/ui/queues/{bulk.queue}/dead")
+
+
+async def _cancel_matching(request: web.Request) -> web.Response:
+    """A queue page's bulk cancel: the jobs of one state (pending, held, scheduled, waiting) its filters match.
+    `confirm` counts them (a dry run) and asks; `apply` cancels what matches then, in bounded steps
+    (Admin.cancel_queue_state): a job that started running meanwhile is left to run."""
+    admin, queue = request.app[ADMIN], _queue_name(request)
+    form = await request.post()
+    try:
+        state = State(str(form.get("state", "")))
+    except ValueError:
+        state = State.DONE
+    if state not in CANCELABLE:
+        raise InvalidJob("a bulk cancel takes the pending, held, scheduled or waiting jobs")
+    filters = _filters(form)
+    back = _link(f"/ui/queues/{queue}", state=state.value, **_filter_query(filters))
+    if request.match_info["step"] == "confirm":
+        (tally,) = await admin.cancel_matching([queue], [state], filters, dry_run=True)
+        if not tally.matched:
+            return _message(request, "Nothing matches", f"no {state.value} job of {queue} matches", back)
+        return render(request, "confirm_cancel.html", queue=queue, state=state, filters=filters, count=tally.matched,
+                      what=filters.describe(), fields=_filter_query(filters), back=back)  # fmt: skip
+    (tally,) = await admin.cancel_matching([queue], [state], filters)
+    log.info("dashboard: %d %s job(s) of %s canceled (%s)", tally.canceled, state.value, queue, filters.describe())
+    text = f"{tally.canceled} {state.value} job{'s' if tally.canceled != 1 else ''} canceled"
+    if tally.left:
+        text += f"; {tally.left} had left that state meanwhile (started, or moved on) and were left as they are"
+    return _message(request, "Canceled", text, back)
 
 
 async def _schedule_action(request: web.Request) -> web.Response:
