@@ -397,35 +397,46 @@ def _any(value: Any) -> bytes:
 
 
 def _key_value(key: str, value: Any) -> bytes:
-    """A KeyValue. Those that come again and again (the queue, the type, an outcome, an attempt number) are
-    encoded once: the cache holds strings and ints but a job's id, and starts over past 4096 entries."""
+    return _field(b"\x0a", key.encode()) + _field(b"\x12", _any(value))
+
+
+def _attribute(tag: bytes, key: str, value: Any) -> bytes:
+    """A KeyValue as the field `tag` of its message (a span's attributes, an event's). Those that come again and
+    again (the queue, the type, an outcome, an attempt number) are encoded once: the cache holds strings and
+    ints but a job's id, and starts over past 4096 entries."""
     cacheable = key != "messaging.message.id" and type(value) in (str, int, bool)
     if cacheable:
-        found = _encoded.get((key, value))
+        found = _encoded.get((tag, key, value))
         if found is not None:
             return found
-    encoded = _field(b"\x0a", key.encode()) + _field(b"\x12", _any(value))
+    encoded = _field(tag, _key_value(key, value))
     if cacheable:
         if len(_encoded) >= 4096:
             _encoded.clear()
-        _encoded[(key, value)] = encoded
+        _encoded[(tag, key, value)] = encoded
     return encoded
 
 
-#: (key, value) -> its KeyValue (`_key_value`); used by the exporter's thread only.
-_encoded: dict[tuple[str, Any], bytes] = {}
+#: (tag, key, value) -> its encoding (`_attribute`); used by the exporter's thread only.
+_encoded: dict[tuple[bytes, str, Any], bytes] = {}
+#: A span's name, as its field: a handful of names (a queue's, a type's) made again and again.
+_names: dict[str, bytes] = {}
 
 
 def _encode_span(span: Span) -> bytes:
+    name = _names.get(span.name)
+    if name is None:
+        if len(_names) >= 4096:
+            _names.clear()
+        name = _names[span.name] = _field(b"\x2a", span.name.encode())
     out = [b"\x0a\x10", span.trace_id, b"\x12\x08", span.span_id]
     if span.parent_id:
         out += (b"\x22\x08", span.parent_id)
-    out += (_field(b"\x2a", span.name.encode()), b"\x30", bytes((span.kind,)), b"\x39", _pack_q(span.start), b"\x41",
-            _pack_q(span.end))  # fmt: skip
-    out += [_field(b"\x4a", _key_value(k, v)) for k, v in span.attributes.items()]
-    for name, at, attributes in span.events:
-        event = b"\x09" + _pack_q(at) + _field(b"\x12", name.encode())
-        event += b"".join(_field(b"\x1a", _key_value(k, v)) for k, v in attributes.items())
+    out += (name, b"\x30", bytes((span.kind,)), b"\x39", _pack_q(span.start), b"\x41", _pack_q(span.end))
+    out += [_attribute(b"\x4a", k, v) for k, v in span.attributes.items()]
+    for event_name, at, attributes in span.events:
+        event = b"\x09" + _pack_q(at) + _field(b"\x12", event_name.encode())
+        event += b"".join(_attribute(b"\x1a", k, v) for k, v in attributes.items())
         out.append(_field(b"\x5a", event))
     out += [_field(b"\x6a", b"\x0a\x10" + trace_id + b"\x12\x08" + span_id) for trace_id, span_id in span.links]
     if span.status is not None:
