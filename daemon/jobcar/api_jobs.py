@@ -29,6 +29,7 @@ from aiohttp import web
 from multidict import MultiMapping
 
 from jobcar.admin import CANCELABLE, Admin
+from jobcar.api_tokens import caller
 from jobcar.errors import InvalidJob
 from jobcar.formats import loads_strict
 from jobcar.job import State
@@ -105,7 +106,8 @@ def add_job_routes(app: web.Application, admin_of: AdminOf, not_json: Callable[[
                                               job_filter, dry_run)  # fmt: skip
         canceled = sum(t.canceled for t in tallies)
         if not dry_run:
-            log.info("POST /v1/jobs/cancel: %d job(s) canceled (%s)", canceled, job_filter.describe())
+            log.info("POST /v1/jobs/cancel by %s: %d job(s) canceled (%s)", caller(request), canceled,
+                     job_filter.describe())  # fmt: skip
         return web.json_response({
             "dry_run": dry_run, "examined": sum(t.examined for t in tallies),
             "matched": sum(t.matched for t in tallies), "canceled": canceled, "left": sum(t.left for t in tallies),

@@ -44,9 +44,9 @@ from jobcar.schedule_store import change, every_schedule, trigger
 from jobcar.timestamps import rfc3339_ms
 from jobcar.transitions import CancelResult
 from jobcar.transport import run_async
-from jobcar.units import parse_duration
 from jobcar.ui import reads
 from jobcar.ui.access import ACCESS, CSRF_FIELD, SESSION_COOKIE, SESSION_SECONDS, Access, guard, login_cookie
+from jobcar.units import parse_duration
 
 #: The payload shown on a job's page, pretty-printed; the download has all of it.
 PAYLOAD_SHOWN_BYTES: Final = 64 * 1024
@@ -339,7 +339,7 @@ async def _limits(request: web.Request) -> web.Response:
 
 
 async def _login_form(request: web.Request) -> web.Response:
-    return render(request, "login.html", next=_safe_next(request.query.get("next")), failed=False)
+    return render(request, "login.html", next=_safe_next(request.query.get("next")), failed=None)
 
 
 async def _login(request: web.Request) -> web.StreamResponse:
@@ -350,8 +350,11 @@ async def _login(request: web.Request) -> web.StreamResponse:
     if not access.table.enabled:
         raise web.HTTPSeeOther(target)
     token = access.table.match(given) if isinstance(given, str) else None
-    if token is None or not allows(token.role, Role.READ):  # a produce token reads nothing
-        return render(request, "login.html", 401, next=target, failed=True)
+    if token is None:
+        return render(request, "login.html", 401, next=target, failed="That is not the API token.")
+    if not allows(token.role, Role.READ):  # a produce token reads nothing
+        why = f"Token {token.name} has role {token.role.value}: the dashboard needs a read or operate token."
+        return render(request, "login.html", 403, next=target, failed=why)
     log.info("dashboard: %s (role %s) signed in", token.name, token.role.value)
     response = _see_other(target)
     login_cookie(response, request, access.new_session(token), SESSION_SECONDS)
@@ -495,7 +498,8 @@ async def _cancel_matching(request: web.Request) -> web.Response:
         return render(request, "confirm_cancel.html", queue=queue, state=state, filters=filters, count=tally.matched,
                       what=filters.describe(), fields=_filter_query(filters), back=back)  # fmt: skip
     (tally,) = await admin.cancel_matching([queue], [state], filters)
-    log.info("dashboard: %d %s job(s) of %s canceled (%s)", tally.canceled, state.value, queue, filters.describe())
+    log.info("dashboard: %d %s job(s) of %s canceled by %s (%s)", tally.canceled, state.value, queue, caller(request),
+             filters.describe())  # fmt: skip
     text = f"{tally.canceled} {state.value} job{'s' if tally.canceled != 1 else ''} canceled"
     if tally.left:
         text += f"; {tally.left} had left that state meanwhile (started, or moved on) and were left as they are"
