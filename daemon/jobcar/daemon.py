@@ -224,6 +224,8 @@ class Daemon:
         self.desk.base_url = (self.config.handler_api.url or local_url(bound, "")).rstrip("/")
         if self.config.ui.enabled:
             self._dashboard = local_url(bound, UI_PREFIX + "/")
+        if self.tokens.table.enabled:
+            log.info("the API's tokens: %s", self.tokens.table.names())
         if not await self._wait_for_redis():
             return None
         await check_server(self.link.client, self.config.redis.strict)

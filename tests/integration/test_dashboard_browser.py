@@ -272,7 +272,9 @@ def test_a_read_token_signs_in_read_only_and_an_operate_token_acts(page: Page, s
         page.get_by_role("button", name="Sign in").click()
 
     sign_in("sh0p-t0ken")  # produce: reads nothing, so no session
-    expect(page.get_by_role("alert")).to_have_text("That is not the API token.")
+    expect(page.get_by_role("alert")).to_have_text(
+        "Token shop has role produce: the dashboard needs a read or operate token."
+    )
     page.get_by_label("API token").fill("v1ewer-t0ken")
     page.get_by_role("button", name="Sign in").click()
     expect(page).to_have_url(job_page)
