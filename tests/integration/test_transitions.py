@@ -438,6 +438,41 @@ def test_cancel_deletes_waiting_jobs_and_flags_running_ones(q: QueueDriver) -> N
     assert cancel(q, "nope") == (CancelResult.MISSING, None)
 
 
+def test_cancel_many_deletes_the_jobs_still_in_their_state_and_marks_lists_once(q: QueueDriver) -> None:
+    """The bulk cancel's step (Admin.cancel_queue_state): each job still in the state given is deleted as cancel
+    deletes one, a pending or held one found at the index given (or looked for when it moved), and lists lose
+    exactly those; a job in another state is left as it is."""
+    low = [q.enqueue(job_id=f"p{n}", unique_for=60, unique_key=f"u{n}").id for n in range(4)]  # left end: p3
+    high = [q.enqueue(job_id=f"h{n}", priority=5, batch="b").id for n in range(3)]
+    # pending: p2 at its index 1, p0 at a wrong one (it is looked for), h1 at its index 1 of pending:5.
+    located = [("p2", 1), ("p0", 0), ("h1", 1), ("nope", -1)]
+    assert transitions.parse_cancel_many(q.run(transitions.cancel_many_call(q.keys, State.PENDING, located))) == (3, 1)
+    assert [m.decode() for m in q.redis.lrange(q.keys.pending, 0, -1)] == ["p3", "p1"]
+    assert [m.decode() for m in q.redis.lrange(q.keys.pending + ":5", 0, -1)] == ["h2", "h0"]
+    assert q.redis.keys(q.keys.prefix + "unique:u[02]") == []
+    assert q.redis.hget(q.keys.batch("b"), "canceled") == b"1"
+    assert [q.job(i) is None for i in [*low, *high]] == [True, False, True, False, False, True, False]
+    # held: three jobs of group "a" behind a running one; the group is kept while a slot is taken.
+    q.redis.delete(q.keys.pending, q.keys.pending + ":5")  # the jobs left above are leased no more
+    held = [q.enqueue("a", job_id=f"a{n}").id for n in range(4)]
+    assert [j.job.id for j in q.lease(limits='{"a": {"total": 1}}').jobs] == held[:1]
+    located = [("a3", 0), ("a2", 1), ("a1", 2), ("a0", -1)]  # a0 runs: left as it is
+    assert transitions.parse_cancel_many(q.run(transitions.cancel_many_call(q.keys, State.HELD, located))) == (3, 1)
+    assert q.redis.exists(q.keys.held("a")) == 0
+    assert q.redis.smembers(q.keys.limit_groups) == {b"a"}
+    assert q.where(held[0]) is State.ACTIVE
+    # scheduled: a job promoted meanwhile is pending, not canceled.
+    later = q.enqueue(job_id="s0", delay=60).id
+    assert transitions.parse_cancel_many(q.run(transitions.cancel_many_call(q.keys, State.PENDING, [(later, 0)]))) == (
+        0,
+        1,
+    )
+    assert transitions.parse_cancel_many(
+        q.run(transitions.cancel_many_call(q.keys, State.SCHEDULED, [(later, -1)]))
+    ) == (1, 0)
+    assert q.redis.zcard(q.keys.scheduled) == 0
+
+
 def test_pause_stops_leasing_and_resume_wakes(q: QueueDriver) -> None:
     info = q.enqueue()
     assert q.run(transitions.pause_call(q.keys, True)) == 1
