@@ -278,10 +278,15 @@ class Tracer:
         """The consumer span of one attempt, started now (its lease), a child of the job's traceparent (the
         producer's span). A job that waited for others gets links to them later (`link`)."""
         now = time.time_ns()
-        attributes = _messaging("process", job.queue)
-        attributes["messaging.message.id"] = job.id
-        attributes["jobcar.job.type"] = job.type
-        attributes["jobcar.attempt"] = job.attempt
+        attributes = {  # a literal: this runs for every job
+            "messaging.system": SYSTEM,
+            "messaging.operation.type": "process",
+            "messaging.operation.name": "process",
+            "messaging.destination.name": job.queue,
+            "messaging.message.id": job.id,
+            "jobcar.job.type": job.type,
+            "jobcar.attempt": job.attempt,
+        }
         span = self._start(f"process {job.queue}", CONSUMER, attributes, parse_traceparent(job.traceparent), now)
         if not span.sampled:
             return span
@@ -419,23 +424,28 @@ def _attribute(tag: bytes, key: str, value: Any) -> bytes:
 
 #: (tag, key, value) -> its encoding (`_attribute`); used by the exporter's thread only.
 _encoded: dict[tuple[bytes, str, Any], bytes] = {}
-#: A span's name, as its field: a handful of names (a queue's, a type's) made again and again.
-_names: dict[str, bytes] = {}
+#: (tag, text) -> its field: span and event names, a handful (a queue's, a type's) made again and again.
+_texts: dict[tuple[bytes, str], bytes] = {}
+
+
+def _text(tag: bytes, text: str) -> bytes:
+    found = _texts.get((tag, text))
+    if found is None:
+        if len(_texts) >= 4096:
+            _texts.clear()
+        found = _texts[(tag, text)] = _field(tag, text.encode())
+    return found
 
 
 def _encode_span(span: Span) -> bytes:
-    name = _names.get(span.name)
-    if name is None:
-        if len(_names) >= 4096:
-            _names.clear()
-        name = _names[span.name] = _field(b"\x2a", span.name.encode())
+    name = _text(b"\x2a", span.name)
     out = [b"\x0a\x10", span.trace_id, b"\x12\x08", span.span_id]
     if span.parent_id:
         out += (b"\x22\x08", span.parent_id)
     out += (name, b"\x30", bytes((span.kind,)), b"\x39", _pack_q(span.start), b"\x41", _pack_q(span.end))
     out += [_attribute(b"\x4a", k, v) for k, v in span.attributes.items()]
     for event_name, at, attributes in span.events:
-        event = b"\x09" + _pack_q(at) + _field(b"\x12", event_name.encode())
+        event = b"\x09" + _pack_q(at) + _text(b"\x12", event_name)
         event += b"".join(_attribute(b"\x1a", k, v) for k, v in attributes.items())
         out.append(_field(b"\x5a", event))
     out += [_field(b"\x6a", b"\x0a\x10" + trace_id + b"\x12\x08" + span_id) for trace_id, span_id in span.links]
