@@ -7,6 +7,7 @@ import subprocess
 import sys
 import textwrap
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -150,3 +151,47 @@ def test_the_hand_made_otlp_encoding_is_what_opentelemetry_proto_decodes() -> No
     [link] = decoded.links
     assert (link.trace_id, link.span_id) == (bytes(16 * [1]), bytes(8 * [2]))
     assert (decoded.status.code, decoded.status.message) == (2, "exit code 1")
+
+
+def test_sampling_follows_a_parent_and_else_the_ratio() -> None:
+    from jobcar import tracing_otel
+    from jobcar.config_types import TracingSettings
+    from jobcar.job import Job, State
+
+    def attempt(tracer: tracing_otel.Tracer, traceparent: str | None) -> tracing_otel.Span:
+        return tracer.attempt(
+            Job(id="j", queue="q", type="t", payload=b"", state=State.ACTIVE, traceparent=traceparent)
+        )
+
+    parent = "4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7"
+    never = tracing_otel.Tracer(TracingSettings(enabled=True, sampling_ratio=0.0, endpoint="http://127.0.0.1:9"))
+    always = tracing_otel.Tracer(TracingSettings(enabled=True, sampling_ratio=1.0, endpoint="http://127.0.0.1:9"))
+    try:
+        assert not attempt(never, None).sampled  # a trace that begins here: the ratio decides
+        assert attempt(always, None).sampled
+        followed = attempt(never, f"00-{parent}-01")  # a sampled producer: recorded whatever the ratio
+        assert followed.sampled
+        assert followed.traceparent.startswith(f"00-{parent[:32]}-")
+        unsampled = attempt(always, f"00-{parent}-00")  # an unsampled producer: not recorded, its context passed on
+        assert not unsampled.sampled
+        assert unsampled.traceparent.endswith("-00")
+        call, traceparent = always.handler_call(unsampled, Job(id="j", queue="q", type="t", payload=b"",
+                                                               state=State.ACTIVE), _command_handler())  # fmt: skip
+        assert traceparent == call.traceparent
+        assert traceparent.startswith(f"00-{parent[:32]}-")
+        assert traceparent.endswith("-00")
+        half = tracing_otel.Tracer(TracingSettings(enabled=True, sampling_ratio=0.5, endpoint="http://127.0.0.1:9"))
+        try:
+            sampled = sum(attempt(half, None).sampled for _ in range(4000))
+        finally:
+            half.shutdown()
+        assert 1600 < sampled < 2400
+    finally:
+        never.shutdown()
+        always.shutdown()
+
+
+def _command_handler() -> Any:
+    from jobcar.config_types import Backoff, CommandHandler
+
+    return CommandHandler(type="t", command=("cat",), timeout=1.0, max_attempts=1, backoff=Backoff(), max_retry_after=1)
