@@ -20,7 +20,6 @@ Standard library only; every function takes header values as received (None when
 
 from __future__ import annotations
 
-import hmac
 import ipaddress
 import re
 from collections.abc import Collection
@@ -78,15 +77,6 @@ def host_problem(host_header: str | None, allowed_hosts: Collection[str]) -> str
         return None
     return (f"this daemon does not answer to the host name {host_header[:_SHOWN]!r} without api_token: use "
             "127.0.0.1, localhost or an IP address, or list the name in api_allowed_hosts")  # fmt: skip
-
-
-def bearer_matches(authorization: str | None, token: str) -> bool:
-    """Whether an `Authorization` header is `Bearer <token>`: what a browser never sends on its own. Constant
-    time; any header text encodes (surrogatepass), and never to the bytes of a real character."""
-    scheme, _, given = (authorization or "").partition(" ")
-    if scheme.lower() != "bearer":
-        return False
-    return hmac.compare_digest(given.strip().encode("utf-8", "surrogatepass"), token.encode("utf-8", "surrogatepass"))
 
 
 def cross_site_problem(origin: str | None, fetch_site: str | None, host_header: str | None) -> str | None:
