@@ -24,6 +24,7 @@ from jobcar.cli import main
 from jobcar.client import AsyncClient
 from jobcar.keys import QueueKeys
 from jobcar.spark import _PartitionWriter
+from jobcar.spark_rows import Connection
 from jobcar.transport import NotReplicated
 from tests.integration.daemon_harness import DaemonProcess, HandlerServer, write_config
 from tests.servers import SentinelGroup, wait_for
@@ -137,10 +138,8 @@ def test_the_spark_helpers_partition_writer_enqueues_through_sentinel(
         job_id="order_id",
         payload=None,
         options={"queue": "default", "batch": "b-sentinel"},
-        redis_url=sentinel_group.url(),
-        namespace=namespace,
+        connection=Connection(sentinel_group.url(), namespace),
         batch_size=2,
-        cluster=False,
     )
     writer(Row(order_id=f"order-{n}", amount=n) for n in range(5))
     for n in range(5):
