@@ -8,7 +8,9 @@ GET /v1/jobs?state=S[&queue=Q&limit=N&cursor=C&scan=B][&type=T&key=K&id_prefix=P
     ago, and (`where`, repeated: all must hold) whose payload field or meta value is a text:
     `payload.customer=42`, `payload.address.city=Lyon`, `meta.tenant=acme` (job_search.Condition). With a
     filter a walk looks at no more than `scan` jobs (default 5000); `examined` says how many it looked at, and
-    `cursor` (null at the state's end) is where the next walk starts (job_search.py). | 400 a bad parameter
+    `cursor` (null at the state's end) is where the next walk starts (job_search.py). `state=done`: the jobs
+    whose result `result_ttl` keeps, in no set, found by SCAN in no order (`total` null; a filter looks at no
+    more than `scan` of the queue's job keys). | 400 a bad parameter
 
 POST /v1/jobs/cancel  {"queue"?, "states"?, "type"?, "key"?, "id_prefix"?, "older_than"?, "where"?: [COND...],
                        "all"?: true, "dry_run"?: true}
@@ -34,7 +36,7 @@ from jobcar.errors import InvalidJob
 from jobcar.formats import loads_strict
 from jobcar.job import State
 from jobcar.job_document import job_document
-from jobcar.job_search import MAX_SCAN_BUDGET, SCAN_BUDGET, WALKABLE, JobFilter, find, parse_condition
+from jobcar.job_search import MAX_SCAN_BUDGET, SCAN_BUDGET, WALKABLE, JobFilter, find, find_done, parse_condition
 from jobcar.keys import DEFAULT_QUEUE
 from jobcar.names import check_name
 from jobcar.units import parse_duration
@@ -63,13 +65,21 @@ def add_job_routes(app: web.Application, admin_of: AdminOf, not_json: Callable[[
         state = _state(query.get("state"))
         job_filter = filter_of(query)
         limit = _number(query, "limit", DEFAULT_LIMIT, 1, MAX_LIMIT)
-        start = _number(query, "cursor", 0, 0, 2**62)
         budget = _number(query, "scan", SCAN_BUDGET, 1, MAX_SCAN_BUDGET)
-        found = await find(admin_of(request), queue, state, job_filter, start, limit, budget)
+        start, skip = _cursor(query.get("cursor"))
+        admin = admin_of(request)
+        if state is State.DONE:
+            found = await find_done(admin, queue, job_filter, start, skip, limit, budget, await admin.now_ms())
+        elif skip:
+            raise InvalidJob("cursor must be one a page of this state gave")
+        else:
+            found = await find(admin, queue, state, job_filter, start, limit, budget)
+        cursor = None if found.next_start is None else str(found.next_start)
+        if cursor is not None and found.next_skip:
+            cursor += f".{found.next_skip}"
         document: dict[str, Any] = {
             "queue": queue, "state": state.value, "total": found.total, "examined": found.examined,
-            "cursor": None if found.next_start is None else str(found.next_start),
-            "jobs": [job_document(job) for job in found.jobs],
+            "cursor": cursor, "jobs": [job_document(job) for job in found.jobs],
         }  # fmt: skip
         if found.unreadable:
             document["unreadable"] = found.unreadable
@@ -156,15 +166,26 @@ def filter_of(values: Mapping[str, object], conditions: Sequence[object] | None 
     )  # fmt: skip
 
 
+def _cursor(text: str | None) -> tuple[int, int]:
+    """(position, 0), or for done jobs (SCAN cursor, keys of its step already taken): "N" or "N.S"."""
+    if text is None:
+        return 0, 0
+    start, dot, skip = text.partition(".")
+    parts = [start, skip] if dot else [start]
+    if not all(p.isascii() and p.isdigit() and len(p) <= 19 and int(p) < 2**63 for p in parts):
+        raise InvalidJob("cursor must be one a page of this state gave")
+    return int(start), int(skip) if dot else 0
+
+
 def _state(text: str | None) -> State:
-    names = ", ".join(s.value for s in WALKABLE)
+    names = ", ".join(s.value for s in (*WALKABLE, State.DONE))
     if text is None:
         raise InvalidJob(f"state is required: one of {names}")
     try:
         state = State(text)
     except ValueError:
         state = None
-    if state not in WALKABLE:
+    if state not in WALKABLE and state is not State.DONE:
         raise InvalidJob(f"state must be one of {names}")
     assert state is not None
     return state

@@ -28,6 +28,9 @@ SCAN_BUDGET: Final = 5000
 MAX_SCAN_BUDGET: Final = 100_000
 #: Jobs whose fields are read per round trip while filtering.
 CHUNK: Final = 500
+#: Done jobs (in no set) are found by SCAN: its COUNT per step, and the most steps a walk sends.
+DONE_STEP: Final = 1000
+DONE_STEPS: Final = 100
 
 
 #: What a condition's path starts with: a field of the job's JSON payload, or a value of its meta.
@@ -179,8 +182,10 @@ class Found:
     next_start: int | None = None
     #: Jobs looked at (more than found when filtering).
     examined: int = 0
-    #: Jobs in the state when the walk began.
-    total: int = 0
+    #: Jobs in the state when the walk began (None for done jobs: no set counts them).
+    total: int | None = 0
+    #: For done jobs: how many keys of the SCAN step at `next_start` (a SCAN cursor) this walk already took.
+    next_skip: int = 0
     #: Why some jobs found could not be read (a hash written around the scripts), one line each.
     unreadable: list[str] = field(default_factory=list)
     #: Redis time when the walk began, the clock every stored time was taken with.
@@ -206,8 +211,9 @@ async def find(
     position = start
     filtering = job_filter.any
     budget = budget if filtering else limit
+    total = stats.in_state(state)
     while True:
-        if position >= found.total:
+        if position >= total:
             return found
         if len(found.jobs) >= limit or found.examined >= budget:
             found.next_start = position
@@ -237,3 +243,54 @@ async def find(
         found.examined += taken
         if taken == len(ids) < want:  # the state's last job
             return found
+
+
+async def find_done(
+    reads: AdminReads,
+    queue: str,
+    job_filter: JobFilter,
+    cursor: int = 0,
+    skip: int = 0,
+    limit: int = 50,
+    budget: int = SCAN_BUDGET,
+    now_ms: int = 0,
+) -> Found:
+    """Up to `limit` done jobs that match. Done jobs are in no set (their hash lives for result_ttl): found by
+    SCAN, DONE_STEP keys of the keyspace a step from `cursor`, until `limit` were found, or `budget` of the
+    queue's job keys or DONE_STEPS steps were looked at. A walk that fills in the middle of a step says where in
+    it the next one starts (`next_skip`: a step sent again from the same cursor finds the same keys, unless the
+    keyspace changed meanwhile); SCAN knows no order, so the jobs come in no order."""
+    found = Found(total=None, now_ms=now_ms)
+    for _ in range(DONE_STEPS):
+        step = cursor
+        cursor, ids = await reads.job_keys_page(queue, step, DONE_STEP, job_filter.id_prefix)
+        skip = min(skip, len(ids))  # the step found fewer keys than when the last walk was made
+        values = await reads.fields(queue, ids, ("state", *job_filter.fields))
+        chosen: list[str] = []
+        for index in range(skip, len(ids)):
+            if values[index].get(b"state") == b"done" and job_filter.match(ids[index], values[index], now_ms):
+                chosen.append(ids[index])
+                if len(found.jobs) + len(chosen) >= limit:
+                    await _take(reads, queue, chosen, found)
+                    found.examined += index + 1 - skip
+                    if index + 1 < len(ids):
+                        found.next_start, found.next_skip = step, index + 1
+                    elif cursor != 0:
+                        found.next_start = cursor
+                    return found
+        found.examined += len(ids) - skip
+        skip = 0
+        await _take(reads, queue, chosen, found)
+        if cursor == 0:
+            return found
+        if found.examined >= budget:
+            break
+    found.next_start = cursor
+    return found
+
+
+async def _take(reads: AdminReads, queue: str, ids: list[str], found: Found) -> None:
+    if ids:
+        jobs, problems = await reads.jobs(queue, ids)
+        found.jobs += jobs
+        found.unreadable += problems

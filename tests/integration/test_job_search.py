@@ -23,7 +23,7 @@ from tests.integration.driver import QueueDriver
 from tests.integration.test_api import Api, running_api
 from tests.integration.test_cli_ops import Run
 from tests.integration.test_cli_ops import run as run  # the `run` fixture
-from tests.integration.test_dashboard import Ui, cells, job_ids, running_ui
+from tests.integration.test_dashboard import Ui, cells, done_jobs, job_ids, running_ui
 from tests.servers import RedisServer
 
 #: A type whose jobs run one at a time fleet-wide: the lease holds the others in group "a".
@@ -108,13 +108,35 @@ async def test_get_v1_jobs_filters_by_type_within_its_scan(api: Api, q: QueueDri
     assert ([j["id"] for j in page["jobs"]], page["examined"], page["cursor"]) == ([ids[8]], 5, None)
 
 
+async def test_get_v1_jobs_lists_done_jobs_a_page_at_a_time_each_once(api: Api, q: QueueDriver) -> None:
+    kept = done_jobs(q, 7)
+    q.enqueue("t.a")  # pending: not a done job
+    seen, cursors = [], []
+    query = {"state": "done", "limit": "3"}
+    while True:
+        page = (await api.call("GET", "/v1/jobs", params=query)).body
+        assert page["total"] is None
+        assert all(j["state"] == "done" for j in page["jobs"])
+        seen += [j["id"] for j in page["jobs"]]
+        if page["cursor"] is None:
+            break
+        cursors.append(page["cursor"])
+        query = {**query, "cursor": page["cursor"]}
+    assert sorted(seen) == sorted(kept)
+    assert len(seen) == 7
+    # The one SCAN step (its cursor 0), gone on from where each page stopped in it (counting every job key).
+    assert [c.partition(".")[0] for c in cursors] == ["0", "0"]
+
+
 @pytest.mark.parametrize(
     ("query", "error"),
     [
         ({}, "state is required"),
-        ({"state": "done"}, "state must be one of pending, held, scheduled, active, waiting, dead"),
+        ({"state": "canceled"}, "state must be one of pending, held, scheduled, active, waiting, dead, done"),
+        ({"state": "pending", "cursor": "5.2"}, "cursor must be one a page of this state gave"),
+        ({"state": "done", "cursor": "5.x"}, "cursor must be one a page of this state gave"),
         ({"state": "pending", "limit": "0"}, "limit must be a whole number from 1 to 1000"),
-        ({"state": "pending", "cursor": "-1"}, "cursor must be a whole number"),
+        ({"state": "pending", "cursor": "-1"}, "cursor must be one a page of this state gave"),
         ({"state": "pending", "queue": "no such/queue"}, "queue name"),
         ({"state": "pending", "colour": "red"}, "unknown parameter(s): colour"),
     ],

@@ -16,14 +16,11 @@ from typing import Any, Final
 from jobcar.admin import Admin
 from jobcar.fleet import DaemonInfo, live_daemons
 from jobcar.job import Job, State
-from jobcar.job_search import CHUNK, SCAN_BUDGET, JobFilter, find, last_error
+from jobcar.job_search import CHUNK, SCAN_BUDGET, JobFilter, find, find_done, last_error
 from jobcar.replies import as_text
 from jobcar.transitions import QueueHistory, QueueStats
 
 PAGE_SIZE: Final = 50
-#: Done jobs (in no set) are found by SCAN: its COUNT per step, and the most steps a page sends.
-DONE_STEP: Final = 1000
-DONE_STEPS: Final = 100
 #: Dead jobs the groups by type and error are made from (the newest).
 GROUP_LIMIT: Final = 10_000
 #: An error text is grouped by its first line, cut to this many characters.
@@ -154,44 +151,11 @@ def _matches(job_id: str, fields: dict[bytes, bytes], filters: Filters, now_ms: 
 
 
 async def _browse_done(admin: Admin, queue: str, cursor: int, skip: int, filters: Filters, now_ms: int) -> Browse:
-    page = await _scan_done(admin, queue, cursor, skip, filters, now_ms)
-    page.jobs.sort(key=lambda job: job.finished_ms or 0, reverse=True)
-    return page
-
-
-async def _scan_done(admin: Admin, queue: str, cursor: int, skip: int, filters: Filters, now_ms: int) -> Browse:
-    """Done jobs are in no set (their hash lives for result_ttl): found by SCAN, newest first within a page (SCAN
-    knows no order across pages), DONE_STEP keys
-    of the keyspace a step, until the page is full, or SCAN_BUDGET of the queue's job keys or DONE_STEPS steps
-    were looked at. A page that fills in the middle of a step says where in it the next one starts (a step
-    sent again from the same cursor finds the same keys, unless the keyspace changed meanwhile)."""
-    page = Browse()
-    for _ in range(DONE_STEPS):
-        step = cursor
-        cursor, ids = await admin.job_keys_page(queue, step, DONE_STEP, filters.id_prefix)
-        skip = min(skip, len(ids))  # the step found fewer keys than when the last page was made
-        fields = await admin.fields(queue, ids, ("state", *filters.fields))
-        found: list[str] = []
-        for index in range(skip, len(ids)):
-            if fields[index].get(b"state") == b"done" and _matches(ids[index], fields[index], filters, now_ms):
-                found.append(ids[index])
-                if len(page.jobs) + len(found) >= PAGE_SIZE:
-                    await page.take(admin, queue, found)
-                    page.examined += index + 1 - skip
-                    if index + 1 < len(ids):
-                        page.next_start, page.next_skip = step, index + 1
-                    elif cursor != 0:
-                        page.next_start = cursor
-                    return page
-        page.examined += len(ids) - skip
-        skip = 0
-        await page.take(admin, queue, found)
-        if cursor == 0:
-            return page
-        if page.examined >= SCAN_BUDGET:
-            break
-    page.next_start = cursor
-    return page
+    """A page of done jobs (job_search.find_done), newest first within the page (SCAN knows no order across
+    pages)."""
+    found = await find_done(admin, queue, filters, cursor, skip, PAGE_SIZE, SCAN_BUDGET, now_ms)
+    found.jobs.sort(key=lambda job: job.finished_ms or 0, reverse=True)
+    return Browse(found.jobs, found.next_start, found.next_skip, found.examined, None, found.unreadable)
 
 
 @dataclass(frozen=True, slots=True)
