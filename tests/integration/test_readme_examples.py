@@ -61,9 +61,17 @@ def find(doc: str, first_line_start: str) -> Example:
 #: Blocks not run here, by (document, the start of their first line): why, and what tests them instead.
 NOT_RUN = {
     ("README.md", "make run"): "the two commands themselves: CI runs `make test`; `make run`'s parts run here",
-    ("README.md", "from jobcar import Client\nfrom jobcar.spark"): (
-        "needs a Spark session and a server named redis: tests/integration/test_spark.py runs enqueue_dataframe "
-        "from a zip, and test_the_zip_command_builds_an_importable_package the zip command"
+    ("README.md", "from jobcar.spark_source import JobcarDataSource"): (
+        "needs a Spark session and a server named redis: tests/integration/test_spark_source.py writes and reads "
+        "with the format, and test_the_zip_command_builds_an_importable_package runs the zip command"
+    ),
+    ("README.md", 'curl -H "Authorization: Bearer $JOBCAR_ATTEMPT_TOKEN"'): (
+        "runs inside a handler's attempt: tests/integration/test_handler_api_examples.py runs handlers/sh/*.sh, "
+        "which make these calls with curl, under a real daemon"
+    ),
+    ("handlers/README.md", "handlers:\n  report.build"): (
+        "the talking-back examples' config: tests/integration/test_handler_api_examples.py runs each of them "
+        "under a daemon configured so"
     ),
     ("README.md", "jobcar stats"): (
         "a reference of commands with placeholders (ID, Q): test_every_command_of_the_cli_reference_exists"
@@ -213,10 +221,9 @@ def test_every_command_of_the_cli_reference_exists() -> None:
 
 
 def test_the_zip_command_builds_an_importable_package(tmp_path: Path) -> None:
-    command = "python -m zipfile -c jobcar.zip daemon/jobcar"
-    assert command in find("README.md", "from jobcar import Client\nfrom jobcar.spark").text
+    assert "`python -m jobcar.spark zip jobcar.zip`" in (ROOT / "README.md").read_text()
     archive = tmp_path / "jobcar.zip"
-    subprocess.run([sys.executable, "-m", "zipfile", "-c", str(archive), str(ROOT / "daemon" / "jobcar")], check=True)
+    subprocess.run([sys.executable, "-m", "jobcar.spark", "zip", str(archive)], check=True, capture_output=True)
     probe = "import jobcar, sys; assert jobcar.__file__.startswith(sys.argv[1]), jobcar.__file__; print('ok')"
     done = subprocess.run([sys.executable, "-c", probe, str(archive)], env={**os.environ, "PYTHONPATH": str(archive)},
                           capture_output=True, text=True, timeout=60)  # fmt: skip
