@@ -217,6 +217,11 @@ def test_a_wake_with_nothing_to_lease_is_deleted_and_a_far_schedule_read_once(qu
     assert result.next_due_ms is not None
     assert 59_000 < result.next_due_ms <= 60_000
     assert (ran["zrange"], ran["zrangebyscore"], ran["type"]) == (1, 0, 0), "one read of its head, for both"
+    job_id = q.enqueue("t").id
+    result, ran = lease_counted(q)
+    assert [leased.job.id for leased in result.jobs] == [job_id]
+    assert ran["exists"] == 3, "the look, the wake and the pause: the other pending lists are not read"
+    assert (ran["zrange"], ran["zrangebyscore"], ran["type"]) == (1, 0, 2)
 
 
 @pytest.mark.parametrize("key", ["active", "dead"])

@@ -136,22 +136,27 @@ end
 -- to let go) is answered by one EXISTS: an idle daemon sends this call every IDLE_WAIT_MAX per queue.
 local look = {KEYS[1], KEYS[4], KEYS[2], KEYS[5], unpack(lists, 2)}
 if limits then look[#look + 1] = throttled_key_of(prefix) end
-if redis.call('EXISTS', unpack(look)) == 0 then return {now, -1, 0, {}, {}} end
+local found = redis.call('EXISTS', unpack(look))
+if found == 0 then return {now, -1, 0, {}, {}} end
 
--- `pending` by a read that fails on another type. The keys after it and `wake` in `look` are read only when
--- one exists: a job that arrives on a queue with nothing else (its wake aside) is leased without them.
+-- `pending` by a read that fails on another type; then what else `look` found, told apart only while some
+-- of it is left unexplained: a job that arrives on a queue with nothing else but its wake is leased
+-- without reading the schedule, the pause or the other lists.
 local queued = redis.pcall('LLEN', KEYS[1])
 if type(queued) == 'table' then return refusal(1) or queued end
+if queued > 0 then found = found - 1 end
+if found > 0 then found = found - redis.call('EXISTS', KEYS[4]) end
 local first_due, refused, others = nil, nil, 0
-if redis.call('EXISTS', unpack(look, 3)) > 0 then
+if found > 0 then
   first_due, refused = earliest()
   if refused then return refused end
   if redis.call('EXISTS', KEYS[5]) == 1 then
     redis.call('DEL', KEYS[4])
     return {now, next_due_in(first_due), 1, {}, {}}
   end
-  -- The other lists, read only when one exists; one of another type is passed over below.
-  others = redis.call('EXISTS', unpack(lists, 2))
+  if first_due then found = found - 1 end
+  -- The other lists (or `throttled`), read only when one exists; one of another type is passed over below.
+  if found > 0 then others = redis.call('EXISTS', unpack(lists, 2)) end
 end
 local due_now = first_due and first_due <= now
 if not (due_now or limiter or queued > 0 or others > 0) then
