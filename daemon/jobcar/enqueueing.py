@@ -55,6 +55,7 @@ class EnqueueRecord:
     on_dependency_failure: str | None = None  # "fail" (the default, not stored), "run" or "cancel"
     dependents: Sequence[str] = ()  # references of jobs stored before this one that wait for it
     parent: str | None = None  # the reference of the job whose handler made this one (the handler API)
+    keep_for_ms: int | None = None  # the id (and result) kept this long after the job ends (ack.lua)
 
     def args(self) -> list[Arg]:
         """The record as the scripts that store jobs read it (`lua/includes/store_jobs.lua`)."""
@@ -76,9 +77,10 @@ class EnqueueRecord:
         )
         # Checked first, so that a job without them (enqueue_many's usual job) pays little (ADR 0006).
         if (self.priority or self.expires_at_ms or self.expires_in_ms or self.unique_window or self.debounce_key
-                or self.backoff_ms):  # fmt: skip
+                or self.backoff_ms or self.keep_for_ms):  # fmt: skip
             optional += (
                 ("priority", self.priority or None),
+                ("keep_for", self.keep_for_ms),
                 ("backoff", self.backoff_ms),
                 ("expires_at", self.expires_at_ms),
                 ("expires_in", self.expires_in_ms),

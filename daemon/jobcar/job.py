@@ -154,6 +154,8 @@ class Job:
     priority: int = 0
     #: A job not started by then (ms, Redis time) is never run: it dies with the reason `expired`.
     expires_at_ms: int | None = None
+    #: The producer's window (`keep_for=`): the job's id and result are kept this long after it ends.
+    keep_for_ms: int | None = None
     #: The debounce key whose enqueues go into this job while it waits.
     debounce_key: str | None = None
     #: The schedule that fired this job and the tick it fired for (ms), for a periodic job.
@@ -234,6 +236,7 @@ class Job:
             cancel_requested=get(b"cancel") == b"1",
             priority=_opt_int(get(b"priority")) or 0,
             expires_at_ms=_opt_int(get(b"expires_at")),
+            keep_for_ms=_opt_int(get(b"keep_for")),
             debounce_key=_opt_str(get(b"debounce")),
             schedule=_opt_str(get(b"schedule")),
             scheduled_at_ms=_opt_int(get(b"scheduled_at")),

@@ -186,6 +186,12 @@ class EnqueueOptions(TypedDict, total=False):
         Option(Kind.CHOICE, "when a job of --after dies or is canceled: fail (default, to the dead-letter queue), "
                "run, cancel", field="on_dependency_failure", choices=ON_DEPENDENCY_FAILURE),
     ]  # fmt: skip
+    keep_for: Annotated[
+        Duration,
+        Option(Kind.DURATION, "keep the job's id (and result) this long after it ends, whatever the daemon's "
+               "result_ttl: an enqueue of the same id meanwhile answers exists", metavar="DURATION",
+               field="keep_for", minimum=1),
+    ]  # fmt: skip
 
 
 def _read_options() -> dict[str, Option]:

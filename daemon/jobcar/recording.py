@@ -93,7 +93,8 @@ def outcome_call(
     job = leased.job
     if outcome.kind is OutcomeKind.SUCCESS:
         retention_ms = int(config.result_ttl * 1000)
-        result = outcome.result if retention_ms else None
+        # A job the producer keeps (keep_for) keeps its result with its id, whatever result_ttl is (ack.lua).
+        result = outcome.result if retention_ms or job.keep_for_ms else None
         call = ack_call(keys, job.id, leased.token, result=result, retention_ms=retention_ms, final=final)
         return OutcomeCall(call, Recorded.CANCELED if final is State.CANCELED else Recorded.DONE)
     if outcome.kind is OutcomeKind.FAIL:

@@ -297,6 +297,7 @@ def build_record(
         expires_at_ms=expires_at_ms,
         expires_in_ms=expires_in_ms,
         unique_window=unique_mode == "window",
+        keep_for_ms=values.get("keep_for"),
         debounce_key=debounce_key,
         debounce_ms=debounce_ms,
         debounce_max_ms=debounce_max_ms,

@@ -23,6 +23,7 @@ from jobcar.options import OPTIONS
 from jobcar.spark_rows import ROW_RESERVED
 from jobcar.spark_source import COLUMN_SUFFIX, JobcarDataSource
 from tests.integration.daemon_harness import DaemonProcess, Received, handler_server, write_config
+from tests.integration.driver import QueueDriver
 from tests.integration.test_spark import spark_session
 from tests.servers import RedisServer
 
@@ -147,6 +148,25 @@ def test_the_driver_refuses_a_bad_write_before_any_task(
         _writer(df, redis_server.url, namespace, type="t", id="order_id", priority="12").save()
     with Client.from_url(redis_server.url, namespace=namespace) as client:
         assert client.get("0") is None
+
+
+def test_a_write_run_again_after_its_jobs_finished_adds_nothing_within_keep_for(
+    spark: SparkSession, namespace: str, redis_server: RedisServer, q: QueueDriver
+) -> None:
+    """A Spark task retried after a daemon with result_ttl 0 finished its jobs: the `keep_for` option keeps
+    the ids, so the second write stores nothing and the batch counts each row once."""
+    df = spark.range(6, numPartitions=2).withColumn("order_id", F.concat(F.lit("o-"), F.col("id").cast("string")))
+    write = _writer(df, redis_server.url, namespace, type="t", id="order_id", batch="again", keep_for="2h")
+    write.save()
+    leased = q.lease().jobs
+    assert len(leased) == 6
+    assert all(j.job.keep_for_ms == 7_200_000 for j in leased)
+    for j in leased:
+        assert q.ack(j.job.id, j.token) == 1  # as a daemon with result_ttl 0 acks
+    write.save()
+    assert q.lease().jobs == []
+    assert q.redis.hget(q.keys.batch("again"), "total") == b"6"
+    assert {q.job(f"o-{n}").state for n in range(6)} == {State.DONE}  # type: ignore[union-attr]
 
 
 def test_a_read_of_a_10000_job_batch_returns_every_outcome(

@@ -28,7 +28,7 @@ EVERY_OPTION: dict[str, Any] = {
     "unique_mode": "window", "job_id": "j", "timeout": "10s", "backoff": "2s", "content_type": "text/plain",
     "traceparent": "00-" + "1" * 32 + "-" + "2" * 16 + "-01", "meta": {"m": "v"}, "batch": "b", "priority": 4,
     "expires_in": "1h", "expires_at": None, "debounce": None, "debounce_key": None, "debounce_max_wait": None,
-    "key": "tenant", "after": ["other"], "on_dependency_failure": "run",
+    "key": "tenant", "after": ["other"], "on_dependency_failure": "run", "keep_for": "2h",
 }  # fmt: skip
 
 

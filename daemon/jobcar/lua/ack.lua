@@ -9,7 +9,8 @@
 --   id, lease token, final state ("done" or "canceled"),
 --   retention in ms (0 deletes the job, unless someone waits for it: while <prefix>waiter:<id> lives, the job
 --   then stays for that key's PTTL; otherwise the job hash (state, finished, result) stays readable
---   that long), result bytes to keep with the job (already bounded by the caller; "" for none). While
+--   that long; a job's own `keep_for` field, the producer's window, keeps it at least that long, without
+--   its payload, meta, traceparent and errors when only the window keeps it), result bytes to keep with the job (already bounded by the caller; "" for none). While
 --   the server is out of memory the result is not kept: the job is done, and its `result_dropped` field
 --   says why (this script runs under OOM so that jobs still finish; a result would grow a full server).
 -- Touches the job's handler data (includes/handler_data.lua: expires with it, or deleted), <prefix>unique:<key>
@@ -32,6 +33,23 @@
 --- @include "keys"
 --- @include "handler_data"
 
+-- The fields a job kept only by its window (keep_for) drops: what it ran on, not what it became.
+local SLIMMED = {payload = true, meta = true, traceparent = true, errors = true, token = true, cancel = true,
+  slots = true}
+-- Rewritten rather than HDEL'd: a hash that once held a long value (a payload over hash-max-listpack-value)
+-- stays a hash table; written anew with short values it is a listpack again (about 3x smaller).
+local function keep_slim(job_key)
+  local all, kept = redis.call('HGETALL', job_key), {}
+  for i = 1, #all, 2 do
+    if not SLIMMED[all[i]] then
+      kept[#kept + 1] = all[i]
+      kept[#kept + 1] = all[i + 1]
+    end
+  end
+  redis.call('DEL', job_key)
+  if #kept > 0 then redis.call('HSET', job_key, unpack(kept)) end
+end
+
 local refused = wrong_type({KEYS[1], 'zset'})
 if refused then return refused end
 
@@ -44,7 +62,7 @@ local prefix = ARGV[1]
 local leases, checked, seen = {}, false, {}
 for n = 1, #KEYS - 1 do
   local held, fields = holds_lease(KEYS[1 + n], ARGV[5 * n - 2], 'unique', 'batch', 'slots', 'dependents',
-    'handler_data')
+    'handler_data', 'keep_for')
   held = held and not seen[KEYS[1 + n]]
   seen[KEYS[1 + n]] = true
   leases[n] = held and fields
@@ -83,7 +101,16 @@ for n = 1, #KEYS - 1 do
       -- Kept for whoever waits for it, as long as they said they would wait (no key: -2, deleted as before).
       retention = redis.call('PTTL', waiter_key_of(prefix, id))
     end
+    -- The producer's window (keep_for): the longer of it and the retention above. A job kept only by it
+    -- (it would have been deleted) keeps its id, state, times and result, not its payload, meta, trace
+    -- context or errors: an enqueue of its id finds the hash and answers exists.
+    local keep, slim = tonumber(fields[8]) or 0, false
+    if keep > retention then
+      slim = retention <= 0
+      retention = keep
+    end
     if retention > 0 then
+      if slim then keep_slim(job_key) end
       redis.call('HSET', job_key, 'state', final, 'finished', now_ms())
       redis.call('HDEL', job_key, 'token', 'cancel', 'slots')
       if ARGV[at + 4] ~= '' then
@@ -94,7 +121,11 @@ for n = 1, #KEYS - 1 do
         end
       end
       redis.call('PEXPIRE', job_key, retention)
-      if fields[7] then expire_handler_data(prefix, id, retention) end
+      if fields[7] and slim then
+        drop_handler_data(prefix, id)
+      elseif fields[7] then
+        expire_handler_data(prefix, id, retention)
+      end
     else
       redis.call('DEL', job_key)
       if fields[7] then drop_handler_data(prefix, id) end

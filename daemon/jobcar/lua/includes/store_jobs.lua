@@ -20,7 +20,8 @@ local function optional_fields()
   return {content_type = 'store', max_attempts = 'store+', timeout = 'store+', backoff = 'store+',
     traceparent = 'store', meta = 'store', batch = 'store', key = 'store', priority = 'store', expires_at = 'store+',
     expires_in = 'read+', unique_mode = 'read', debounce_key = 'read', debounce_ms = 'read+', debounce_max_ms = 'read+',
-    after = 'store', on_dependency_failure = 'store', dependents = 'read', parent = 'store'}
+    after = 'store', on_dependency_failure = 'store', dependents = 'read', parent = 'store',
+    keep_for = 'store+'}
 end
 -- A debounced job's key outlives its run time by this much, so a job promoted late is still found.
 local DEBOUNCE_LOCK_MARGIN_MS = 600000
