@@ -7,19 +7,30 @@
 -- ARGV[1] the queue's key prefix "<ns>:{<queue>}:"
 -- ARGV[2..] one record per job, back to back (includes/store_jobs.lua):
 --   id, type, payload, run_at_ms ("0": none), delay_ms ("0": none), unique_key ("": none),
---   unique_ttl_ms, n, then n field/value pairs of optional fields: content_type, max_attempts,
---   timeout (ms), traceparent, meta (JSON object of strings), batch
--- A malformed record, an unknown field or a bad value fails the whole call before anything is written.
--- Touches per job: <prefix>job:<id> HASH (created), <prefix>unique:<key> STRING (SET NX PX),
---   <prefix>batch:<batch> HASH (HINCRBY total) when the job names a batch.
+--   unique_ttl_ms, n, then n field/value pairs of optional fields: content_type, max_attempts, timeout (ms),
+--   backoff (ms), keep_for (ms), traceparent, meta (JSON), batch, key, priority (0-9), expires_at (ms),
+--   expires_in (ms), unique_mode (until_done | window), debounce_key, debounce_ms, debounce_max_ms, parent,
+--   after and dependents (JSON arrays of "<queue>/<id>"), on_dependency_failure (fail | run | cancel).
+--   run_at_ms is the producer's clock, delay_ms relative to Redis time; when both are non-zero, run_at_ms is
+--   taken. Ids are not checked here (producers keep to 1-200 printable characters, docs/protocol.md).
+-- A malformed record, an unknown field or a bad value fails the whole call before anything is written, with
+-- an error reply "ERR jobcar enqueue: ..." (docs/protocol.md lists each).
+-- Touches per job: <prefix>job:<id> HASH (created), <prefix>unique:<key> or <prefix>window:<key> STRING
+--   (SET NX PX), <prefix>debounce:<key> STRING, <prefix>batch:<batch> HASH (HINCRBY total) when the job names
+--   a batch, <prefix>pending:<p> LIST (priority p > 0), and for dependencies <prefix>waiting ZSET,
+--   <prefix>deps:<id> SET, <prefix>dependents:<id> SET.
 -- Returns an array with one entry per job, in order:
---   "pending" | "scheduled"                  created, in that state
---   {"exists", id, state}                    a job with this id exists (nothing written)
+--   "pending" | "scheduled" | "waiting"      created, in that state (waiting: the record has `after`)
+--   {"exists", id, state}                    a job with this id exists (nothing written but the record's
+--                                            `dependents`, registered with it unless it ended)
 --   {"duplicate", holder's id, holder's state}  the unique key is held (nothing written)
+--   {"debounced", waiting id, "scheduled"}   the debounce key's scheduled job took the payload
 -- A run-at in the past makes the job runnable now. Time is Redis time.
 -- Refused whole with an error reply "FULL jobcar enqueue: <pending> pending, max_pending <max>, <new> new refused"
 -- when <prefix>settings holds a `max_pending` that the call's new jobs would take the pending lists past
--- (includes/max_pending.lua, ADR 0024); nothing is written.
+-- (includes/max_pending.lua, ADR 0024); nothing is written but the count of refused jobs (`refused`).
+-- A key of another Redis type is refused with "WRONGTYPE jobcar: ..." before the first write.
+-- docs/conformance/producer.json holds cases of every reply, with the keys they leave.
 
 --- @include "now_ms"
 --- @include "store_jobs"
