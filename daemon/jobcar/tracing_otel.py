@@ -99,12 +99,27 @@ def _messaging(operation: str, queue: str | None) -> dict[str, Any]:
     return attributes
 
 
+class Fixed:
+    """Attributes that many spans share (an attempt's queue, type and attempt number; a handler call's), made
+    once by the event loop and encoded once by the exporter, which keeps the encoding here."""
+
+    __slots__ = ("attributes", "encoded")
+
+    def __init__(self, attributes: dict[str, Any]) -> None:
+        self.attributes = attributes
+        self.encoded: bytes | None = None
+
+
+_NO_FIXED: Final = Fixed({})
+
+
 class Span:
     """One span of the daemon, as recorded: plain fields, no lock (the daemon's event loop makes and ends it),
-    handed whole to the exporter when it ends. An unsampled one only carries its ids, to pass them on."""
+    handed whole to the exporter when it ends. An unsampled one only carries its ids, to pass them on.
+    `fixed` holds the attributes it shares with others, `attributes` its own."""
 
-    __slots__ = ("attributes", "end", "events", "kind", "links", "name", "parent_id", "sampled", "span_id",
-                 "start", "status", "trace_id")  # fmt: skip
+    __slots__ = ("attributes", "end", "events", "fixed", "kind", "links", "name", "parent_id", "sampled",
+                 "span_id", "start", "status", "trace_id")  # fmt: skip
 
     def __init__(self, trace_id: bytes, parent_id: bytes, sampled: bool, name: str, kind: int,
                  attributes: dict[str, Any], start: int) -> None:  # fmt: skip
@@ -120,6 +135,7 @@ class Span:
         self.events: list[tuple[str, int, dict[str, Any]]] = []
         self.links: list[tuple[bytes, bytes]] = []
         self.status: tuple[int, str] | None = None
+        self.fixed = _NO_FIXED
 
     @property
     def traceparent(self) -> str:
@@ -178,6 +194,8 @@ class Tracer:
         # A trace id is sampled when its low 64 bits are below this (as OpenTelemetry's TraceIdRatioBased does).
         self._bound = round(settings.sampling_ratio * 2**64)
         self._exporter = _Exporter(settings)
+        #: The Fixed attribute blocks in use, by what makes them: (queue, type, attempt), (handler, attempt).
+        self._fixed: dict[tuple[Any, ...], Fixed] = {}
 
     @classmethod
     def exporting(cls, settings: TracingSettings) -> Tracer:
@@ -198,6 +216,12 @@ class Tracer:
             trace_id, parent_id = random.getrandbits(128).to_bytes(16, "big"), b""
             sampled = int.from_bytes(trace_id[8:], "big") < self._bound
         return Span(trace_id, parent_id, sampled, name, kind, attributes, start or time.time_ns())
+
+    def _fix(self, key: tuple[Any, ...], attributes: dict[str, Any]) -> Fixed:
+        if len(self._fixed) >= 4096:  # types, queues and attempt numbers are few; a flood of new ones starts over
+            self._fixed.clear()
+        fixed = self._fixed[key] = Fixed(attributes)
+        return fixed
 
     def _end(self, span: Span) -> None:
         if span.sampled:
@@ -278,18 +302,20 @@ class Tracer:
         """The consumer span of one attempt, started now (its lease), a child of the job's traceparent (the
         producer's span). A job that waited for others gets links to them later (`link`)."""
         now = time.time_ns()
-        attributes = {  # a literal: this runs for every job
-            "messaging.system": SYSTEM,
-            "messaging.operation.type": "process",
-            "messaging.operation.name": "process",
-            "messaging.destination.name": job.queue,
-            "messaging.message.id": job.id,
-            "jobcar.job.type": job.type,
-            "jobcar.attempt": job.attempt,
-        }
-        span = self._start(f"process {job.queue}", CONSUMER, attributes, parse_traceparent(job.traceparent), now)
+        span = self._start(f"process {job.queue}", CONSUMER, {"messaging.message.id": job.id},
+                           parse_traceparent(job.traceparent), now)  # fmt: skip
         if not span.sampled:
             return span
+        key = (job.queue, job.type, job.attempt)
+        fixed = self._fixed.get(key)
+        if fixed is None:
+            attributes = {
+                **_messaging("process", job.queue),
+                "jobcar.job.type": job.type,
+                "jobcar.attempt": job.attempt,
+            }
+            fixed = self._fix(key, attributes)
+        span.fixed = fixed
         if job.after:
             # When it began to wait (its enqueue); the lease event says when the wait was over.
             span.add_event("jobcar.waiting_for_dependencies", {"jobcar.dependencies": list(job.after[:100])},
@@ -314,16 +340,21 @@ class Tracer:
     def handler_call(self, span: Span, job: Job, handler: Handler) -> tuple[Span, str | None]:
         """The client span of the handler call, a child of the attempt's span, and its traceparent (what the
         handler gets)."""
+        call = self._start(f"handle {job.type}", CLIENT, {}, (span.trace_id, span.span_id, span.sampled))
+        if not call.sampled:
+            return call, call.traceparent
         url = getattr(handler, "url", None)
-        attributes: dict[str, Any] = {"jobcar.job.type": job.type, "jobcar.attempt": job.attempt}
-        if url is not None:
-            attributes["jobcar.handler"] = "http"
-            attributes["http.request.method"] = "POST"
-            attributes["url.full"] = _safe_url(url)
-        else:
-            attributes["jobcar.handler"] = "command"
-            attributes["process.executable.name"] = str(getattr(handler, "command", ("",))[0])
-        call = self._start(f"handle {job.type}", CLIENT, attributes, (span.trace_id, span.span_id, span.sampled))
+        target = url if url is not None else str(getattr(handler, "command", ("",))[0])
+        key = (job.type, job.attempt, url is not None, target)
+        fixed = self._fixed.get(key)
+        if fixed is None:
+            attributes: dict[str, Any] = {"jobcar.job.type": job.type, "jobcar.attempt": job.attempt}
+            if url is not None:
+                attributes |= {"jobcar.handler": "http", "http.request.method": "POST", "url.full": _safe_url(url)}
+            else:
+                attributes |= {"jobcar.handler": "command", "process.executable.name": target}
+            fixed = self._fix(key, attributes)
+        call.fixed = fixed
         return call, call.traceparent
 
     def handler_stopped(self, call: Span, error: BaseException) -> None:
@@ -443,6 +474,10 @@ def _encode_span(span: Span) -> bytes:
     if span.parent_id:
         out += (b"\x22\x08", span.parent_id)
     out += (name, b"\x30", bytes((span.kind,)), b"\x39", _pack_q(span.start), b"\x41", _pack_q(span.end))
+    fixed = span.fixed
+    if fixed.encoded is None:  # a race with another exporter only encodes it twice, the same
+        fixed.encoded = b"".join(_attribute(b"\x4a", k, v) for k, v in fixed.attributes.items())
+    out.append(fixed.encoded)
     out += [_attribute(b"\x4a", k, v) for k, v in span.attributes.items()]
     for event_name, at, attributes in span.events:
         event = b"\x09" + _pack_q(at) + _text(b"\x12", event_name)
