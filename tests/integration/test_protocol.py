@@ -14,20 +14,24 @@ LUA = Path(jobcar.__file__).parent / "lua"
 
 
 def documented_source(name: str) -> str:
-    """The rule from docs/protocol.md, applied without jobcar's own loader: each `--- @include "x"` line is
-    replaced by includes/x.lua with its own includes replaced first; a file already inserted is skipped."""
+    """Steps 1 and 2 of docs/protocol.md's assembly, without jobcar's own loader and without inlining the
+    one-line helpers (step 3), which the protocol leaves out for a script that only has to run: each
+    `--- @include "x"` line is replaced by includes/x.lua (its trailing line breaks removed) with its own
+    includes replaced first; a file already inserted leaves an empty line."""
     inserted: set[str] = set()
 
     def expand(text: str) -> str:
         lines = []
         for line in text.split("\n"):
-            if line.startswith('--- @include "'):
-                helper = line.split('"')[1]
-                if helper not in inserted:
-                    inserted.add(helper)
-                    lines.append(expand((LUA / "includes" / f"{helper}.lua").read_text()))
-            else:
+            if not line.startswith('--- @include "'):
                 lines.append(line)
+                continue
+            helper = line.split('"')[1]
+            if helper in inserted:
+                lines.append("")
+            else:
+                inserted.add(helper)
+                lines.append(expand((LUA / "includes" / f"{helper}.lua").read_text().rstrip("\n")))
         return "\n".join(lines)
 
     return expand((LUA / f"{name}.lua").read_text())
