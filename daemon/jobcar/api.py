@@ -57,8 +57,8 @@ from jobcar import tracing
 from jobcar.admin import Admin
 from jobcar.admin_reads import AmbiguousJob, JobNotFound
 from jobcar.api_fields import duration_field, reject_unknown
-from jobcar.api_schedules import add_schedule_routes
 from jobcar.api_jobs import add_job_routes
+from jobcar.api_schedules import add_schedule_routes
 from jobcar.api_tokens import CALLER, Tokens, allows, caller, required_role, token_table
 from jobcar.attempt_desk import AttemptDesk
 from jobcar.browser_guard import cross_site_problem, host_problem
