@@ -66,9 +66,10 @@ def test_stats_imports_redis_and_the_config_but_nothing_that_serves(redis_server
 
 #: Every command, and every action of a group, as typed.
 COMMAND_LINES: tuple[str, ...] = (
-    "run", "check", "enqueue", "stats", "limits", "jobs list", "jobs show", "jobs logs", "jobs cancel", "dead requeue", "dead purge",
-    "queue pause", "queue resume", "schedules list", "schedules show", "schedules set", "schedules pause",
-    "schedules resume", "schedules trigger", "schedules remove", "cancel", "fsck", "migrate", "health", "ui",
+    "run", "check", "enqueue", "stats", "limits", "jobs list", "jobs show", "jobs logs", "jobs cancel",
+    "dead requeue", "dead purge", "queue pause", "queue resume", "schedules list", "schedules show", "schedules set",
+    "schedules pause", "schedules resume", "schedules trigger", "schedules remove", "cancel", "fsck", "migrate",
+    "health", "ui",
 )  # fmt: skip
 
 
