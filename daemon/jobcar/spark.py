@@ -33,7 +33,7 @@ from jobcar.errors import InvalidJob
 from jobcar.keys import DEFAULT_NAMESPACE, DEFAULT_QUEUE
 from jobcar.names import ID_PATTERN, TYPE_PATTERN, check_name
 from jobcar.records import DEFAULT_MAX_PAYLOAD_BYTES, JobSpec, build_callbacks, build_record
-from jobcar.spark_rows import Connection, jsonable, send
+from jobcar.spark_rows import Connection, as_dict, jsonable, send
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, Row
@@ -165,7 +165,7 @@ class _PartitionWriter:
         else:
             job_id = self.job_id(row)
         if self.payload is None:
-            body: object = jsonable(row.asDict(recursive=True))
+            body: object = jsonable(as_dict(row))
         elif isinstance(self.payload, str):
             body = jsonable(row[self.payload])
         else:

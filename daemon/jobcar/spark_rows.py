@@ -150,8 +150,8 @@ def _refs(name: str, value: object) -> object:
 def _strings(name: str, value: object) -> object:
     if isinstance(value, str):
         return _json(name, value)
-    as_dict = getattr(value, "asDict", None)  # a struct column arrives as a Row
-    return as_dict() if callable(as_dict) else value
+    to_dict = getattr(value, "asDict", None)  # a struct column arrives as a Row
+    return to_dict() if callable(to_dict) else value
 
 
 def _json(name: str, text: str) -> Any:
@@ -182,12 +182,22 @@ def read_option(name: str, value: object) -> object:
     return _READ[OPTIONS[name].kind](name, value)
 
 
+#: The types JSON carries as they are: most of a row's values, so they are tried first (a row costs a type
+#: lookup per value, not the isinstance chain below: bench/spark_profile.py).
+_PLAIN: Final = frozenset({str, int, float, bool, type(None)})
+
+
 def jsonable(value: Any) -> Any:
-    """Spark's values as JSON can carry them: timestamps and dates as ISO 8601, decimals as text."""
+    """Spark's values as JSON can carry them: structs (nested Rows) as objects, timestamps and dates as ISO
+    8601, decimals as text."""
+    if type(value) in _PLAIN:
+        return value
     if isinstance(value, dict):
-        return {k: jsonable(v) for k, v in value.items()}
+        return {k: v if type(v) in _PLAIN else jsonable(v) for k, v in value.items()}
+    if isinstance(value, tuple) and hasattr(value, "__fields__"):  # a Row: a struct column
+        return jsonable(as_dict(value))
     if isinstance(value, list | tuple):
-        return [jsonable(v) for v in value]
+        return [v if type(v) in _PLAIN else jsonable(v) for v in value]
     if isinstance(value, datetime | date):
         return value.isoformat()
     if isinstance(value, timedelta):
@@ -199,8 +209,14 @@ def jsonable(value: Any) -> Any:
     return value
 
 
-def _as_dict(row: Any) -> dict[str, Any]:
-    return dict(row.asDict(recursive=True)) if hasattr(row, "asDict") else dict(row)
+def as_dict(row: Any) -> dict[str, Any]:
+    """A row's columns by name, one level: `jsonable` turns nested Rows into objects as it meets them
+    (pyspark's `asDict(recursive=True)` walks every value through three Python calls: a third of a flat
+    row's cost)."""
+    fields = getattr(row, "__fields__", None)
+    if fields is not None:
+        return dict(zip(fields, row, strict=True))
+    return dict(row.asDict()) if hasattr(row, "asDict") else dict(row)
 
 
 # -- a row's job ------------------------------------------------------------------------------------------
@@ -259,7 +275,7 @@ class RowJobs:
             value = row[self.payload_column]
             body: object = value if isinstance(value, bytes | bytearray) else jsonable(value)
         else:
-            values = _as_dict(row)
+            values = as_dict(row)
             for column in self.columns.values():
                 values.pop(column, None)
             if self.type_column is not None:
