@@ -199,10 +199,12 @@ def cmd_check(args: argparse.Namespace) -> int:
         print_json({"config": path, "ok": False, "errors": exc.lines})
         return exc.code
     if args.json:
+        patterns = {"queue_patterns": list(config.queue_patterns)} if config.queue_patterns else {}
         print_json({"config": path, "ok": True, "errors": [], "handlers": sorted(config.handlers),
-                    "queues": list(config.queues)})  # fmt: skip
+                    "queues": list(config.queues), **patterns})  # fmt: skip
     else:
-        print(f"{path}: ok ({count(len(config.handlers), 'handler')}, {count(len(config.queues), 'queue')})")
+        also = f", {count(len(config.queue_patterns), 'queue pattern')}" if config.queue_patterns else ""
+        print(f"{path}: ok ({count(len(config.handlers), 'handler')}, {count(len(config.queues), 'queue')}{also})")
     return EX_OK
 
 

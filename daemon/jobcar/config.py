@@ -65,6 +65,7 @@ from jobcar.config_types import (
 from jobcar.config_values import boolean, choice, duration, integer, optional_string, size, string
 from jobcar.errors import JobcarError
 from jobcar.listen import exposure_problem
+from jobcar.names import is_queue_pattern
 from jobcar.yaml_reader import Converter, Entry, Invalid, KeyPath, Reader, line_col, syntax_error
 
 __all__ = ["KNOWN_KEYS", "ConfigError", "load_config", "parse_config"]
@@ -191,6 +192,9 @@ def _top_level(r: Reader, root: yaml.Node) -> dict[str, Any]:
         r.error(root, (), "the config " + exc.message)
         return {}
     values = r.fields(entries, (), _TOP_FIELDS)
+    if "queues" in values:  # the patterns apart (ADR 0027): every reader of `queues` keeps seeing names only
+        values["queue_patterns"] = {q: w for q, w in values["queues"].items() if is_queue_pattern(q)}
+        values["queues"] = {q: w for q, w in values["queues"].items() if not is_queue_pattern(q)}
     if "listen" in values:
         # `jobcar run` refuses the same (api.check_exposure), so `jobcar check` says it first.
         problem = exposure_problem(values["listen"], bool(values.get("api_token") or values.get("api_tokens")))

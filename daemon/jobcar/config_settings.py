@@ -15,7 +15,7 @@ from jobcar.browser_guard import HOST_NAME, is_ip_address
 from jobcar.config_types import ApiTokenSetting, RedisSettings
 from jobcar.config_values import boolean, choice, duration, integer, parse_int, size, string
 from jobcar.listen import parse_listen
-from jobcar.names import NAME_PATTERN, NAME_RULE
+from jobcar.names import NAME_PATTERN, NAME_RULE, QUEUE_PATTERN, QUEUE_PATTERN_RULE, is_queue_pattern
 from jobcar.redis_url import is_sentinel_url, redis_url_problem
 from jobcar.yaml_reader import Converter, Invalid, KeyPath, Reader
 
@@ -71,12 +71,17 @@ def listen(r: Reader, node: yaml.Node, path: KeyPath) -> str:
 
 
 def queues(r: Reader, node: yaml.Node, path: KeyPath) -> dict[str, int]:
+    """Queue names and patterns (`tenant-*`, ADR 0027) to weights, in the file's order; config.py splits them
+    into `queues` and `queue_patterns`."""
     entries = r.entries(node, path, what="a mapping of queue names to weights, like {critical: 6, default: 3}")
     if not entries:
         raise Invalid("must name at least one queue, like {default: 1}")
     weights: dict[str, int] = {}
     for queue, entry in entries.items():
-        if not NAME_PATTERN.fullmatch(queue):
+        if is_queue_pattern(queue):
+            if not QUEUE_PATTERN.fullmatch(queue):
+                r.error(entry.key, (*path, queue), f"invalid queue pattern: {QUEUE_PATTERN_RULE}")
+        elif not NAME_PATTERN.fullmatch(queue):
             r.error(entry.key, (*path, queue), f"invalid queue name: {NAME_RULE}")
         try:
             weights[queue] = parse_int(r.text(entry.value, "a weight (a positive integer)"), 1)

@@ -226,6 +226,10 @@ class Config:
     redis: RedisSettings = field(default_factory=RedisSettings)
     namespace: str = "jobcar"
     queues: dict[str, int] = field(default_factory=lambda: {"default": 1})
+    #: The keys of `queues` that are patterns (`tenant-*`), each with its weight, in the file's order: every
+    #: queue producers register that one matches and no literal names is served too (ADR 0027). A reload
+    #: may change them; `queues` (the names) only a restart.
+    queue_patterns: dict[str, int] = field(default_factory=dict)
     strict_priority: bool = False
     concurrency: int = 20
     lease: float = 30.0
@@ -270,7 +274,8 @@ class Config:
 
     def known_targets(self) -> KnownTargets:
         """The types and queues this config runs, for a producer's check of what it enqueues."""
-        return KnownTargets(self.source, frozenset(self.handlers), frozenset(self.queues), self.strict_enqueue)
+        return KnownTargets(self.source, frozenset(self.handlers), frozenset(self.queues), self.strict_enqueue,
+                            tuple(self.queue_patterns))  # fmt: skip
 
 
 def limit_rules(config: Config) -> str:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import difflib
 from collections.abc import Collection, Iterable
 from dataclasses import dataclass
+from fnmatch import fnmatchcase
 
 from jobcar.errors import InvalidJob
 
@@ -37,6 +38,8 @@ class KnownTargets:
     types: frozenset[str]
     queues: frozenset[str]
     strict: bool = False
+    #: The config's queue patterns (ADR 0027): a queue one matches is served.
+    queue_patterns: tuple[str, ...] = ()
 
     def problems(self, jobs: Iterable[tuple[str, str]]) -> list[str]:
         """What is wrong with the (type, queue) pairs of `jobs`, each problem once, in their order."""
@@ -44,7 +47,7 @@ class KnownTargets:
         for job_type, queue in jobs:
             if job_type not in self.types:
                 found[f"{self.source} has no handler for type {job_type!r}{did_you_mean(job_type, self.types)}"] = None
-            if queue not in self.queues:
+            if queue not in self.queues and not any(fnmatchcase(queue, p) for p in self.queue_patterns):
                 found[f"queue {queue!r} is not in the queues of {self.source}{did_you_mean(queue, self.queues)}"] = None
         return list(found)
 

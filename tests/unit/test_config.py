@@ -30,6 +30,7 @@ from jobcar.config_types import (
     TracingSettings,
     UiSettings,
 )
+from jobcar.names import QUEUE_PATTERN
 from jobcar.units import interpolate, parse_duration, parse_size
 
 SCHEMA_PATH = Path(__file__).resolve().parents[2] / "config" / "schema.json"
@@ -968,7 +969,8 @@ def _field_names(cls: type, *, without: tuple[str, ...] = ()) -> set[str]:
 
 
 def test_the_loader_accepts_exactly_the_dataclass_fields() -> None:
-    assert set(KNOWN_KEYS[""]) == _field_names(Config, without=("source",))
+    # queue_patterns: the keys of `queues` that are patterns (ADR 0027), not a key of the file.
+    assert set(KNOWN_KEYS[""]) == _field_names(Config, without=("source", "queue_patterns"))
     assert set(KNOWN_KEYS["redis"]) == _field_names(RedisSettings)
     assert set(KNOWN_KEYS["defaults"]) == _field_names(Defaults)
     assert set(KNOWN_KEYS["backoff"]) == _field_names(Backoff)
@@ -1101,3 +1103,42 @@ def test_the_schema_patterns_accept_what_the_loader_accepts() -> None:
         parse_size(text)
     for text in ("1K", "KiB", "-1KiB", "2 megabytes"):
         assert not size.search(text), text
+
+
+def test_queue_patterns_are_kept_apart_from_the_queue_names_in_the_files_order() -> None:
+    config = parse("queues: {critical: 6, 'tenant-*': 2, 'batch-?': 3}\n")
+    assert config.queues == {"critical": 6}
+    assert config.queue_patterns == {"tenant-*": 2, "batch-?": 3}
+    only = parse("queues: {'*': 1}\n")
+    assert (only.queues, only.queue_patterns) == ({}, {"*": 1})
+    assert parse("queues: {default: 1}\n").queue_patterns == {}
+
+
+def test_the_schemas_queue_pattern_is_the_loaders() -> None:
+    schema = re.compile(_schema()["$defs"]["queuePattern"]["pattern"])
+    for text in ("tenant-*", "*", "a?b", "*.eu", "?x", "tenant", "-*", "tenant-[ab]", "a b*", "x" * 100 + "*"):
+        assert bool(schema.search(text)) == bool(QUEUE_PATTERN.fullmatch(text)), text
+
+
+def test_a_queue_a_pattern_matches_is_a_known_queue_for_strict_enqueue() -> None:
+    targets = parse("queues: {default: 1, 'tenant-*': 1}\nstrict_enqueue: true\n").known_targets()
+    assert targets.problems([("t", "tenant-42")]) == [
+        "jobcar.yaml has no handler for type 't'"
+    ]  # the type only: the queue is served
+    assert any("queue 'other' is not in the queues" in p for p in targets.problems([("t", "other")]))
+
+
+@pytest.mark.parametrize(
+    ("text", "error"),
+    [
+        ("queues: {'tenant-[ab]': 1}", "jobcar.yaml:1:10 queues.tenant-[ab]: invalid queue pattern: a pattern uses"),
+        ("queues: {'-*': 1}", "jobcar.yaml:1:10 queues.-*: invalid queue pattern"),
+        ("queues: {'tenant-*': 0}", "jobcar.yaml:1:22 queues.tenant-*: must be at least 1"),
+        ("queues: {'a b': 1}", "jobcar.yaml:1:10 queues.a b: invalid queue name: use 1 to 100"),
+        ("queues: {'tenant-*': 1}\nmax_pending: {'tenant-*': 10}", "jobcar.yaml:2:15 max_pending.tenant-*: queue"),
+    ],
+)
+def test_queue_pattern_errors_name_the_file_line_and_key(text: str, error: str) -> None:
+    errors = errors_of(text + "\n")
+    assert len(errors) == 1, errors
+    assert errors[0].startswith(error), errors
