@@ -179,7 +179,8 @@ class Daemon:
                 return exc.code
             if runner is None:
                 return EX_OK  # stopped before Redis ever answered
-            summary = f"{len(self.config.handlers)} handlers, queues {', '.join(self.config.queues)}"
+            queues = ", ".join([*self.config.queues, *self.config.queue_patterns])
+            summary = f"{len(self.config.handlers)} handlers, queues {queues}"
             dashboard = f"; the dashboard at {self._dashboard}" if self._dashboard else ""
             log.info("jobcar running: %s, concurrency %d%s", summary, self.config.concurrency, dashboard)
             self.notifier.ready(f"running: {summary}")
@@ -230,7 +231,7 @@ class Daemon:
             return None
         await check_server(self.link.client, self.config.redis.strict)
         await check_scripts_allowed(
-            self.link.client, QueueKeys.of(self.config.namespace, next(iter(self.config.queues))).pending
+            self.link.client, QueueKeys.of(self.config.namespace, next(iter(self.config.queues), "default")).pending
         )
         refusal = await layout_refusal(self.link.client, self.config.namespace)
         if refusal:

@@ -13,7 +13,7 @@ import json
 import os
 import secrets
 import socket
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
 from typing import Final
 
@@ -51,11 +51,16 @@ class Announcer:
     """Keeps this daemon's entry: `step` is the loop's step, `withdraw` the last word of a clean stop."""
 
     def __init__(
-        self, send: Callable[[list[ScriptCall]], Awaitable[object]], config: Config, in_flight: Callable[[], int]
+        self,
+        send: Callable[[list[ScriptCall]], Awaitable[object]],
+        config: Config,
+        in_flight: Callable[[], int],
+        found: Callable[[], Iterable[str]] = tuple,
     ) -> None:
         self.send = send  # the daemon's RedisLink.scripts: its guard, backoff and outage handling
         self.config = config  # replaced on reload: the queues and concurrency announced follow it
         self.in_flight = in_flight
+        self.found = found  # the queues served because a pattern matched them (ADR 0027), after the config's
         self.host = socket.gethostname()
         self.id = f"{self.host}:{os.getpid()}:{secrets.token_hex(3)}"
 
@@ -68,7 +73,8 @@ class Announcer:
 
     async def announce(self) -> None:
         entry = {
-            "host": self.host, "pid": os.getpid(), "version": __version__, "queues": list(self.config.queues),
+            "host": self.host, "pid": os.getpid(), "version": __version__,
+            "queues": [*self.config.queues, *self.found()],
             "concurrency": self.config.concurrency, "in_flight": self.in_flight(),
         }  # fmt: skip
         await self._send(json.dumps(entry, separators=(",", ":")))

@@ -262,8 +262,8 @@ class Leaser:
         key that guards it. Never while draining or while the app is unhealthy, and not when a scheduled
         job is due before the wait ends: the daemon's timer leases that one on time.
         """
-        if self.alive is None or not self.alive.surely_exists():
-            return 0
+        if self.alive is None or len(self.queues) != 1 or not self.alive.surely_exists():
+            return 0  # a reload's pattern may have added queues to a one-queue daemon (ADR 0027)
         if self.draining.is_set() or not self.app_health.healthy(self.config.health_url):
             return 0
         if queue.due_at is not None and queue.due_at < time.monotonic() + IDLE_WAIT_MAX + DUE_MARGIN:

@@ -41,6 +41,11 @@ class QueueSettings:
         self.config = config
         self._unsynced.set()
 
+    def add(self, keys: QueueKeys) -> None:
+        """A queue served from now on (a pattern matched it, ADR 0027): its settings written at the next step."""
+        self.queues.append(keys)
+        self._unsynced.set()
+
     async def step(self) -> None:
         await self._unsynced.wait()
         config = self.config

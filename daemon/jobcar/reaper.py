@@ -50,7 +50,8 @@ class Reaper:
         and no reap script when none exists. Such a pass would find no lease to reap and no held job to let
         go, and write nothing: an idle daemon pays one command per pass, not a script per queue (ADR 0022).
         The next pass is then a lease from now at the latest, as after a pass that found no lease held."""
-        watched = [key for keys in self.queues for key in (keys.active, keys.limit_groups)]
+        queues = list(self.queues)  # the runner may add a queue (ADR 0027) while this pass waits for Redis
+        watched = [key for keys in queues for key in (keys.active, keys.limit_groups)]
         try:
             if skip_idle and not await any_exists(self.link, watched):
                 self._next_pass_in = min(self.config.lease, MAX_INTERVAL)
@@ -61,7 +62,7 @@ class Reaper:
         limits = limit_rules(self.config)
         dead = dead_letter_limits(self.config)
         default_max_attempts = self.config.defaults.max_attempts
-        calls = [reap_call(k, default_max_attempts=default_max_attempts, dead=dead, limits=limits) for k in self.queues]
+        calls = [reap_call(k, default_max_attempts=default_max_attempts, dead=dead, limits=limits) for k in queues]
         try:
             replies = await self.link.scripts(calls, each_its_own=True)
         except RedisUnavailable:
@@ -72,7 +73,7 @@ class Reaper:
         # time, though no lease is held now. (A daemon of the fleet configured with a shorter lease than this
         # one's could be late by the difference; the fleet's other daemons with that lease are not.)
         next_pass_in = min(self.config.lease, MAX_INTERVAL)
-        for keys, reply in zip(self.queues, replies, strict=True):
+        for keys, reply in zip(queues, replies, strict=True):
             if isinstance(reply, Exception):
                 continue  # a refusal (a key of the wrong type), logged by the link: the other queues are reaped
             result = parse_reap(reply)

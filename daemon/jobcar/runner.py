@@ -7,6 +7,7 @@ config and drains them.
     attempts ──a job others wait for ended──> settler ──> Redis (the waiting jobs)
     attempts ──count──> history ──every 5 s──> Redis
     announcer ──this daemon, every 5 s──> Redis (the fleet the dashboard shows)
+    queue discovery ──a queue a pattern matches──> runner ──its watcher, its keys to every part (ADR 0027)
 
 A drain stops leasing, collects the leases still queued behind idle waits, and settles the attempts:
 in-flight jobs get shutdown_timeout to finish, the rest go back to pending without spending an attempt.
@@ -33,6 +34,7 @@ from jobcar.keys import QueueKeys
 from jobcar.leasing import Leaser, QueueState
 from jobcar.loops import forever, spawn
 from jobcar.metrics import Metrics
+from jobcar.queue_discovery import QueueDiscovery
 from jobcar.queue_settings import QueueSettings
 from jobcar.reaper import Reaper
 from jobcar.redis_link import RedisLink, RedisUnavailable
@@ -63,8 +65,10 @@ class Runner:
         self._changed = asyncio.Event()
         self._draining = asyncio.Event()
         queues = [QueueState(QueueKeys.of(config.namespace, q), w) for q, w in config.queues.items()]
-        # ADR 0005: a one-queue daemon queues a lease behind its idle wait, guarded by its alive key.
-        alive = AliveKey(queues[0].keys.alive(secrets.token_hex(8))) if len(queues) == 1 else None
+        # ADR 0005: a one-queue daemon queues a lease behind its idle wait, guarded by its alive key (not one
+        # whose patterns may add queues, ADR 0027).
+        one = len(queues) == 1 and not config.queue_patterns
+        alive = AliveKey(queues[0].keys.alive(secrets.token_hex(8))) if one else None
         self.history = History(config.namespace, link, list(config.queues))
         self.attempts = Attempts(link, self.metrics, self.history, app_health, self._changed, self._draining,
                                  self.desk)  # fmt: skip
@@ -75,7 +79,9 @@ class Runner:
         self.scheduler = Scheduler([q.keys for q in queues], link, self.metrics, config)
         self.settler = Settler([q.keys for q in queues], link, config)
         self.queue_settings = QueueSettings([q.keys for q in queues], link, config)
-        self.announcer = Announcer(link.scripts, config, lambda: self.in_flight)
+        self._running = False
+        self.discovery = QueueDiscovery(link, config, self.serve)
+        self.announcer = Announcer(link.scripts, config, lambda: self.in_flight, lambda: self.discovery.found)
         self.attempts.on_dependents = self.settler.wake
         link.reachability.on_recovery = self.leaser.redis_recovered
         self.apply(config, executors)
@@ -94,9 +100,35 @@ class Runner:
             self.settler,
             self.announcer,
             self.queue_settings,
+            self.discovery,
         ):
             part.apply(config)
         self._changed.set()
+
+    def serve(self, queue: str, weight: int) -> None:
+        """Serve `queue` from now on with `weight` (a queue a pattern matched, ADR 0027): its watcher, its keys
+        in the reaper's, scheduler's, settler's, settings' and history's lists; or, already served, take the
+        weight. Never undone while the daemon runs."""
+        for state in self.leaser.queues:
+            if state.keys.queue == queue:
+                state.weight = weight
+                return
+        keys = QueueKeys.of(self.config.namespace, queue)
+        state = QueueState(keys, weight)  # ready: the next lease step looks at it
+        self.leaser.queues.append(state)
+        self.reaper.queues.append(keys)
+        self.scheduler.queues.append(keys)
+        self.settler.queues[queue] = keys
+        self.queue_settings.add(keys)
+        self.history.queues.append(queue)
+        if self._running and not self.draining:
+            self._watch(state)
+        log.info("serving a queue its pattern matches, weight %d", weight, extra={"queue": queue})
+        self._changed.set()
+
+    def _watch(self, state: QueueState) -> None:
+        name = f"watch {state.keys.queue}"
+        spawn(name, forever(name, functools.partial(self.leaser.watch, state), self.link.reachability), self._tasks)
 
     @property
     def draining(self) -> bool:
@@ -109,9 +141,9 @@ class Runner:
     async def run(self) -> None:
         """Lease and run jobs until drain() is called, then settle in-flight jobs and return."""
         reachability = self.link.reachability
+        self._running = True
         for q in self.leaser.queues:
-            name = f"watch {q.keys.queue}"
-            spawn(name, forever(name, functools.partial(self.leaser.watch, q), reachability), self._tasks)
+            self._watch(q)
         spawn("heartbeat", forever("heartbeat", self.heartbeat.beat, reachability), self._tasks)
         spawn("reaper", forever("reaper", self.reaper.step, reachability), self._tasks)
         spawn("history", forever("history", self.history.step, reachability), self._tasks)
@@ -119,6 +151,7 @@ class Runner:
         spawn("settler", forever("settler", self.settler.step, reachability), self._tasks)
         spawn("announcer", forever("announcer", self.announcer.step, reachability), self._tasks)
         spawn("queue settings", forever("queue settings", self.queue_settings.step, reachability), self._tasks)
+        spawn("queue discovery", forever("queue discovery", self.discovery.step, reachability), self._tasks)
         try:
             while not self._draining.is_set():
                 try:
