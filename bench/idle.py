@@ -1,6 +1,6 @@
 """Idle Redis load: commands per second per queue of one daemon that serves idle queues.
 
-    .venv/bin/python bench/idle.py [--queues 1 5 20] [--seconds 30] [--by-script]
+    .venv/bin/python bench/idle.py [--queues 1 5 20] [--seconds 30] [--by-script] [--pattern]
 
 For each queue count, a private redis-server (from the same binary the tests use) and one `jobcar run`
 serving that many empty queues, with a schedule on none of them; after a warm-up, the deltas of `INFO
@@ -11,6 +11,10 @@ the queue count: a daemon's fixed cost (its announce, its alive key) weighs most
 --by-script also counts, through MONITOR in the same window, the script calls (EVALSHA) by script name
 and the commands sent outside scripts: which loop sends what. MONITOR slows Redis a little; the
 commandstats figure is taken in the same window either way.
+
+--pattern serves the same queues through one pattern (`queues: {"q*": 1}`, ADR 0027), their names
+registered in `<namespace>:queues` before the daemon starts, as a producer would have: what a dynamic
+queue costs against a named one.
 """
 
 from __future__ import annotations
@@ -31,6 +35,7 @@ from tests.integration.daemon_harness import DaemonProcess, write_config
 from tests.servers import RedisServer, find_server_binary
 
 from jobcar import scripts
+from jobcar.keys import queues_key
 
 #: Before the window: the daemon's start-up (its first reap, schedule sync, announce) is not idle load.
 WARM_UP = 2.0
@@ -85,12 +90,18 @@ class Monitor:
         return self
 
 
-def idle_load(binary: str, tmp: Path, queues: int, seconds: float, by_script: bool = False) -> dict[str, object]:
-    """One daemon serving `queues` idle queues: commands/s per queue, and the counts behind it."""
+def idle_load(
+    binary: str, tmp: Path, queues: int, seconds: float, by_script: bool = False, pattern: bool = False
+) -> dict[str, object]:
+    """One daemon serving `queues` idle queues (by name, or by one pattern): commands/s per queue, and the
+    counts behind it."""
     server = RedisServer(binary, tmp / f"idle{queues}").start()
     names = {f"q{n}": 1 for n in range(queues)}
+    if pattern:
+        with server.client() as seeding:
+            seeding.sadd(queues_key(f"idle{queues}"), *names)
     config = write_config(tmp, server.url, f"idle{queues}", {"x": {"url": "http://127.0.0.1:9/"}},
-                          log_level="info", queues=names, lease=LEASE)  # fmt: skip
+                          log_level="info", queues={"q*": 1} if pattern else names, lease=LEASE)  # fmt: skip
     daemon = DaemonProcess(config).start()
     monitor = Monitor(server).start() if by_script else None
     try:
@@ -126,11 +137,12 @@ def main() -> None:
     parser.add_argument("--queues", type=int, nargs="+", default=[1, 5, 20])
     parser.add_argument("--seconds", type=float, default=30)
     parser.add_argument("--by-script", action="store_true")
+    parser.add_argument("--pattern", action="store_true", help="serve the queues through one pattern, q*")
     args = parser.parse_args()
     binary = find_server_binary()
     with tempfile.TemporaryDirectory() as directory:
         for queues in args.queues:
-            result = idle_load(binary, Path(directory), queues, args.seconds, args.by_script)
+            result = idle_load(binary, Path(directory), queues, args.seconds, args.by_script, args.pattern)
             print(f"{queues:>3} queues: {result['per_queue']:.2f} commands/s per queue "
                   f"({result['per_second']:.2f}/s in all, {args.seconds:g} s)")  # fmt: skip
             seconds = args.seconds
