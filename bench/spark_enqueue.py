@@ -1,7 +1,7 @@
 """Spark enqueue throughput: the `jobcar` format (`df.write.format("jobcar")`), a stream's `foreachBatch` with
 `enqueue_dataframe` (one micro-batch of every row) and `enqueue_dataframe` itself, in local[N], beside one
 plain process's `Client.enqueue_many` of the same jobs (same payloads, caller-chosen ids, one batch), one
-run each.
+run each. Each kind of write runs once on a few rows first, so that its Python workers are up.
 
     .venv/bin/python bench/spark_enqueue.py [--rows 200000] [--cores 2] [--partitions 4]
 
@@ -32,17 +32,60 @@ import jobcar
 from jobcar import Client
 from jobcar.spark import build_zip, enqueue_dataframe
 
+
+def tree_cpu() -> tuple[float, float]:
+    """CPU seconds (user + system) of this process and every live descendant: (the Spark JVM's, the Python
+    processes': this one and Spark's Python workers)."""
+    ticks = os.sysconf("SC_CLK_TCK")
+    parents: dict[int, int] = {}
+    cpu: dict[int, tuple[str, float]] = {}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            comm, rest = (entry / "stat").read_text().split(" (", 1)[1].rsplit(")", 1)
+        except (OSError, ValueError):
+            continue
+        fields = rest.split()
+        parents[int(entry.name)] = int(fields[1])
+        cpu[int(entry.name)] = (comm, (int(fields[11]) + int(fields[12])) / ticks)
+    mine = {os.getpid()}
+    changed = True
+    while changed:
+        changed = False
+        for pid, parent in parents.items():
+            if parent in mine and pid not in mine:
+                mine.add(pid)
+                changed = True
+    java = sum(cpu[p][1] for p in mine if p in cpu and cpu[p][0] == "java")
+    return java, sum(cpu[p][1] for p in mine if p in cpu) - java
+
+
+def server_cpu(url: str) -> float:
+    """The Redis server's CPU seconds so far (INFO cpu)."""
+    with redis.Redis.from_url(url) as client:
+        info = client.info("cpu")
+    return float(info["used_cpu_user"]) + float(info["used_cpu_sys"])
+
+
 TYPE = "email.welcome"
 PAYLOAD = {"user": 1234567, "template": "welcome", "locale": "en-GB", "campaign": "2026-autumn", "pad": "x" * 16}
+
+
+#: Each scenario's CPU seconds: the Spark JVM's, the Python processes' (this one, the Spark workers), the
+#: Redis server's.
+CPU: dict[str, tuple[float, float, float]] = {}
 
 
 def plain(url: str, rows: int) -> tuple[float, int]:
     namespace = f"p{uuid.uuid4().hex[:8]}"
     with Client.from_url(url, namespace=namespace) as client:
+        cpu, server = time.process_time(), server_cpu(url)
         started = time.perf_counter()
         specs = [(TYPE, {"id": n, **PAYLOAD}, {"job_id": str(n), "batch": "bench"}) for n in range(rows)]
         client.enqueue_many(specs)
         elapsed = time.perf_counter() - started
+        CPU["Client.enqueue_many, one process"] = (0.0, time.process_time() - cpu, server_cpu(url) - server)
         return elapsed, client.batch_status("bench").total
 
 
@@ -69,10 +112,9 @@ def spark_runs(url: str, rows: int, cores: int, partitions: int, tmp: Path) -> t
     df = spark.range(rows, numPartitions=partitions).select(
         "id", *(F.lit(value).alias(name) for name, value in PAYLOAD.items())
     )
-    df.count()  # warm the Python workers up, so the timings below are the enqueue
+    df.count()  # the JVM warmed up (range and literals start no Python worker: see the writes below)
     source = tmp / "rows"
     df.write.parquet(str(source))
-    startup = time.perf_counter() - started
 
     def with_format(namespace: str) -> None:
         (df.write.format("jobcar").option("url", url).option("namespace", namespace).option("type", TYPE)
@@ -90,6 +132,15 @@ def spark_runs(url: str, rows: int, cores: int, partitions: int, tmp: Path) -> t
         query = stream.writeStream.foreachBatch(send).option("checkpointLocation", checkpoint)
         query.trigger(availableNow=True).start().awaitTermination()
 
+    # The first write of each kind in a session starts its Python workers (a data source's plan, writer and
+    # commit too): ~7 s for the format, ~2 s for enqueue_dataframe on 2 CPUs. A few rows of each first, so
+    # that each figure below is the enqueue (docs/spark.md, where the time goes).
+    warm = df.limit(40)
+    (warm.write.format("jobcar").option("url", url).option("namespace", "warm").option("type", TYPE)
+        .option("id", "id").option("batch", "warm").mode("append").save())  # fmt: skip
+    enqueue_dataframe(warm, type=TYPE, job_id="id", redis_url=url, namespace="warm2", batch_id="warm")
+    startup = time.perf_counter() - started
+
     seconds = {}
     try:
         for name, run in (
@@ -98,9 +149,12 @@ def spark_runs(url: str, rows: int, cores: int, partitions: int, tmp: Path) -> t
             (f"enqueue_dataframe local[{cores}]", with_function),
         ):
             namespace = f"s{uuid.uuid4().hex[:8]}"
+            cpu, server = tree_cpu(), server_cpu(url)
             started = time.perf_counter()
             run(namespace)
             seconds[name] = time.perf_counter() - started
+            (java, python), (java_before, python_before) = tree_cpu(), cpu
+            CPU[name] = (java - java_before, python - python_before, server_cpu(url) - server)
             with Client.from_url(url, namespace=namespace) as client:
                 total = client.batch_status("bench").total
             assert total == rows, (name, total)
@@ -135,10 +189,15 @@ def main() -> None:
         f"server {Path(binary).name} {version}, Python {platform.python_version()}, {os.cpu_count()} CPUs"
     )
     title = f"scenario ({args.partitions} partitions)"
-    print(f"{title:<48}{'rows':>9}{'seconds':>9}{'rows/s':>10}{'ratio':>7}")
+    print(f"{title:<48}{'rows':>9}{'seconds':>9}{'rows/s':>10}{'ratio':>7}{'JVM':>6}{'Python':>7}{'redis':>6}")
     for name, seconds in (*spark_s.items(), ("Client.enqueue_many, one process", plain_s)):
-        print(f"{name:<48}{args.rows:>9}{seconds:>9.2f}{args.rows / seconds:>10,.0f}{plain_s / seconds:>7.2f}")
-    print(f"ratio: to enqueue_many's rate (SparkSession start-up, not counted: {startup:.1f} s)")
+        java, python, server = CPU[name]
+        print(f"{name:<48}{args.rows:>9}{seconds:>9.2f}{args.rows / seconds:>10,.0f}{plain_s / seconds:>7.2f}"
+              f"{java:>6.1f}{python:>7.1f}{server:>6.1f}")  # fmt: skip
+    print(
+        f"ratio: to enqueue_many's rate (SparkSession start-up, not counted: {startup:.1f} s); JVM, Python, "
+        "redis: CPU seconds of the Spark JVM, of the Python processes (this one, Spark's workers), of Redis"
+    )
 
 
 if __name__ == "__main__":

@@ -26,7 +26,8 @@ from jobcar import spark_compat  # noqa: F401 -- first: the 3.11 names the modul
 
 # isort: split
 
-from collections.abc import Iterator, Mapping
+import os
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any, Final
 
@@ -173,7 +174,15 @@ class WritePlan:
         )
 
     def write(self, rows: Iterator[Any], epoch: str | None = None) -> Sent:
-        """One partition: one client, its jobs in pipelined chunks (runs on an executor)."""
+        """One partition: one client, its jobs in pipelined chunks (runs on an executor). With the environment
+        variable JOBCAR_SPARK_PROFILE naming a directory, each partition is profiled (cProfile) into a file
+        there, the rows' conversion by Spark included (bench/spark_profile.py --executors)."""
+        directory = os.environ.get(PROFILE_ENV)
+        if directory:
+            return _profiled(directory, lambda: self._write(rows, epoch))
+        return self._write(rows, epoch)
+
+    def _write(self, rows: Iterator[Any], epoch: str | None) -> Sent:
         jobs = self.rows
         if epoch is not None and self.batch is not None and EPOCH_FIELD in self.batch:
             jobs = replace(jobs, options={**jobs.options, "batch": self.batch_of(epoch)})
@@ -201,6 +210,21 @@ class JobcarCommitMessage(WriterCommitMessage):
     partition: int
     attempt: int
     sent: Sent
+
+
+#: A directory where each partition's write leaves its cProfile figures (`WritePlan.write`).
+PROFILE_ENV: Final = "JOBCAR_SPARK_PROFILE"
+
+
+def _profiled(directory: str, write: Callable[[], Sent]) -> Sent:
+    import cProfile
+    import uuid
+
+    profiler = cProfile.Profile()
+    try:
+        return profiler.runcall(write)
+    finally:
+        profiler.dump_stats(os.path.join(directory, f"partition-{os.getpid()}-{uuid.uuid4().hex[:8]}.prof"))
 
 
 def _message(sent: Sent) -> JobcarCommitMessage:
