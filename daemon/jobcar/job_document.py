@@ -17,8 +17,9 @@ def job_document(
     """A job as JSON, the same from `jobcar jobs show --json`, `GET /v1/jobs/{id}` and the dashboard.
 
     The attempt's lease token is not shown: it is the fence of the attempt's writes. Times are RFC 3339 in UTC.
-    The payload is the JSON value itself when it is stored as JSON, else
-    `payload_base64`; the result (kept for `result_ttl`) is text when it is UTF-8, else `result_base64`.
+    The payload is the JSON value itself when it is stored as JSON (null when a job kept only by its keep_for
+    dropped it), else `payload_base64`; the result (kept for `result_ttl`) is text when it is UTF-8, else
+    `result_base64`.
     """
     document: dict[str, Any] = {
         "id": job.id, "queue": job.queue, "type": job.type, "state": job.state.value, "attempt": job.attempt,
@@ -43,7 +44,8 @@ def job_document(
     try:
         if job.content_type.partition(";")[0].strip().lower() != DEFAULT_CONTENT_TYPE:
             raise ValueError("not JSON")
-        document["payload"] = loads_strict(job.payload)
+        # No JSON payload is empty: a finished job kept only by its keep_for has dropped its payload (ack.lua).
+        document["payload"] = loads_strict(job.payload) if job.payload else None
     except (ValueError, RecursionError):  # also UnicodeDecodeError: bytes that are not even text
         document["payload_base64"] = base64.b64encode(job.payload).decode("ascii")
     if job.result_dropped is not None:

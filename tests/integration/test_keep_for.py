@@ -6,6 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from jobcar import EnqueueStatus, State
+from jobcar.job_document import job_document
 from tests.integration.conftest import StartDaemon
 from tests.integration.driver import QueueDriver
 from tests.servers import wait_for
@@ -29,6 +30,9 @@ def test_a_window_keeps_the_id_and_result_of_a_job_acked_with_no_retention_witho
     assert job.finished_ms is not None
     assert HOUR_MS - 5_000 < q.redis.pttl(q.keys.job("kept")) <= HOUR_MS
     assert q.sets_of("kept") == []  # in no state set: only its hash is left
+    document = job_document(job)
+    assert (document["state"], document["payload"], document["result"]) == ("done", None, "42")
+    assert "payload_base64" not in document
 
     again = q.enqueue("t", {"order": 1}, job_id="kept", keep_for="1h", batch="b")
     assert (again.status, again.state) == (EnqueueStatus.EXISTS, State.DONE)
