@@ -16,6 +16,7 @@ from jobcar.cli_support import CommandFailed, connected, load, print_json
 from jobcar.config_types import Config
 from jobcar.errors import InvalidJob
 from jobcar.exit_codes import EX_FAILURE, EX_OK, EX_USAGE
+from jobcar.names import pattern_weight
 from jobcar.options import SCHEDULE_OPTIONS
 from jobcar.schedules import CATCHUP, OVERLAP, ScheduleState, make_spec
 from jobcar.transport import Operation, run_async
@@ -132,7 +133,7 @@ def cmd_set(args: argparse.Namespace) -> int:
         print_json({"name": spec.name, "result": result})
     else:
         print(f"schedule {spec.name} {result}")
-    if spec.queue not in config.queues:
+    if spec.queue not in config.queues and pattern_weight(spec.queue, config.queue_patterns) is None:
         print(f"jobcar: note: queue {spec.queue!r} is not in the queues of {config.source}", file=sys.stderr)
     return EX_OK
 

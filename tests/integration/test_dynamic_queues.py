@@ -7,7 +7,10 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import json
+import signal
 from collections.abc import AsyncIterator
+from pathlib import Path
 
 import pytest
 
@@ -16,10 +19,11 @@ from jobcar.keys import queues_key
 from jobcar.outcome import Outcome
 from jobcar.runner import Runner
 from tests.integration.conftest import StartDaemon
-from tests.integration.daemon_harness import wait_gone
+from tests.integration.daemon_harness import wait_gone, write_config
 from tests.integration.driver import QueueDriver
 from tests.integration.test_daemon_parts import MakeParts, Returns, Target, eventually, make_parts, target
 from tests.integration.test_idle_loops import counted
+from tests.integration.test_operations import jobcar
 
 __all__ = ["make_parts", "target"]  # the fixtures this module uses
 
@@ -134,3 +138,37 @@ async def test_a_look_at_an_unchanged_queues_set_is_one_scard(target: Target, ma
 async def test_without_a_pattern_the_discovery_never_looks(target: Target, make_parts: MakeParts) -> None:
     parts = await make_parts(target)
     assert not parts.runner.discovery._enabled.is_set()  # its loop waits on this event: no command, ever
+
+
+def test_a_reload_of_jobcar_run_adds_a_pattern_and_the_cli_lists_the_queue(
+    start_daemon: StartDaemon, target: Target
+) -> None:
+    daemon = start_daemon({"t": {"command": ["true"]}})  # queues: the default one
+    late = QueueDriver(target.redis, target.namespace, "late-1")
+    info = late.enqueue("t", {"n": 1})
+    config = json.loads(daemon.config_path.read_text())
+    config["queues"] = {"default": 1, "late-*": 3}
+    daemon.config_path.write_text(json.dumps(config))
+    check = jobcar(daemon.config_path, "check")
+    assert check.returncode == 0, check
+    assert "1 queue, 1 queue pattern" in check.stdout
+    daemon.signal(signal.SIGHUP)
+    daemon.wait_for_log("reloaded")
+    wait_gone(late, info.id, daemon)
+    served = daemon.wait_for_log("serving a queue its pattern matches")
+    assert served["queue"] == "late-1"
+    assert "weight 3" in served["msg"]
+    stats = jobcar(daemon.config_path, "stats", "--json")
+    assert stats.returncode == 0, stats
+    assert "late-1" in stats.stdout
+
+
+def test_a_schedule_set_on_a_queue_a_pattern_matches_is_served_so_no_note(target: Target, tmp_path: Path) -> None:
+    config = write_config(tmp_path, target.url, target.namespace, {"t": {"command": ["true"]}},
+                          queues={"default": 1, "late-*": 1})  # fmt: skip
+    matched = jobcar(config, "schedules", "set", "a", "--type", "t", "--every", "1h", "--queue", "late-2")
+    assert matched.returncode == 0, matched
+    assert "is not in the queues" not in matched.stderr
+    other = jobcar(config, "schedules", "set", "b", "--type", "t", "--every", "1h", "--queue", "other")
+    assert other.returncode == 0, other
+    assert "queue 'other' is not in the queues" in other.stderr
