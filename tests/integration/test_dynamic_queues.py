@@ -21,11 +21,19 @@ from jobcar.runner import Runner
 from tests.integration.conftest import StartDaemon
 from tests.integration.daemon_harness import wait_gone, write_config
 from tests.integration.driver import QueueDriver
-from tests.integration.test_daemon_parts import MakeParts, Returns, Target, eventually, make_parts, target
+from tests.integration.test_daemon_parts import (
+    MakeParts,
+    Returns,
+    Target,
+    any_target,
+    eventually,
+    make_parts,
+    target,
+)
 from tests.integration.test_idle_loops import counted
 from tests.integration.test_operations import jobcar
 
-__all__ = ["make_parts", "target"]  # the fixtures this module uses
+__all__ = ["any_target", "make_parts", "target"]  # the fixtures this module uses
 
 
 @contextlib.asynccontextmanager
@@ -45,8 +53,9 @@ def weights(runner: Runner) -> dict[str, int]:
 
 @pytest.mark.asyncio
 async def test_a_pattern_serves_a_queue_first_used_after_the_daemon_started(
-    target: Target, make_parts: MakeParts
+    any_target: Target, make_parts: MakeParts
 ) -> None:
+    target = any_target  # the standalone server, then the Cluster: SCARD and SMEMBERS of one key on either
     done = Returns(Outcome.success())
     parts = await make_parts(target, {"t": done}, queues={}, queue_patterns={"tenant-*": 2})
     async with running(parts.runner) as runner:
