@@ -37,12 +37,12 @@ from jobcar.attempt_desk import ATTEMPT_PATH, LEASE_LOST, AttemptDesk, LiveAttem
 from jobcar.attempt_logs import LINES_PER_WRITE, LogWriter
 from jobcar.client import AsyncClient
 from jobcar.config_types import Config
+from jobcar.dependencies import ON_DEPENDENCY_FAILURE
 from jobcar.dependency_calls import DependOutcome, depend_call, settle_call
 from jobcar.errors import InvalidJob, QueueFull
 from jobcar.formats import loads_strict
 from jobcar.handler_calls import (
     ACCEPTED,
-    CHILD_FAILURE_POLICIES,
     adopt_call,
     await_children_call,
     now_ms,
@@ -275,8 +275,9 @@ class _HandlerApi:
         body = await _json_object(request, empty_ok=True)
         reject_unknown(body, {"on_child_failure"})
         policy = body.get("on_child_failure", "run")
-        if policy not in CHILD_FAILURE_POLICIES:
-            raise InvalidJob(f"on_child_failure must be one of {', '.join(CHILD_FAILURE_POLICIES)}")
+        # A parent waiting for its children is a job waiting for others: their failure does what a dependency's does.
+        if policy not in ON_DEPENDENCY_FAILURE:
+            raise InvalidJob(f"on_child_failure must be one of {', '.join(ON_DEPENDENCY_FAILURE)}")
         if policy != "run" and not self._config(request).result_ttl:
             # A child that succeeded is deleted at once: it would read as gone, which counts as a failure.
             raise InvalidJob(f"on_child_failure {policy} needs result_ttl above 0, to tell a child that succeeded "

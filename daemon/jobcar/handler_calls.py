@@ -18,8 +18,6 @@ from jobcar.scripts import Reply, ScriptCall, call
 
 #: How an accepted write replies (any other text says why it was refused).
 ACCEPTED: Final = "ok"
-#: The child-failure policies of a parent waiting for its children: a job's `on_dependency_failure`.
-CHILD_FAILURE_POLICIES: Final = ("run", "fail", "cancel")
 
 _encode = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False).encode
 

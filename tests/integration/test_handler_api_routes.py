@@ -80,7 +80,7 @@ async def test_bad_input_is_a_400_naming_the_problem(redis_server: RedisServer, 
             ("/log", {"lines": "one"}, 'give {"line": "..."}'),
             ("/extend", {"by": "soon"}, "by:"),
             ("/snooze", {"delay": -1}, "delay:"),
-            ("/await-children", {"on_child_failure": "ignore"}, "on_child_failure must be one of run, fail, cancel"),
+            ("/await-children", {"on_child_failure": "ignore"}, "on_child_failure must be one of fail, run, cancel"),
         ):
             status, answer = await attempt.call("POST", path, json=body)
             assert (status, words in answer["error"]) == (400, True), (path, answer)
