@@ -23,6 +23,7 @@ from jobcar.config_types import DEFAULT_ENV_ALLOW, CommandHandler
 from jobcar.executors.batch_wire import command_input, outcomes_from_lines
 from jobcar.executors.command_process import Capture, CommandProcess, Ended
 from jobcar.executors.guardian import Guardian
+from jobcar.exit_codes import EX_TEMPFAIL
 from jobcar.job import Job
 from jobcar.outcome import MAX_ERROR_CHARS, Outcome
 from jobcar.timestamps import rfc3339, rfc3339_ms
@@ -30,8 +31,8 @@ from jobcar.units import parse_duration
 
 __all__ = ["SNOOZE_EXIT_CODE", "CommandExecutor"]
 
-#: The exit code of a command that snoozes its job, its stdout the delay (sysexits.h's EX_TEMPFAIL).
-SNOOZE_EXIT_CODE: Final = 75
+#: The exit code of a command that snoozes its job, its stdout the delay: "try again later", as jobcar's own.
+SNOOZE_EXIT_CODE: Final = EX_TEMPFAIL
 
 
 class CommandExecutor:
