@@ -13,7 +13,7 @@ from __future__ import annotations
 import logging
 from typing import Final
 
-from jobcar import schedule_store
+from jobcar import schedule_store, tracing
 from jobcar.config_types import Config
 from jobcar.keys import QueueKeys
 from jobcar.loops import any_exists
@@ -105,8 +105,13 @@ class Scheduler:
                 planned.append((keys, schedule.spec, plan(schedule.spec, schedule.next_ms, due.now_ms), due.now_ms))
         self._resync_repaired(broken)
         size = self.config.max_payload_bytes
-        calls = [fire_call(keys, spec, step, size) for keys, spec, steps, _ in planned for step in steps]
-        fired = iter(await self.link.scripts(calls, each_its_own=True) if calls else [])
+        fires = [(keys, spec, step) for keys, spec, steps, _ in planned for step in steps]
+        spans = tracing.schedule_fires(fires)  # with tracing on, a span per fire, the root of its job's trace
+        calls = [fire_call(keys, spec, step, size, span.traceparent if span else None)
+                 for (keys, spec, step), span in zip(fires, spans, strict=True)]  # fmt: skip
+        replies = await self.link.scripts(calls, each_its_own=True) if calls else []
+        tracing.schedules_fired(spans, replies)
+        fired = iter(replies)
         for keys, spec, steps, now_ms in planned:
             # The schedules just fired wait at their next tick, which the read did not see.
             next_ms = self._record(keys, spec, [(step, next(fired)) for step in steps], now_ms)

@@ -23,6 +23,7 @@ from typing import Any, Final
 
 import redis
 
+from jobcar import tracing
 from jobcar.client import Client
 from jobcar.enqueueing import ENQUEUE_CHUNK
 from jobcar.errors import InvalidJob
@@ -323,7 +324,15 @@ _COUNTED: Final = {
 
 
 def send(client: Client, specs: Iterable[JobSpec], chunk: int = ENQUEUE_CHUNK) -> Sent:
-    """Enqueue the jobs in chunks of `chunk`, one pipelined round trip each (enqueue_many)."""
+    """Enqueue the jobs in chunks of `chunk`, one pipelined round trip each (enqueue_many); where the executor
+    traces, inside one producer span for them all (tracing.partition_span)."""
+    tracer = tracing.for_producer()
+    if tracer is not None:
+        return tracing.partition_span(tracer, specs, lambda traced: _send(client, traced, chunk), lambda s: s.rows)
+    return _send(client, specs, chunk)
+
+
+def _send(client: Client, specs: Iterable[JobSpec], chunk: int) -> Sent:
     sent = Sent()
     batch: list[JobSpec] = []
     for spec in specs:

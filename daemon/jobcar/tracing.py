@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import itertools
 import sys
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from jobcar.errors import JobcarError
@@ -21,9 +21,22 @@ from jobcar.keys import DEFAULT_QUEUE
 
 if TYPE_CHECKING:
     from jobcar.config_types import TracingSettings
-    from jobcar.tracing_otel import AppTracer, ProducerTracer, Tracer
+    from jobcar.keys import QueueKeys
+    from jobcar.schedules import ScheduleSpec, Step
+    from jobcar.scripts import Reply
+    from jobcar.tracing_otel import AppTracer, ProducerTracer, Span, Tracer
 
-__all__ = ["TracingUnavailable", "active", "for_producer", "partition_span", "setup", "shutdown", "trace_id_of"]
+__all__ = [
+    "TracingUnavailable",
+    "active",
+    "for_producer",
+    "partition_span",
+    "schedule_fires",
+    "schedules_fired",
+    "setup",
+    "shutdown",
+    "trace_id_of",
+]
 
 #: The daemon's tracer while the config's `tracing.enabled`, else None.
 active: Tracer | None = None
@@ -79,6 +92,27 @@ def for_producer() -> ProducerTracer | None:
 
         _app_tracer = tracing_otel.AppTracer.over_global()
     return _app_tracer
+
+
+def schedule_fires(fires: Sequence[tuple[QueueKeys, ScheduleSpec, Step]]) -> list[Span | None]:
+    """For the scheduler's round: a span per step that fires a job (the root of its trace), None for the others
+    and for every step while tracing is off."""
+    if active is None:
+        return [None] * len(fires)
+    return [active.schedule_fire(keys.queue, spec.name, step.fire_ms) if step.fire_ms is not None else None
+            for keys, spec, step in fires]  # fmt: skip
+
+
+def schedules_fired(spans: Sequence[Span | None], replies: Sequence[Reply]) -> None:
+    """Each fire span told how its step went (`schedule_fire`'s reply), and ended or dropped."""
+    if active is None:
+        return
+    from jobcar.schedules import parse_fire
+
+    for span, reply in zip(spans, replies, strict=True):
+        if span is not None and not isinstance(reply, Exception):  # a refused call fired nothing: no span
+            fired = parse_fire(reply)
+            active.schedule_fired(span, fired.outcome, fired.job_id)
 
 
 _Sent = TypeVar("_Sent")

@@ -433,25 +433,48 @@ def test_a_batch_callbacks_attempt_links_to_the_batch(
 
 
 def test_a_partition_sent_in_chunks_is_one_producer_span_with_its_job_count(
-    q: QueueDriver, client: Client, receiver: OtlpReceiver
+    q: QueueDriver, client: Client, receiver: OtlpReceiver, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """What a Spark partition's sender does (tracing.partition_span), with the daemon's tracer exporting to the
-    receiver: one span for every chunk, the count of the jobs, and each job carrying its context."""
-    from jobcar import tracing_otel
+    """What a Spark partition's sender does (spark_rows.send, where the executor traces), with the daemon's tracer
+    exporting to the receiver: one span for every chunk, the count of the jobs, and each job carrying its context."""
+    from jobcar import spark_rows, tracing_otel
     from jobcar.config_types import TracingSettings
 
     tracer = tracing_otel.Tracer(TracingSettings(enabled=True, endpoint=receiver.url))
+    monkeypatch.setattr(tracing, "active", tracer)  # what for_producer() gives the sender
     own = "00-" + "ab" * 16 + "-" + "cd" * 8 + "-01"
-    specs = [("t.row", {"n": n}, {"job_id": f"row-{n}", "queue": "default"}) for n in range(4)]
+    specs: list[Any] = [("t.row", {"n": n}, {"job_id": f"row-{n}", "queue": "default"}) for n in range(4)]
     specs.append(("t.row", {"n": 4}, {"job_id": "row-4", "queue": "default", "traceparent": own}))
 
-    def send_in_chunks_of_two(traced: Any) -> int:
-        rows = list(traced)
-        return sum(len(client.enqueue_many(rows[i : i + 2])) for i in range(0, len(rows), 2))
-
-    assert tracing.partition_span(tracer, specs, send_in_chunks_of_two, lambda sent: sent) == 5
+    sent = spark_rows.send(client, iter(specs), chunk=2)
+    assert sent.rows == 5
     tracer.shutdown()  # sends what it holds
     [span] = receiver.spans
     assert (span.name, span.kind, span.attributes["messaging.batch.message_count"]) == ("send default", "producer", 5)
     stored = [q.job(f"row-{n}") for n in range(5)]
     assert [job.traceparent if job else None for job in stored] == [_traceparent(span)] * 4 + [own]
+
+
+def test_a_schedule_fire_is_the_root_of_its_jobs_trace(
+    tmp_path: Path,
+    redis_server: RedisServer,
+    namespace: str,
+    receiver: OtlpReceiver,
+    handlers: HandlerServer,
+) -> None:
+    handler = {"t.tick": {"url": handlers.url("/tick", lambda req: (200, {}, b""))}}
+    config = write_config(tmp_path, redis_server.url, namespace, handler, schedules={"beat": {"every": "1s",
+                          "type": "t.tick"}}, tracing={"enabled": True, "endpoint": receiver.url})  # fmt: skip
+    DaemonProcess(config, env={"OTEL_BSP_SCHEDULE_DELAY": "50"}).start()
+
+    def a_fired_job_ran() -> list[tuple[ReceivedSpan, ReceivedSpan]]:
+        fires = {s.span_id: s for s in receiver.named("fire beat")}
+        return [(fires[s.parent_span_id], s) for s in receiver.named("process default") if s.parent_span_id in fires]
+
+    wait_for(a_fired_job_ran, timeout=30, what="a fired job's attempt under its fire's span")
+    fire, attempt = a_fired_job_ran()[0]
+    assert (fire.kind, fire.parent_span_id, fire.trace_id) == ("producer", "", attempt.trace_id)
+    assert fire.attributes["jobcar.schedule"] == "beat"
+    assert fire.attributes["jobcar.schedule.outcome"] == "fired"
+    assert fire.attributes["messaging.message.id"] == attempt.attributes["messaging.message.id"]
+    assert attempt.attributes["messaging.message.id"] == f"beat@{fire.attributes['jobcar.schedule.tick_ms']}"
