@@ -36,6 +36,7 @@ __all__ = [
     "setup",
     "shutdown",
     "trace_id_of",
+    "trace_link",
 ]
 
 #: The daemon's tracer while the config's `tracing.enabled`, else None.
@@ -152,3 +153,9 @@ def trace_id_of(traceparent: str | None) -> str | None:
     if trace_id == "0" * 32 or trace_id.strip("0123456789abcdef"):
         return None
     return trace_id
+
+
+def trace_link(template: str | None, traceparent: str | None) -> str | None:
+    """Where a job's trace is shown (`tracing.trace_url`, its `{trace_id}` replaced), or None without either."""
+    trace_id = trace_id_of(traceparent)
+    return template.replace("{trace_id}", trace_id) if template and trace_id else None

@@ -100,6 +100,15 @@ def test_trace_id_of(traceparent: str | None, trace_id: str | None) -> None:
     assert tracing.trace_id_of(traceparent) == trace_id
 
 
+def test_trace_link() -> None:
+    template = "https://ui.honeycomb.io/team/environments/prod/trace?trace_id={trace_id}"
+    parent = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
+    assert tracing.trace_link(template, parent) == template.replace("{trace_id}", "4bf92f3577b34da6a3ce929d0e0e4736")
+    assert tracing.trace_link(None, parent) is None
+    assert tracing.trace_link(template, None) is None
+    assert tracing.trace_link(template, "00-not-hex") is None
+
+
 def test_traceparents_parse() -> None:
     from jobcar import tracing_otel
 
