@@ -51,6 +51,9 @@ BLOCKED = ("aiohttp", "yaml", "uvloop", "prometheus_client")
 EXECUTOR_BOOT = """
 import importlib.machinery, os, runpy, sys
 
+#: Spark's integration, the same on every server: left out of the fallback server's run (Makefile).
+pytestmark = pytest.mark.spark
+
 BLOCKED = {blocked!r}
 
 class ZipOnly:

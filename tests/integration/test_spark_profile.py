@@ -14,6 +14,9 @@ from jobcar import Client
 from jobcar.spark_source import PROFILE_ENV, WritePlan
 from tests.servers import RedisServer
 
+#: Spark's integration, the same on every server: left out of the fallback server's run (Makefile).
+pytestmark = pytest.mark.spark
+
 
 def test_a_partition_leaves_its_profile_where_the_variable_says(
     redis_server: RedisServer, namespace: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch

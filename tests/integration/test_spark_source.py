@@ -27,6 +27,9 @@ from tests.integration.driver import QueueDriver
 from tests.integration.test_spark import spark_session
 from tests.servers import RedisServer
 
+#: Spark's integration, the same on every server: left out of the fallback server's run (Makefile).
+pytestmark = pytest.mark.spark
+
 cloudpickle.register_pickle_by_value(sys.modules[__name__])  # type: ignore[no-untyped-call]
 
 

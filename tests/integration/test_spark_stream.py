@@ -21,6 +21,9 @@ from jobcar.spark_source import JobcarDataSource
 from tests.integration.test_spark import spark_session
 from tests.servers import RedisServer
 
+#: Spark's integration, the same on every server: left out of the fallback server's run (Makefile).
+pytestmark = pytest.mark.spark
+
 SCHEMA = "n long, order_id string, item string"
 
 
