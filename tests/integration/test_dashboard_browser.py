@@ -23,6 +23,9 @@ from tests.integration.driver import QueueDriver
 from tests.integration.test_cli_ops import talk_back
 from tests.servers import wait_for
 
+#: The same on every server (it tests the dashboard in a browser): not run again on the fallback server (Makefile).
+pytestmark = pytest.mark.one_server
+
 ROOT = Path(__file__).resolve().parents[2]
 ARTIFACTS = ROOT / "test-artifacts" / "dashboard"
 WIDTHS = (1280, 390)

@@ -24,6 +24,9 @@ from tests.integration.daemon_harness import wait_state
 from tests.integration.driver import QueueDriver
 from tests.servers import stop_process, wait_for
 
+#: The same on every server (it tests the example handlers): not run again on the fallback server (Makefile).
+pytestmark = pytest.mark.one_server
+
 ROOT = Path(__file__).resolve().parents[2]
 RESIZE_SH = ROOT / "handlers" / "sh" / "resize.sh"
 SERVERS = {

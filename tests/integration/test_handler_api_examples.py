@@ -21,6 +21,9 @@ from tests.integration.daemon_harness import DaemonProcess, wait_state, write_co
 from tests.integration.driver import QueueDriver
 from tests.servers import RedisServer, stop_process, wait_for
 
+#: The same on every server (it tests the example handlers): not run again on the fallback server (Makefile).
+pytestmark = pytest.mark.one_server
+
 ROOT = Path(__file__).resolve().parents[2]
 SH = ROOT / "handlers" / "sh"
 SERVERS = {

@@ -51,8 +51,8 @@ BLOCKED = ("aiohttp", "yaml", "uvloop", "prometheus_client")
 EXECUTOR_BOOT = """
 import importlib.machinery, os, runpy, sys
 
-#: Spark's integration, the same on every server: left out of the fallback server's run (Makefile).
-pytestmark = pytest.mark.spark
+#: The same on every server (it tests Spark's side of the integration): not run again on the fallback server (Makefile).
+pytestmark = pytest.mark.one_server
 
 BLOCKED = {blocked!r}
 

@@ -14,8 +14,8 @@ from jobcar import Client
 from jobcar.spark_source import PROFILE_ENV, WritePlan
 from tests.servers import RedisServer
 
-#: Spark's integration, the same on every server: left out of the fallback server's run (Makefile).
-pytestmark = pytest.mark.spark
+#: The same on every server (it tests Spark's side of the integration): not run again on the fallback server (Makefile).
+pytestmark = pytest.mark.one_server
 
 
 def test_a_partition_leaves_its_profile_where_the_variable_says(

@@ -27,8 +27,8 @@ from tests.integration.driver import QueueDriver
 from tests.integration.test_spark import spark_session
 from tests.servers import RedisServer
 
-#: Spark's integration, the same on every server: left out of the fallback server's run (Makefile).
-pytestmark = pytest.mark.spark
+#: The same on every server (it tests Spark's side of the integration): not run again on the fallback server (Makefile).
+pytestmark = pytest.mark.one_server
 
 cloudpickle.register_pickle_by_value(sys.modules[__name__])  # type: ignore[no-untyped-call]
 

@@ -21,8 +21,8 @@ from jobcar.spark_source import JobcarDataSource
 from tests.integration.test_spark import spark_session
 from tests.servers import RedisServer
 
-#: Spark's integration, the same on every server: left out of the fallback server's run (Makefile).
-pytestmark = pytest.mark.spark
+#: The same on every server (it tests Spark's side of the integration): not run again on the fallback server (Makefile).
+pytestmark = pytest.mark.one_server
 
 SCHEMA = "n long, order_id string, item string"
 

@@ -22,7 +22,8 @@ from tests.servers import free_port
 
 ROOT = Path(__file__).resolve().parents[2]
 
-pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]
+#: The same on every server (it tests the wheel and its install): not run again on the fallback server (Makefile).
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(600), pytest.mark.one_server]
 
 
 def _run(args: list[str], cwd: Path, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
