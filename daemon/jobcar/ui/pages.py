@@ -42,6 +42,7 @@ from jobcar.keys import DEFAULT_NAMESPACE
 from jobcar.names import ID_PATTERN, check_name
 from jobcar.schedule_store import change, every_schedule, trigger
 from jobcar.timestamps import rfc3339_ms
+from jobcar.tracing import trace_link
 from jobcar.transitions import CancelResult
 from jobcar.transport import run_async
 from jobcar.ui import reads
@@ -278,6 +279,7 @@ async def _job(request: web.Request) -> web.Response:
         now_ms=view.now_ms, finished=view.job.state in FINISHED, log=log, log_shown=LOG_SHOWN_LINES,
         payload_link=_link("/ui/job/payload", queue=queue, id=job_id), job_link=_job_link,
         live_link=_link("/ui/job.json", queue=queue, id=job_id),
+        trace_link=trace_link(request.app[CONFIG].tracing.trace_url, view.job.traceparent),
     )  # fmt: skip
 
 
