@@ -39,6 +39,9 @@ from tests.integration.driver import QueueDriver
 from tests.integration.otlp_receiver import OtlpReceiver, ReceivedSpan, otlp_receiver
 from tests.servers import RedisServer, wait_for
 
+#: The same on every server (it tests the exported traces): not run again on the fallback server (Makefile).
+pytestmark = pytest.mark.one_server
+
 #: A command handler instrumented with OpenTelemetry's SDK: its span continues TRACEPARENT, and it exports to the
 #: receiver itself before it exits. Its first attempt fails (exit 1); the second succeeds.
 TRACED_HANDLER = textwrap.dedent(
