@@ -111,21 +111,21 @@ async def test_get_v1_jobs_filters_by_type_within_its_scan(api: Api, q: QueueDri
 async def test_get_v1_jobs_lists_done_jobs_a_page_at_a_time_each_once(api: Api, q: QueueDriver) -> None:
     kept = done_jobs(q, 7)
     q.enqueue("t.a")  # pending: not a done job
-    seen, cursors = [], []
+    seen: list[str] = []
+    pages: list[list[str]] = []
     query = {"state": "done", "limit": "3"}
     while True:
         page = (await api.call("GET", "/v1/jobs", params=query)).body
         assert page["total"] is None
         assert all(j["state"] == "done" for j in page["jobs"])
-        seen += [j["id"] for j in page["jobs"]]
+        pages.append([j["id"] for j in page["jobs"]])
+        seen += pages[-1]
         if page["cursor"] is None:
             break
-        cursors.append(page["cursor"])
         query = {**query, "cursor": page["cursor"]}
     assert sorted(seen) == sorted(kept)
-    assert len(seen) == 7
-    # The one SCAN step (its cursor 0), gone on from where each page stopped in it (counting every job key).
-    assert [c.partition(".")[0] for c in cursors] == ["0", "0"]
+    assert len(seen) == 7  # each once, whatever the SCAN steps (they depend on every key of the server)
+    assert all(len(page) <= 3 for page in pages)
 
 
 @pytest.mark.parametrize(
