@@ -31,7 +31,11 @@ def pytest_asyncio_loop_factories(config: pytest.Config, item: pytest.Item) -> M
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """Soak tests first: xdist hands them out first, so a minutes-long test runs beside the rest of the suite
-    instead of after it."""
+    instead of after it. The Spark tests are `one_server` (Spark's side is the same on every server): marked
+    here, not by a `pytestmark` of their modules, which Spark pickles by value to its executors."""
+    for item in items:
+        if item.path.name.startswith("test_spark"):
+            item.add_marker(pytest.mark.one_server)
     items.sort(key=lambda item: item.get_closest_marker("soak") is None)
 
 

@@ -51,9 +51,6 @@ BLOCKED = ("aiohttp", "yaml", "uvloop", "prometheus_client")
 EXECUTOR_BOOT = """
 import importlib.machinery, os, runpy, sys
 
-#: The same on every server (it tests Spark's side of the integration): not run again on the fallback server (Makefile).
-pytestmark = pytest.mark.one_server
-
 BLOCKED = {blocked!r}
 
 class ZipOnly:

@@ -14,9 +14,6 @@ from jobcar import Client
 from jobcar.spark_source import PROFILE_ENV, WritePlan
 from tests.servers import RedisServer
 
-#: The same on every server (it tests Spark's side of the integration): not run again on the fallback server (Makefile).
-pytestmark = pytest.mark.one_server
-
 
 def test_a_partition_leaves_its_profile_where_the_variable_says(
     redis_server: RedisServer, namespace: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch

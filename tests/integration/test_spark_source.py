@@ -27,9 +27,6 @@ from tests.integration.driver import QueueDriver
 from tests.integration.test_spark import spark_session
 from tests.servers import RedisServer
 
-#: The same on every server (it tests Spark's side of the integration): not run again on the fallback server (Makefile).
-pytestmark = pytest.mark.one_server
-
 cloudpickle.register_pickle_by_value(sys.modules[__name__])  # type: ignore[no-untyped-call]
 
 

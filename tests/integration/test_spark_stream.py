@@ -21,9 +21,6 @@ from jobcar.spark_source import JobcarDataSource
 from tests.integration.test_spark import spark_session
 from tests.servers import RedisServer
 
-#: The same on every server (it tests Spark's side of the integration): not run again on the fallback server (Makefile).
-pytestmark = pytest.mark.one_server
-
 SCHEMA = "n long, order_id string, item string"
 
 
