@@ -11,7 +11,9 @@ new then old, ...) so that a slow spell of the machine hits both:
   (--concurrency) started and ready (`/readyz`), then the time from resuming the queue until its pending
   list and its active and scheduled sets are all empty, against nginx answering `return 204;`
   (bench/nginx.py). Then the daemon's `jobcar_jobs_finished_total{outcome="done"}` must read --jobs and no
-  job may be dead.
+  job may be dead. Beside it, the daemon's CPU time per job over the same window (every thread's user and
+  system time, from /proc/<pid>/stat): steadier than the rate when the machine's speed wanders, and what a
+  change to the per-job path moves first.
 - single enqueue, jobs/s: --enqueues calls of `Client.enqueue`, one at a time, with bench/daemon.py's
   ~100-byte payload, after 100 untimed ones (the script load and the queue's registration).
 
@@ -129,6 +131,12 @@ def jobs_done(port: int) -> float:
     return total
 
 
+def cpu_seconds(pid: int) -> float:
+    """A process's CPU time so far, every thread's user and system time (/proc/<pid>/stat fields 14 and 15)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def wait_drained(client: redis.Redis, prefix: str, daemon: subprocess.Popen[bytes], log: Path) -> None:
     """Until the queue's pending list and active and scheduled sets are empty, read in one transaction."""
     deadline = time.monotonic() + DRAIN_TIMEOUT
@@ -182,11 +190,11 @@ def drain_backlog(redis_url: str, nginx_url: str, jobs: int, concurrency: int, t
 
             wait_for(ready, timeout=30, what="the daemon's /readyz")
             time.sleep(SETTLE)
-            started = time.perf_counter()
+            started, cpu_before = time.perf_counter(), cpu_seconds(daemon.pid)
             if client.evalsha(resume, 2, prefix + "paused", prefix + "wake") != 1:
                 raise RuntimeError("the resume found the queue not paused")
             wait_drained(client, prefix, daemon, log)
-            elapsed = time.perf_counter() - started
+            elapsed, cpu = time.perf_counter() - started, cpu_seconds(daemon.pid) - cpu_before
             if dead := client.zcard(prefix + "dead"):
                 raise RuntimeError(f"{dead} jobs died:\n{log_tail(log)}")
             try:
@@ -195,7 +203,7 @@ def drain_backlog(redis_url: str, nginx_url: str, jobs: int, concurrency: int, t
                 raise RuntimeError(f"the daemon counts {jobs_done(port):.0f} jobs done of {jobs}") from None
         finally:
             stop_process(daemon, timeout=20)
-    return {"jobs": jobs, "seconds": elapsed, "jobs_per_s": jobs / elapsed}
+    return {"jobs": jobs, "seconds": elapsed, "jobs_per_s": jobs / elapsed, CPU_KEY: cpu / jobs * 1e6}
 
 
 def single_enqueue(redis_url: str, enqueues: int) -> dict[str, Any]:
@@ -256,6 +264,11 @@ FIGURES = (
     Figure("backlog", "nginx no-op, 1 daemon, jobs/s", lambda args: int(args.jobs)),
     Figure("enqueue", "single enqueue, jobs/s", lambda args: int(args.enqueues)),
 )
+#: The backlog measurement's second value, a row of the table of its own (lower is better).
+CPU_KEY = "daemon_cpu_us_per_job"
+CPU_LABEL = "nginx no-op, daemon CPU µs/job"
+#: Every row of the table: (key, label).
+ROWS = (*((figure.key, figure.label) for figure in FIGURES), (CPU_KEY, CPU_LABEL))
 
 
 @dataclass(frozen=True)
@@ -356,15 +369,15 @@ def report(sides: list[Side], args: argparse.Namespace, values: dict[str, dict[s
     print(f"{args.rounds} rounds, sides alternating, {args.jobs} backlog jobs at concurrency {args.concurrency}, "
           f"{args.enqueues} single enqueues; " + ", ".join(f"{k} {v}" for k, v in versions.items()))  # fmt: skip
     print(f"{'figure':<34}{'old median':>12}{'new median':>12}{'new/old':>9}")
-    for figure in FIGURES:
-        olds, news = values[figure.key]["old"], values[figure.key]["new"]
-        print(f"{figure.label:<34}{statistics.median(olds):>12,.0f}{statistics.median(news):>12,.0f}"
+    for key, label in ROWS:
+        olds, news = values[key]["old"], values[key]["new"]
+        print(f"{label:<34}{statistics.median(olds):>12,.1f}{statistics.median(news):>12,.1f}"
               f"{median_ratio(olds, news):>9.3f}")  # fmt: skip
     print("every round (* measured first in its round):")
-    for figure in FIGURES:
-        for i, (o, n) in enumerate(zip(values[figure.key]["old"], values[figure.key]["new"], strict=True)):
+    for key, label in ROWS:
+        for i, (o, n) in enumerate(zip(values[key]["old"], values[key]["new"], strict=True)):
             first_old, first_new = ("*", " ") if i % 2 == 0 else (" ", "*")
-            print(f"  {figure.label:<34}round {i + 1}: old {o:>9,.0f}{first_old} new {n:>9,.0f}{first_new} "
+            print(f"  {label:<34}round {i + 1}: old {o:>9,.1f}{first_old} new {n:>9,.1f}{first_new} "
                   f"new/old {n / o:.3f}")  # fmt: skip
     summary = {
         "sides": {side.name: {"rev": side.rev, "commit": side.commit, "note": side.note.strip(" ,+")}
@@ -375,17 +388,16 @@ def report(sides: list[Side], args: argparse.Namespace, values: dict[str, dict[s
         "enqueues": args.enqueues,
         "concurrency": args.concurrency,
         "figures": {
-            figure.key: {
-                "label": figure.label,
-                "old": [round(v, 1) for v in values[figure.key]["old"]],
-                "new": [round(v, 1) for v in values[figure.key]["new"]],
-                "old_median": round(statistics.median(values[figure.key]["old"]), 1),
-                "new_median": round(statistics.median(values[figure.key]["new"]), 1),
-                "ratio": round(median_ratio(values[figure.key]["old"], values[figure.key]["new"]), 4),
-                "round_ratios": [round(n / o, 4) for o, n in zip(values[figure.key]["old"], values[figure.key]["new"],
-                                                                  strict=True)],
+            key: {
+                "label": label,
+                "old": [round(v, 1) for v in values[key]["old"]],
+                "new": [round(v, 1) for v in values[key]["new"]],
+                "old_median": round(statistics.median(values[key]["old"]), 1),
+                "new_median": round(statistics.median(values[key]["new"]), 1),
+                "ratio": round(median_ratio(values[key]["old"], values[key]["new"]), 4),
+                "round_ratios": [round(n / o, 4) for o, n in zip(values[key]["old"], values[key]["new"], strict=True)],
             }
-            for figure in FIGURES
+            for key, label in ROWS
         },
         "versions": versions,
     }  # fmt: skip
@@ -407,7 +419,7 @@ def main() -> None:
     if min(args.rounds, args.jobs, args.enqueues, args.concurrency) < 1:
         parser.error("--rounds, --jobs, --enqueues and --concurrency must be positive")
 
-    values: dict[str, dict[str, list[float]]] = {figure.key: {"old": [], "new": []} for figure in FIGURES}
+    values: dict[str, dict[str, list[float]]] = {key: {"old": [], "new": []} for key, _ in ROWS}
     with contextlib.ExitStack() as stack:
         tmp = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="jobcar-ab-")))
         sides = [checkout(stack, "old", args.old, tmp), checkout(stack, "new", args.new, tmp)]
@@ -431,6 +443,8 @@ def main() -> None:
                     control.script_flush()  # each side loads its scripts afresh, untimed
                     result = measure(side, figure, args, server.url, nginx_url, tmp)
                     values[figure.key][side.name].append(result["jobs_per_s"])
+                    if CPU_KEY in result:
+                        values[CPU_KEY][side.name].append(result[CPU_KEY])
                     say(f"round {i + 1}/{args.rounds} {figure.label} {side.name}: {result['jobs_per_s']:,.0f} "
                         f"({result['jobs']} in {result['seconds']:.3f}s, {result['jobcar']})")  # fmt: skip
     report(sides, args, values, versions)
