@@ -4,16 +4,18 @@ the handler API. The attempts (attempts.py) open and close them; the handler API
 them here. Nothing here is stored in Redis: a handler calls the daemon that runs its attempt.
 
 A token is 192 random bits, made per attempt, compared in constant time, and never logged or stored: it
-is good for one job's one attempt, and only while that attempt runs here. A closed attempt keeps its
-reason for a while (`_ENDED_KEPT` of them), so a late call hears why it is refused.
+is good for one job's one attempt, and only while that attempt runs here. An attempt stopped while its
+handler may still run (canceled, its lease lost, a drain) keeps its reason for a while (`_STOPPED_KEPT` of
+them), so the handler's next call hears why it is refused. One whose handler returned keeps nothing: its
+handler calls no more, and remembering every finished attempt cost the daemon's every job (ADR 0023).
 """
 
 from __future__ import annotations
 
 import asyncio
-import base64
 import contextlib
 import hmac
+import re
 import secrets
 import time
 from collections import OrderedDict
@@ -26,6 +28,7 @@ from jobcar.config_types import Config
 from jobcar.job import Job
 from jobcar.keys import QueueKeys
 from jobcar.outcome import Outcome
+from jobcar.transitions import LeasedJob
 
 #: The route of one attempt under the handler's base URL; the job id is quoted into it.
 ATTEMPT_PATH: Final = "/v1/attempts/"
@@ -37,10 +40,13 @@ URL_ENV: Final = "JOBCAR_ATTEMPT_URL"
 TOKEN_ENV: Final = "JOBCAR_ATTEMPT_TOKEN"
 URL_FIELD: Final = "attempt_url"
 TOKEN_FIELD: Final = "attempt_token"
-#: A token's random bytes: 192 bits.
+#: A token's random bytes: 192 bits, as 48 hex digits.
 _TOKEN_BYTES: Final = 24
-#: Reasons kept for attempts that ended, for the calls that come after.
-_ENDED_KEPT: Final = 4096
+_TOKENS_MADE: Final = 256
+#: A job id made only of these characters goes into its attempt's URL as it is; quoting costs every job's path.
+_NEEDS_NO_QUOTING: Final = re.compile(r"[A-Za-z0-9_.~-]+").fullmatch
+#: Reasons kept for attempts stopped early, for the calls their handlers make after.
+_STOPPED_KEPT: Final = 4096
 
 #: Why a call about an attempt that no longer runs is refused (409).
 ANSWERED: Final = "the attempt already answered"
@@ -68,18 +74,18 @@ class Refused(Exception):
 
 @dataclass(eq=False)
 class LiveAttempt:
-    """One running attempt, as its handler sees it."""
+    """One attempt as its handler sees it. The attempts' own record of a running job is one (attempts.py's
+    RunningJob): the desk fills in the handler API's fields when the handler is called, so a handler that
+    never calls back costs its job no object of its own."""
 
+    leased: LeasedJob
     keys: QueueKeys
-    job: Job
-    lease_token: str
-    token: str
-    url: str
+    #: Set when the attempt is opened (`AttemptDesk.open`): what the handler is given to call back.
+    token: str = ""
+    url: str = ""
     #: When the attempt times out (epoch seconds); extend moves it, up to `latest`.
-    deadline: float
-    latest: float
-    #: Records an outcome for the attempt now (a snooze), as the attempt would once its handler answered.
-    answer_now: Callable[[Outcome], Awaitable[bool]]
+    deadline: float = 0.0
+    latest: float = 0.0
     #: The handler answered through the API (a snooze, waiting for its children): what its own answer says is
     #: ignored, and its lease is no longer renewed.
     answered: bool = False
@@ -89,6 +95,14 @@ class LiveAttempt:
     #: is on (tracing.py); None: the job's own traceparent.
     traceparent: str | None = None
     _scope: asyncio.Timeout | None = field(default=None, repr=False)
+
+    @property
+    def job(self) -> Job:
+        return self.leased.job
+
+    @property
+    def lease_token(self) -> str:
+        return self.leased.token
 
     @property
     def extendable(self) -> bool:
@@ -117,6 +131,10 @@ def _loop_time(epoch: float) -> float:
     return asyncio.get_running_loop().time() + (epoch - time.time())
 
 
+async def _unanswerable(live: LiveAttempt, outcome: Outcome) -> bool:
+    return False
+
+
 class AttemptDesk:
     """The running attempts of this daemon, by job id."""
 
@@ -125,52 +143,49 @@ class AttemptDesk:
         self.base_url = ""
         #: The config the running attempts run under (the runner's, reloads included): the API's bounds.
         self.config: Config | None = None
+        #: Records an outcome for a running attempt now (a snooze, waiting for its children), as the attempt would
+        #: once its handler answered; False when it could not (the lease was lost). Set by the attempts.
+        self.answer_now: Callable[[LiveAttempt, Outcome], Awaitable[bool]] = _unanswerable
         self._live: dict[str, LiveAttempt] = {}
-        self._ended: OrderedDict[str, tuple[str, str]] = OrderedDict()  # job id -> (token, why)
-        # Random bytes for the next tokens, read from the OS a few hundred at a time: a read per attempt would
-        # be a system call on every job's path.
-        self._random = b""
-        self._taken = 0
+        self._stopped: OrderedDict[str, tuple[str, str]] = OrderedDict()  # job id -> (token, why)
+        # The next tokens, made from the OS's random bytes a few hundred at a time: a read per attempt would be
+        # a system call on every job's path.
+        self._tokens: list[str] = []
 
-    def open(
-        self,
-        keys: QueueKeys,
-        job: Job,
-        lease_token: str,
-        *,
-        deadline: float,
-        latest: float,
-        answer_now: Callable[[Outcome], Awaitable[bool]],
-    ) -> LiveAttempt:
-        token = self._token()
-        url = self.base_url + ATTEMPT_PATH + quote(job.id, safe="")
-        live = LiveAttempt(keys, job, lease_token, token, url, deadline, max(latest, deadline), answer_now)
-        self._live[job.id] = live
-        return live
+    def open(self, live: LiveAttempt, deadline: float, latest: float) -> None:
+        """Make `live` callable by its handler until `close`: its token, its URL, its deadline."""
+        job_id = live.job.id
+        if not self._tokens:
+            made = secrets.token_bytes(_TOKEN_BYTES * _TOKENS_MADE).hex()
+            self._tokens = [made[i : i + 2 * _TOKEN_BYTES] for i in range(0, len(made), 2 * _TOKEN_BYTES)]
+        live.token = self._tokens.pop()
+        live.url = self.base_url + ATTEMPT_PATH + (job_id if _NEEDS_NO_QUOTING(job_id) else quote(job_id, safe=""))
+        live.deadline = deadline
+        live.latest = max(latest, deadline)
+        self._live[job_id] = live
 
-    def _token(self) -> str:
-        if self._taken + _TOKEN_BYTES > len(self._random):
-            self._random, self._taken = secrets.token_bytes(_TOKEN_BYTES * 256), 0
-        start, self._taken = self._taken, self._taken + _TOKEN_BYTES
-        return base64.urlsafe_b64encode(self._random[start : self._taken]).decode()
-
-    def close(self, live: LiveAttempt, why: str = ANSWERED) -> None:
-        if self._live.get(live.job.id) is live:
-            del self._live[live.job.id]
-        self._ended[live.job.id] = (live.token, why)
-        self._ended.move_to_end(live.job.id)
-        if len(self._ended) > _ENDED_KEPT:
-            self._ended.popitem(last=False)
+    def close(self, live: LiveAttempt, why: str | None = None) -> None:
+        """The attempt no longer takes calls: its handler returned (`why` None), or it was stopped while its
+        handler may still run (`why` says why, for that handler's next call)."""
+        job_id = live.job.id
+        if self._live.get(job_id) is live:
+            del self._live[job_id]
+        if why is not None:
+            self._stopped[job_id] = (live.token, why)
+            self._stopped.move_to_end(job_id)
+            if len(self._stopped) > _STOPPED_KEPT:
+                self._stopped.popitem(last=False)
 
     def find(self, job_id: str, token: str | None) -> LiveAttempt:
         """The attempt of `job_id` that `token` proves, or Refused: 401 for a token that is not this job's
-        (another job's, an unknown one, none), 409 for an attempt that ended or answered."""
+        (another job's, an unknown one, none, an attempt whose handler returned), 409 for an attempt that was
+        stopped or answered through the API."""
         live = self._live.get(job_id)
         if live is not None and token is not None and hmac.compare_digest(live.token.encode(), token.encode()):
             if live.answered:
                 raise Refused(409, ANSWERED)
             return live
-        ended = self._ended.get(job_id)
-        if ended is not None and token is not None and hmac.compare_digest(ended[0].encode(), token.encode()):
-            raise Refused(409, ended[1])
+        stopped = self._stopped.get(job_id)
+        if stopped is not None and token is not None and hmac.compare_digest(stopped[0].encode(), token.encode()):
+            raise Refused(409, stopped[1])
         raise Refused(401, "no running attempt of this job holds this token")

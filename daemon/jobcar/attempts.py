@@ -14,7 +14,6 @@ import asyncio
 import functools
 import logging
 import time
-import weakref
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
@@ -22,7 +21,7 @@ from typing import TYPE_CHECKING, Final
 
 from jobcar import tracing
 from jobcar.app_health import HealthGate
-from jobcar.attempt_desk import ANSWERED, CANCELED, LEASE_LOST, STOPPED, AttemptDesk, LiveAttempt
+from jobcar.attempt_desk import CANCELED, LEASE_LOST, STOPPED, AttemptDesk, LiveAttempt
 from jobcar.attempt_logs import LogWriter
 from jobcar.batching import Batches
 from jobcar.config_types import CommandHandler, Config, Handler
@@ -74,21 +73,16 @@ def log_fields(job: Job) -> dict[str, object]:
     return {"queue": job.queue, "job_id": job.id, "type": job.type, "attempt": job.attempt}
 
 
-@dataclass
-class RunningJob:
-    leased: LeasedJob
-    keys: QueueKeys
+@dataclass(eq=False)
+class RunningJob(LiveAttempt):
+    """An attempt leased here, from its lease until its outcome is recorded; its handler calls it back as the
+    LiveAttempt it is (attempt_desk.py)."""
+
     last_renewed: float = field(default_factory=time.monotonic)
     stop_reason: StopReason | None = None
     task: asyncio.Task[None] | None = None
-    #: What its handler may call back (the handler API), while it runs.
-    live: LiveAttempt | None = None
     #: Its consumer span while tracing is on (tracing.py), until its outcome is recorded.
     span: Span | None = None
-
-    @property
-    def job(self) -> Job:
-        return self.leased.job
 
 
 class Attempts:
@@ -110,6 +104,7 @@ class Attempts:
     ) -> None:
         self.link = link
         self.desk = desk
+        desk.answer_now = self._answer_now
         self.metrics = metrics
         self.history = history
         self.app_health = app_health
@@ -136,6 +131,11 @@ class Attempts:
         self.desk.config = config
         self.logs = LogWriter(self.link.client, config.handler_api)
         self.handlers: Mapping[str, Handler] = config.handlers
+        #: The types whose command's stderr lines go to the job's log (`log_stderr`).
+        self._stderr_logged = frozenset(
+            job_type for job_type, handler in config.handlers.items()
+            if isinstance(handler, CommandHandler) and handler.log_stderr
+        )  # fmt: skip
         self.executors = dict(executors)
         slots: dict[str, tuple[int, asyncio.Semaphore]] = {}
         batches: dict[str, Batches] = {}
@@ -168,7 +168,7 @@ class Attempts:
         if self.draining.is_set():
             self.leased_while_draining += 1
         earlier = self.running.get(key)
-        if earlier is not None and earlier.live is not None and earlier.live.answered:
+        if earlier is not None and earlier.answered:
             # Its handler answered through the handler API (a snooze, waiting for its children) and is still
             # finishing: it holds no lease and records nothing, so it ends on its own, as its handler does.
             log.debug("job leased again while the handler that answered its earlier attempt still runs",
@@ -237,8 +237,8 @@ class Attempts:
     def _note_stop(self, running: RunningJob, reason: StopReason) -> None:
         """Say why the attempt ends early: its task then records that instead of an outcome."""
         running.stop_reason = reason
-        if running.live is not None:  # its handler may still call while it is stopped: refused from now on
-            self.desk.close(running.live, _ENDED_BECAUSE[reason])
+        if running.token:  # its handler may still call while it is stopped: refused from now on
+            self.desk.close(running, _ENDED_BECAUSE[reason])
         if reason is StopReason.SHUTDOWN:
             self.returned_on_shutdown += 1
 
@@ -279,7 +279,7 @@ class Attempts:
             log.exception("job failed inside jobcar", extra=log_fields(job))
             outcome = Outcome.retry(f"jobcar internal error: {exc!r}")
         self._forget(running)
-        if running.live is not None and running.live.answered:
+        if running.answered:
             # Its handler answered through the handler API (a snooze, waiting for its children), which
             # recorded that: what the handler then returned changes nothing.
             log.debug("job answered through the handler API; its handler's own answer is not used",
@@ -342,10 +342,10 @@ class Attempts:
             # Asked again when the batch is sent: the drain may have begun while it formed. A batch's time is
             # its call's, shared by its jobs: none of them can extend it.
             may_start = functools.partial(self._may_start, running)
-            live = self._open(running, time.time() + timeout, 0.0)
+            self._open(running, time.time() + timeout, 0.0)
             try:
                 return await batches.outcome(job, timeout_s=timeout, max_attempts=max_attempts, may_start=may_start,
-                                             attempt=live)  # fmt: skip
+                                             attempt=running)  # fmt: skip
             finally:
                 self._close(running)
         limit = self._type_slots.get(job.type)
@@ -362,15 +362,15 @@ class Attempts:
         self, running: RunningJob, executor: Executor, seconds: float, max_extend: float, max_attempts: int
     ) -> Outcome:
         deadline = time.time() + seconds
-        live = self._open(running, deadline, max_extend)
+        self._open(running, deadline, max_extend)
         try:
             if self.tracer is None or running.span is None:
-                return await executor.run(running.job, deadline=deadline, max_attempts=max_attempts, attempt=live)
-            # The handler continues the trace under its call's client span (live.traceparent goes out).
+                return await executor.run(running.job, deadline=deadline, max_attempts=max_attempts, attempt=running)
+            # The handler continues the trace under its call's client span (its traceparent goes out).
             handler = self.handlers[running.job.type]
-            call, live.traceparent = self.tracer.handler_call(running.span, running.job, handler)
+            call, running.traceparent = self.tracer.handler_call(running.span, running.job, handler)
             try:
-                outcome = await executor.run(running.job, deadline=deadline, max_attempts=max_attempts, attempt=live)
+                outcome = await executor.run(running.job, deadline=deadline, max_attempts=max_attempts, attempt=running)
             except BaseException as exc:
                 self.tracer.handler_stopped(call, exc)
                 raise
@@ -393,30 +393,22 @@ class Attempts:
         replies = await asyncio.gather(*reads, return_exceptions=True)
         tracer.link(span, [reply.decode() for reply in replies if isinstance(reply, bytes)])
 
-    def _open(self, running: RunningJob, deadline: float, max_extend: float) -> LiveAttempt:
-        """The attempt as its handler may call it back (attempt_desk.py), from now until `_close`."""
-
-        # A weak reference: the attempt holds its LiveAttempt, and a strong one back would make each finished job
-        # a reference cycle, left for the garbage collector instead of freed at once (a quarter of the daemon's
-        # throughput, measured).
-        attempt = weakref.ref(running)
-
-        async def answer_now(outcome: Outcome) -> bool:
-            still = attempt()
-            recorded = None if still is None else await self._record(still, outcome)
-            return recorded is not None and recorded[0] is not Recorded.LEASE_LOST
-
-        live = self.desk.open(running.keys, running.job, running.leased.token, deadline=deadline,
-                              latest=deadline + max_extend, answer_now=answer_now)  # fmt: skip
-        handler = self.handlers.get(running.job.type)
-        if isinstance(handler, CommandHandler) and handler.log_stderr:
-            live.stderr_lines = self.logs.forward(live)
-        running.live = live
-        return live
+    def _open(self, running: RunningJob, deadline: float, max_extend: float) -> None:
+        """Make the attempt callable by its handler (attempt_desk.py), from now until `_close`. On every job's
+        path: it only sets the attempt's own fields, so a handler that never calls back costs next to nothing."""
+        self.desk.open(running, deadline, deadline + max_extend)
+        if running.job.type in self._stderr_logged:
+            running.stderr_lines = self.logs.forward(running)
 
     def _close(self, running: RunningJob) -> None:
-        if running.live is not None:
-            self.desk.close(running.live, _ENDED_BECAUSE.get(running.stop_reason, ANSWERED))
+        self.desk.close(running, _ENDED_BECAUSE.get(running.stop_reason))
+
+    async def _answer_now(self, live: LiveAttempt, outcome: Outcome) -> bool:
+        """Record the outcome its handler gave through the handler API (the desk's `answer_now`)."""
+        if not isinstance(live, RunningJob):
+            return False
+        recorded = await self._record(live, outcome)
+        return recorded is not None and recorded[0] is not Recorded.LEASE_LOST
 
     async def _record(
         self, running: RunningJob, outcome: Outcome, final: State = State.DONE, give_back: bool = False

@@ -105,7 +105,7 @@ def add_handler_routes(
 
         return serve
 
-    api = _HandlerApi(config, client, parse_jobs)
+    api = _HandlerApi(desk, config, client, parse_jobs)
     app.router.add_get(base, route(api.show))
     app.router.add_post(base + "/progress", route(api.progress))
     app.router.add_post(base + "/log", route(api.log))
@@ -127,10 +127,12 @@ def _bearer(request: web.Request) -> str | None:
 class _HandlerApi:
     def __init__(
         self,
+        desk: AttemptDesk,
         config: Callable[[web.Request], Config],
         client: Callable[[web.Request], AsyncClient],
         parse_jobs: ParseJobs,
     ) -> None:
+        self.desk = desk
         self._config = config
         self._client = client
         self._parse_jobs = parse_jobs
@@ -242,7 +244,7 @@ class _HandlerApi:
         handler = config.handlers.get(live.job.type)
         delay = min(delay, handler.max_retry_after if handler else config.defaults.max_retry_after)
         live.answered = True  # from now on the attempt's own answer is not recorded
-        if not await live.answer_now(Outcome.snooze(delay)):
+        if not await self.desk.answer_now(live, Outcome.snooze(delay)):
             live.answered = False
             raise Refused(409, LEASE_LOST)
         return web.json_response({"status": "snoozed", "delay": delay}, status=202)

@@ -64,7 +64,7 @@ class Heartbeat:
         for running in self.attempts.running.values():
             # Jobs being stopped still need their lease: they are given back or acked as canceled. One whose
             # handler answered through the handler API holds none any more.
-            if running.stop_reason is not StopReason.LEASE_LOST and not (running.live and running.live.answered):
+            if running.stop_reason is not StopReason.LEASE_LOST and not running.answered:
                 by_queue.setdefault(running.keys.queue, []).append(running)
         groups = list(by_queue.values())
         lease_ms = int(self.lease * 1000)
@@ -124,7 +124,7 @@ class Heartbeat:
 
     def _abandon_stale(self, now: float, interval: float) -> None:
         for running in list(self.attempts.running.values()):
-            if running.live and running.live.answered:
+            if running.answered:
                 continue  # its outcome is recorded: it needs no lease to finish, only its timeout
             if running.stop_reason is None and now - running.last_renewed > self.lease - interval:
                 log.error("lease could not be renewed in time; abandoning the attempt",

@@ -56,12 +56,13 @@ async def attempt_of(redis_url: str, q: QueueDriver, **settings: Any) -> AsyncIt
     leased = q.lease_one()
     answers: list[Outcome] = []
 
-    async def answer_now(outcome: Outcome) -> bool:
+    async def answer_now(live: LiveAttempt, outcome: Outcome) -> bool:
         answers.append(outcome)
         return True
 
-    live = desk.open(q.keys, leased.job, leased.token, deadline=time.time() + 60, latest=time.time() + 60,
-                     answer_now=answer_now)  # fmt: skip
+    desk.answer_now = answer_now
+    live = LiveAttempt(leased, q.keys)
+    desk.open(live, deadline=time.time() + 60, latest=time.time() + 60)
     try:
         async with aiohttp.ClientSession() as http:
             yield Attempt(http, live, answers)
