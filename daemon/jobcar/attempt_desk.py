@@ -19,7 +19,7 @@ import re
 import secrets
 import time
 from collections import OrderedDict
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Final, Protocol
 from urllib.parse import quote
@@ -89,6 +89,8 @@ class LiveAttempt:
     #: The handler answered through the API (a snooze, waiting for its children): what its own answer says is
     #: ignored, and its lease is no longer renewed.
     answered: bool = False
+    #: Why it takes no more calls although its handler may still run (canceled, lease lost, a drain).
+    stopped: str | None = None
     #: Where a command's stderr lines go as they come, when its handler has `log_stderr` (the job's log).
     stderr_lines: StderrSink | None = None
     #: The context the handler continues (`traceparent`, `TRACEPARENT`): the handler call's span while tracing
@@ -136,24 +138,28 @@ async def _unanswerable(live: LiveAttempt, outcome: Outcome) -> bool:
 
 
 class AttemptDesk:
-    """The running attempts of this daemon, by job id."""
+    """The running attempts of this daemon as their handlers call them: found among the attempts' own
+    (`running`, which the attempts hand over), so that an attempt whose handler never calls back costs its job
+    no entry of its own here, only a token and a URL."""
 
     def __init__(self) -> None:
         #: Where handlers reach this daemon's handler API (set once the listener is bound).
         self.base_url = ""
         #: The config the running attempts run under (the runner's, reloads included): the API's bounds.
         self.config: Config | None = None
+        #: The attempts running here (attempts.py's table, by queue and job id).
+        self.running: Mapping[tuple[str, str], LiveAttempt] = {}
         #: Records an outcome for a running attempt now (a snooze, waiting for its children), as the attempt would
         #: once its handler answered; False when it could not (the lease was lost). Set by the attempts.
         self.answer_now: Callable[[LiveAttempt, Outcome], Awaitable[bool]] = _unanswerable
-        self._live: dict[str, LiveAttempt] = {}
         self._stopped: OrderedDict[str, tuple[str, str]] = OrderedDict()  # job id -> (token, why)
         # The next tokens, made from the OS's random bytes a few hundred at a time: a read per attempt would be
         # a system call on every job's path.
         self._tokens: list[str] = []
 
     def open(self, live: LiveAttempt, deadline: float, latest: float) -> None:
-        """Make `live` callable by its handler until `close`: its token, its URL, its deadline."""
+        """Make `live` callable by its handler, from now until it leaves `running` or is `stop`ped: its token,
+        its URL, its deadline."""
         job_id = live.job.id
         if not self._tokens:
             made = secrets.token_bytes(_TOKEN_BYTES * _TOKENS_MADE).hex()
@@ -162,30 +168,32 @@ class AttemptDesk:
         live.url = self.base_url + ATTEMPT_PATH + (job_id if _NEEDS_NO_QUOTING(job_id) else quote(job_id, safe=""))
         live.deadline = deadline
         live.latest = max(latest, deadline)
-        self._live[job_id] = live
 
-    def close(self, live: LiveAttempt, why: str | None = None) -> None:
-        """The attempt no longer takes calls: its handler returned (`why` None), or it was stopped while its
-        handler may still run (`why` says why, for that handler's next call)."""
-        job_id = live.job.id
-        if self._live.get(job_id) is live:
-            del self._live[job_id]
-        if why is not None:
-            self._stopped[job_id] = (live.token, why)
-            self._stopped.move_to_end(job_id)
-            if len(self._stopped) > _STOPPED_KEPT:
-                self._stopped.popitem(last=False)
+    def stop(self, live: LiveAttempt, why: str) -> None:
+        """The attempt was stopped while its handler may still run: that handler's calls hear `why` (409), now
+        and for a while after the attempt left `running`."""
+        live.stopped = why
+        self._stopped[live.job.id] = (live.token, why)
+        self._stopped.move_to_end(live.job.id)
+        if len(self._stopped) > _STOPPED_KEPT:
+            self._stopped.popitem(last=False)
 
     def find(self, job_id: str, token: str | None) -> LiveAttempt:
         """The attempt of `job_id` that `token` proves, or Refused: 401 for a token that is not this job's
         (another job's, an unknown one, none, an attempt whose handler returned), 409 for an attempt that was
-        stopped or answered through the API."""
-        live = self._live.get(job_id)
-        if live is not None and token is not None and hmac.compare_digest(live.token.encode(), token.encode()):
-            if live.answered:
-                raise Refused(409, ANSWERED)
-            return live
+        stopped or answered through the API. Looks through the running attempts (as many as the daemon's
+        concurrency: a few µs per hundred), which only the handler API's calls pay for."""
+        if token is None:
+            raise Refused(401, "no token: give the attempt's as Authorization: Bearer <token>")
+        presented = token.encode()
+        for live in self.running.values():
+            if live.token and live.job.id == job_id and hmac.compare_digest(live.token.encode(), presented):
+                if live.stopped is not None:
+                    raise Refused(409, live.stopped)
+                if live.answered:
+                    raise Refused(409, ANSWERED)
+                return live
         stopped = self._stopped.get(job_id)
-        if stopped is not None and token is not None and hmac.compare_digest(stopped[0].encode(), token.encode()):
+        if stopped is not None and hmac.compare_digest(stopped[0].encode(), presented):
             raise Refused(409, stopped[1])
         raise Refused(401, "no running attempt of this job holds this token")

@@ -60,7 +60,7 @@ class StopReason(StrEnum):
 
 
 #: Why a handler's calls after its attempt stopped early are refused (attempt_desk.py).
-_ENDED_BECAUSE: Final[dict[StopReason | None, str]] = {
+_STOPPED_BECAUSE: Final[dict[StopReason | None, str]] = {
     StopReason.CANCELED: CANCELED,
     StopReason.LEASE_LOST: LEASE_LOST,
     StopReason.SHUTDOWN: STOPPED,
@@ -110,8 +110,9 @@ class Attempts:
         self.app_health = app_health
         self.slot_freed = slot_freed
         self.draining = draining
-        #: (queue, job id) -> the attempt still executing here.
+        #: (queue, job id) -> the attempt still executing here (where the desk finds its handler's calls).
         self.running: dict[tuple[str, str], RunningJob] = {}
+        desk.running = self.running
         # Every attempt's task until it has recorded its outcome (running only holds those still executing).
         self.tasks: set[asyncio.Task[None]] = set()
         self.returned_on_shutdown = 0
@@ -238,7 +239,7 @@ class Attempts:
         """Say why the attempt ends early: its task then records that instead of an outcome."""
         running.stop_reason = reason
         if running.token:  # its handler may still call while it is stopped: refused from now on
-            self.desk.close(running, _ENDED_BECAUSE[reason])
+            self.desk.stop(running, _STOPPED_BECAUSE[reason])
         if reason is StopReason.SHUTDOWN:
             self.returned_on_shutdown += 1
 
@@ -343,11 +344,8 @@ class Attempts:
             # its call's, shared by its jobs: none of them can extend it.
             may_start = functools.partial(self._may_start, running)
             self._open(running, time.time() + timeout, 0.0)
-            try:
-                return await batches.outcome(job, timeout_s=timeout, max_attempts=max_attempts, may_start=may_start,
-                                             attempt=running)  # fmt: skip
-            finally:
-                self._close(running)
+            return await batches.outcome(job, timeout_s=timeout, max_attempts=max_attempts, may_start=may_start,
+                                         attempt=running)  # fmt: skip
         limit = self._type_slots.get(job.type)
         if limit is None:
             return await self._call_handler(running, executor, timeout, handler.max_extend, max_attempts)
@@ -363,21 +361,18 @@ class Attempts:
     ) -> Outcome:
         deadline = time.time() + seconds
         self._open(running, deadline, max_extend)
+        if self.tracer is None or running.span is None:
+            return await executor.run(running.job, deadline=deadline, max_attempts=max_attempts, attempt=running)
+        # The handler continues the trace under its call's client span (its traceparent goes out).
+        handler = self.handlers[running.job.type]
+        call, running.traceparent = self.tracer.handler_call(running.span, running.job, handler)
         try:
-            if self.tracer is None or running.span is None:
-                return await executor.run(running.job, deadline=deadline, max_attempts=max_attempts, attempt=running)
-            # The handler continues the trace under its call's client span (its traceparent goes out).
-            handler = self.handlers[running.job.type]
-            call, running.traceparent = self.tracer.handler_call(running.span, running.job, handler)
-            try:
-                outcome = await executor.run(running.job, deadline=deadline, max_attempts=max_attempts, attempt=running)
-            except BaseException as exc:
-                self.tracer.handler_stopped(call, exc)
-                raise
-            self.tracer.handler_returned(call, outcome)
-            return outcome
-        finally:
-            self._close(running)
+            outcome = await executor.run(running.job, deadline=deadline, max_attempts=max_attempts, attempt=running)
+        except BaseException as exc:
+            self.tracer.handler_stopped(call, exc)
+            raise
+        self.tracer.handler_returned(call, outcome)
+        return outcome
 
     async def _link_dependencies(self, tracer: Tracer, span: Span, namespace: str, after: tuple[str, ...]) -> None:
         """Link the attempt's span to the jobs it waited for: their traceparents, one HGET each at once, from
@@ -394,14 +389,12 @@ class Attempts:
         tracer.link(span, [reply.decode() for reply in replies if isinstance(reply, bytes)])
 
     def _open(self, running: RunningJob, deadline: float, max_extend: float) -> None:
-        """Make the attempt callable by its handler (attempt_desk.py), from now until `_close`. On every job's
-        path: it only sets the attempt's own fields, so a handler that never calls back costs next to nothing."""
+        """Make the attempt callable by its handler (attempt_desk.py) until it leaves `running` or is stopped. On
+        every job's path: it only sets the attempt's own fields, so a handler that never calls back costs next to
+        nothing."""
         self.desk.open(running, deadline, deadline + max_extend)
         if running.job.type in self._stderr_logged:
             running.stderr_lines = self.logs.forward(running)
-
-    def _close(self, running: RunningJob) -> None:
-        self.desk.close(running, _ENDED_BECAUSE.get(running.stop_reason))
 
     async def _answer_now(self, live: LiveAttempt, outcome: Outcome) -> bool:
         """Record the outcome its handler gave through the handler API (the desk's `answer_now`)."""

@@ -63,6 +63,7 @@ async def attempt_of(redis_url: str, q: QueueDriver, **settings: Any) -> AsyncIt
     desk.answer_now = answer_now
     live = LiveAttempt(leased, q.keys)
     desk.open(live, deadline=time.time() + 60, latest=time.time() + 60)
+    desk.running = {(q.keys.queue, leased.job.id): live}
     try:
         async with aiohttp.ClientSession() as http:
             yield Attempt(http, live, answers)

@@ -18,9 +18,18 @@ def attempt(job_id: str) -> LiveAttempt:
 
 
 def opened(desk: AttemptDesk, job_id: str) -> LiveAttempt:
+    """An attempt opened as the attempts open one: in their table, which the desk looks through."""
     live = attempt(job_id)
     desk.open(live, 100.0, 160.0)
+    running = dict(desk.running)
+    running[("default", job_id)] = live
+    desk.running = running
     return live
+
+
+def left(desk: AttemptDesk, live: LiveAttempt) -> None:
+    """The attempt leaves the attempts' table (its handler returned, or a stopped one ended)."""
+    desk.running = {key: other for key, other in desk.running.items() if other is not live}
 
 
 def refusal(desk: AttemptDesk, job_id: str, token: str | None) -> tuple[int, str]:
@@ -71,17 +80,19 @@ def test_an_answered_attempt_is_a_409_while_its_handler_still_runs() -> None:
 def test_a_stopped_attempt_says_why_and_a_returned_one_is_gone() -> None:
     desk = AttemptDesk()
     stopped, returned = opened(desk, "stopped"), opened(desk, "returned")
-    desk.close(stopped, CANCELED)
-    desk.close(returned)
-    assert refusal(desk, "stopped", stopped.token) == (409, CANCELED)
+    desk.stop(stopped, CANCELED)
+    assert refusal(desk, "stopped", stopped.token) == (409, CANCELED)  # while its task winds down
+    left(desk, stopped)
+    left(desk, returned)
+    assert refusal(desk, "stopped", stopped.token) == (409, CANCELED)  # and after
     assert refusal(desk, "stopped", returned.token)[0] == 401
     assert refusal(desk, "returned", returned.token)[0] == 401
 
 
-def test_a_new_attempt_of_the_same_job_is_not_closed_by_the_old_one() -> None:
+def test_a_job_leased_again_is_the_new_attempt_s() -> None:
     desk = AttemptDesk()
     old = opened(desk, "one")
-    new = opened(desk, "one")  # the job leased again while its old handler still ran
-    desk.close(old, CANCELED)
+    desk.stop(old, CANCELED)
+    new = opened(desk, "one")  # the job leased again (the attempts' table holds the new attempt)
     assert desk.find("one", new.token) is new
     assert refusal(desk, "one", old.token) == (409, CANCELED)
