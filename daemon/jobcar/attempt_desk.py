@@ -13,6 +13,7 @@ handler calls no more, and remembering every finished attempt cost the daemon's 
 from __future__ import annotations
 
 import asyncio
+import base64
 import contextlib
 import hmac
 import re
@@ -40,8 +41,10 @@ URL_ENV: Final = "JOBCAR_ATTEMPT_URL"
 TOKEN_ENV: Final = "JOBCAR_ATTEMPT_TOKEN"
 URL_FIELD: Final = "attempt_url"
 TOKEN_FIELD: Final = "attempt_token"
-#: A token's random bytes: 192 bits, as 48 hex digits.
+#: A token's random bytes: 192 bits, as 32 characters of URL-safe base64 (no padding: 24 bytes are 32 whole
+#: characters, so a run of tokens encoded at once is cut into tokens). Short: it goes out with every job.
 _TOKEN_BYTES: Final = 24
+_TOKEN_CHARS: Final = 32
 _TOKENS_MADE: Final = 256
 #: A job id made only of these characters goes into its attempt's URL as it is; quoting costs every job's path.
 _NEEDS_NO_QUOTING: Final = re.compile(r"[A-Za-z0-9_.~-]+").fullmatch
@@ -162,8 +165,8 @@ class AttemptDesk:
         its URL, its deadline."""
         job_id = live.job.id
         if not self._tokens:
-            made = secrets.token_bytes(_TOKEN_BYTES * _TOKENS_MADE).hex()
-            self._tokens = [made[i : i + 2 * _TOKEN_BYTES] for i in range(0, len(made), 2 * _TOKEN_BYTES)]
+            made = base64.urlsafe_b64encode(secrets.token_bytes(_TOKEN_BYTES * _TOKENS_MADE)).decode()
+            self._tokens = [made[i : i + _TOKEN_CHARS] for i in range(0, len(made), _TOKEN_CHARS)]
         live.token = self._tokens.pop()
         live.url = self.base_url + ATTEMPT_PATH + (job_id if _NEEDS_NO_QUOTING(job_id) else quote(job_id, safe=""))
         live.deadline = deadline

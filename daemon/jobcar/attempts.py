@@ -343,10 +343,15 @@ class Attempts:
             # Asked again when the batch is sent: the drain may have begun while it formed. A batch's time is
             # its call's, shared by its jobs: none of them can extend it.
             may_start = functools.partial(self._may_start, running)
-            self._open(running, time.time() + timeout, 0.0)
+            self._open(running, timeout, 0.0)
             return await batches.outcome(job, timeout_s=timeout, max_attempts=max_attempts, may_start=may_start,
                                          attempt=running)  # fmt: skip
         limit = self._type_slots.get(job.type)
+        if limit is None and (self.tracer is None or running.span is None):
+            # The common path calls the executor itself: a coroutine between them would be paid again every time
+            # the handler's answer resumes the attempt.
+            deadline = self._open(running, timeout, handler.max_extend)
+            return await executor.run(job, deadline=deadline, max_attempts=max_attempts, attempt=running)
         if limit is None:
             return await self._call_handler(running, executor, timeout, handler.max_extend, max_attempts)
         # A job of a type at its concurrency limit waits here, holding one of the daemon's slots.
@@ -359,8 +364,7 @@ class Attempts:
     async def _call_handler(
         self, running: RunningJob, executor: Executor, seconds: float, max_extend: float, max_attempts: int
     ) -> Outcome:
-        deadline = time.time() + seconds
-        self._open(running, deadline, max_extend)
+        deadline = self._open(running, seconds, max_extend)
         if self.tracer is None or running.span is None:
             return await executor.run(running.job, deadline=deadline, max_attempts=max_attempts, attempt=running)
         # The handler continues the trace under its call's client span (its traceparent goes out).
@@ -388,13 +392,15 @@ class Attempts:
         replies = await asyncio.gather(*reads, return_exceptions=True)
         tracer.link(span, [reply.decode() for reply in replies if isinstance(reply, bytes)])
 
-    def _open(self, running: RunningJob, deadline: float, max_extend: float) -> None:
-        """Make the attempt callable by its handler (attempt_desk.py) until it leaves `running` or is stopped. On
-        every job's path: it only sets the attempt's own fields, so a handler that never calls back costs next to
-        nothing."""
+    def _open(self, running: RunningJob, seconds: float, max_extend: float) -> float:
+        """Make the attempt callable by its handler (attempt_desk.py) until it leaves `running` or is stopped, with
+        `seconds` to run from now; its deadline. On every job's path: it only sets the attempt's own fields, so a
+        handler that never calls back costs next to nothing."""
+        deadline = time.time() + seconds
         self.desk.open(running, deadline, deadline + max_extend)
         if running.job.type in self._stderr_logged:
             running.stderr_lines = self.logs.forward(running)
+        return deadline
 
     async def _answer_now(self, live: LiveAttempt, outcome: Outcome) -> bool:
         """Record the outcome its handler gave through the handler API (the desk's `answer_now`)."""
