@@ -146,8 +146,9 @@ def _number(value: Any) -> int:
     return value if isinstance(value, int) else 0
 
 
-def main() -> None:
-    server = ThreadingHTTPServer((os.environ.get("HOST", "127.0.0.1"), int(os.environ.get("PORT", "8080"))), JobHandler)
+def serve(handler: type[BaseHTTPRequestHandler]) -> None:
+    """Serve `handler` on $HOST:$PORT until SIGTERM or Ctrl-C (talkback.py serves its own this way too)."""
+    server = ThreadingHTTPServer((os.environ.get("HOST", "127.0.0.1"), int(os.environ.get("PORT", "8080"))), handler)
     server.daemon_threads = True
     # SIGTERM (from a supervisor or a test) stops serving; shutdown() must run off the serving thread.
     signal.signal(signal.SIGTERM, lambda *_: threading.Thread(target=server.shutdown).start())
@@ -162,4 +163,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    serve(JobHandler)

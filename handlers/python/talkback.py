@@ -35,14 +35,14 @@ from __future__ import annotations
 
 import json
 import os
-import signal
-import threading
 import time
 import urllib.error
 import urllib.request
 from collections.abc import Callable
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from typing import Any
+
+from server import serve  # server.py beside this file: the same serving loop
 
 WORK_LOG = os.environ.get("WORK_LOG", "")
 
@@ -179,18 +179,5 @@ class JobHandler(BaseHTTPRequestHandler):
         pass
 
 
-def main() -> None:
-    server = ThreadingHTTPServer((os.environ.get("HOST", "127.0.0.1"), int(os.environ.get("PORT", "8080"))), JobHandler)
-    server.daemon_threads = True
-    signal.signal(signal.SIGTERM, lambda *_: threading.Thread(target=server.shutdown).start())
-    print(f"listening on {server.server_address[1]}", flush=True)
-    try:
-        server.serve_forever()
-    except KeyboardInterrupt:
-        pass
-    finally:
-        server.server_close()
-
-
 if __name__ == "__main__":
-    main()
+    serve(JobHandler)
