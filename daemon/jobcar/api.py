@@ -73,8 +73,9 @@ from jobcar.listen import exposure_problem, parse_listen
 from jobcar.names import ID_PATTERN, check_name
 from jobcar.options import OPTIONS, Kind, api_name
 from jobcar.records import Payload
+from jobcar.stats_document import stats_document
 from jobcar.targets import KnownTargets
-from jobcar.transitions import CancelResult, stats_document
+from jobcar.transitions import CancelResult
 from jobcar.ui.pages import build_ui_app
 
 log = logging.getLogger("jobcar.api")

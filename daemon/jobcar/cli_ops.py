@@ -16,7 +16,8 @@ from jobcar.exit_codes import EX_FAILURE, EX_OK
 from jobcar.limits_view import LimitGroup
 from jobcar.names import check_name
 from jobcar.recording import dead_letter_limits
-from jobcar.transitions import HOUR_MS, MINUTE_MS, QueueHistory, QueueStats, stats_document
+from jobcar.stats_document import HOUR_MS, MINUTE_MS, stats_document
+from jobcar.transitions import QueueHistory, QueueStats
 
 # -- shared by the operators' commands -------------------------------------------------------------
 

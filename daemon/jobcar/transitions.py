@@ -17,7 +17,7 @@ import secrets
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import IntEnum, StrEnum
-from typing import Any, Final, cast
+from typing import Final, cast
 
 from jobcar.job import Job, State
 from jobcar.keys import QueueKeys
@@ -422,25 +422,6 @@ class QueueHistory:
             if slot_ms + HISTORY_SLOT_MS > since and outcome in HISTORY_OUTCOMES:
                 found.setdefault(kind, dict.fromkeys(HISTORY_OUTCOMES, 0))[outcome] += n
         return found
-
-
-#: The windows of the stats document's counts of processed attempts.
-MINUTE_MS: Final = 60_000
-HOUR_MS: Final = 3_600_000
-
-
-def stats_document(stats: QueueStats, history: QueueHistory) -> dict[str, Any]:
-    """One queue's stats as JSON: the one definition of `jobcar stats --json` and `GET /v1/stats`. processed: the
-    attempts that ended (done or failed), fleet-wide, over the last minute and hour of Redis time."""
-    minute, hour = history.totals(MINUTE_MS), history.totals(HOUR_MS)
-    return {
-        "queue": stats.queue, "pending": stats.pending, "scheduled": stats.scheduled, "active": stats.active,
-        "held": stats.held, "waiting": stats.waiting, "dead": stats.dead, "paused": stats.paused,
-        "latency_seconds": stats.latency_s,
-        "processed_last_minute": minute["done"] + minute["failed"], "failed_last_minute": minute["failed"],
-        "processed_last_hour": hour["done"] + hour["failed"], "failed_last_hour": hour["failed"],
-        "max_pending": stats.max_pending, "refused": stats.refused,
-    }  # fmt: skip
 
 
 def job_fields_call(keys: QueueKeys, fields: Sequence[str], job_ids: Sequence[str]) -> ScriptCall:
