@@ -13,7 +13,8 @@ from dataclasses import dataclass
 from typing import Final
 
 from jobcar.fsck.findings import Kind, Suspect
-from jobcar.fsck.reading import JobHash, Lock, Mistyped, Picture
+from jobcar.fsck.plain_reads import Mistyped
+from jobcar.fsck.reading import JobHash, Lock, Picture
 from jobcar.fsck.repairs import REPAIR_TTL_MS, Repair, delete_apart, script, trim_dead
 from jobcar.fsck.waiting import rebuild_waits, settle_lost
 from jobcar.job import STORED_IN_SETS, State

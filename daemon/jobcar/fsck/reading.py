@@ -10,25 +10,23 @@ it, so that one such key never stops the check.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Final
 
 from redis.exceptions import ResponseError
 
+from jobcar.fsck.plain_reads import Mistyped, chunks, hash_fields, mistyped_keys, redis_now_ms, scan, set_members
 from jobcar.fsck.waiting import why_silent
 from jobcar.job import State
 from jobcar.keys import QueueKeys, all_starting, daemons_key, layout_key, queues_key
 from jobcar.limit_groups import GroupKind, parse_group
-from jobcar.replies import as_text, time_ms
+from jobcar.replies import as_text
 from jobcar.schedules import index_key
 from jobcar.transitions import DeadLetterLimits
 from jobcar.transport import AsyncRedis
 
 #: A waiting job younger than this is left alone: its producer may still be storing the jobs it waits for.
 SETTLING_MS: Final = 60_000
-SCAN_COUNT: Final = 1000
-_CHUNK: Final = 500
 
 
 @dataclass(frozen=True, slots=True)
@@ -36,15 +34,6 @@ class JobHash:
     state: str | None
     token: bool
     pttl: int
-
-
-@dataclass(frozen=True, slots=True)
-class Mistyped:
-    """A key that holds another Redis type than jobcar writes there."""
-
-    key: str
-    holds: str
-    expected: str
 
 
 @dataclass(frozen=True, slots=True)
@@ -129,26 +118,26 @@ async def read_queue(
     """Everything the checks look at, read before any of them runs (so before any repair); with `namespace`,
     the namespace's keys outside every queue too."""
     own = _own_keys(keys)
-    mistyped_own = await _mistyped(client, dict(own.values()))
+    mistyped_own = await mistyped_keys(client, dict(own.values()))
     usable = {name for name, (key, _) in own.items() if key not in {m.key for m in mistyped_own}}
     hashes, mistyped_jobs = await _read_hashes(client, keys)
     pending, zsets = await _read_sets(client, keys, own, usable)
-    groups = sorted(as_text(m) for m in await _members(client, keys.limit_groups))
+    groups = sorted(as_text(m) for m in await set_members(client, keys.limit_groups))
     # Every held list and slot hash, not only those of indexed groups: the lease writes a job's group's
     # list before (or without) indexing it, and a slot hash of a type whose groups never filled counts.
-    held_keys = {keys.held(group) for group in groups} | set(await _scan(client, all_starting(keys.held(""))))
-    mistyped_held = await _mistyped(client, dict.fromkeys(sorted(held_keys), "list"))
+    held_keys = {keys.held(group) for group in groups} | set(await scan(client, all_starting(keys.held(""))))
+    mistyped_held = await mistyped_keys(client, dict.fromkeys(sorted(held_keys), "list"))
     places, pending_count = _places(pending, zsets, await _held_ids(client, keys, groups), hashes)
     locks, mistyped_locks = await _read_locks(client, keys)
     windows, mistyped_windows = await _read_windows(client, keys)
     indexed, next_ticks, mistyped_schedules = await _read_schedules(client, keys, "schedules" in usable)
     slots, mistyped_slots = await _read_slots(client, keys, groups)
-    mistyped_batches = await _mistyped(client, dict.fromkeys(await _scan(client, keys.all_batches()), "hash"))
+    mistyped_batches = await mistyped_keys(client, dict.fromkeys(await scan(client, keys.all_batches()), "hash"))
     mistyped_deps = await _read_mistyped_deps(client, keys)
     handler_data, mistyped_handler_data = await _read_handler_data(client, keys)
-    mistyped_apart = await _mistyped(client, await _apart_keys(client, keys)) + mistyped_handler_data
-    mistyped_namespace = await _mistyped(client, _namespace_keys(keys.namespace)) if namespace else []
-    now = await _redis_now_ms(client)
+    mistyped_apart = await mistyped_keys(client, await _apart_keys(client, keys)) + mistyped_handler_data
+    mistyped_namespace = await mistyped_keys(client, _namespace_keys(keys.namespace)) if namespace else []
+    now = await redis_now_ms(client)
     return Picture(
         mistyped_own=mistyped_own,
         hashes=hashes,
@@ -206,10 +195,10 @@ def _pending_name(key: str, keys: QueueKeys) -> str:
 async def _read_hashes(client: AsyncRedis, keys: QueueKeys) -> tuple[dict[str, JobHash], dict[str, Mistyped]]:
     """The job hashes, and the job keys that hold another type, by id."""
     prefix = keys.job("")
-    ids = [key[len(prefix) :] for key in await _scan(client, keys.all_jobs())]
+    ids = [key[len(prefix) :] for key in await scan(client, keys.all_jobs())]
     hashes: dict[str, JobHash] = {}
     refused: list[str] = []
-    for chunk in _chunks(ids):
+    for chunk in chunks(ids):
         pipe = client.pipeline(transaction=False)
         for job_id in chunk:
             pipe.hmget(keys.job(job_id), ["state", "token"])
@@ -224,7 +213,7 @@ async def _read_hashes(client: AsyncRedis, keys: QueueKeys) -> tuple[dict[str, J
                 continue  # gone since the scan
             state, token = fields
             hashes[job_id] = JobHash(None if state is None else as_text(state), token is not None, int(pttl))
-    mistyped = await _mistyped(client, {keys.job(job_id): "hash" for job_id in refused})
+    mistyped = await mistyped_keys(client, {keys.job(job_id): "hash" for job_id in refused})
     return hashes, {m.key[len(prefix) :]: m for m in mistyped}
 
 
@@ -285,7 +274,7 @@ async def _read_locks(client: AsyncRedis, keys: QueueKeys) -> tuple[list[Lock], 
     """The unique locks, each with the job holding it, and those that are not a string."""
     locks: list[Lock] = []
     refused: list[str] = []
-    for chunk in _chunks(await _scan(client, keys.all_unique_locks())):
+    for chunk in chunks(await scan(client, keys.all_unique_locks())):
         pipe = client.pipeline(transaction=False)
         for lock in chunk:
             pipe.get(lock)
@@ -297,16 +286,16 @@ async def _read_locks(client: AsyncRedis, keys: QueueKeys) -> tuple[list[Lock], 
                 refused.append(lock)
             elif holder is not None:  # else expired since the scan
                 locks.append(Lock(lock, as_text(holder), int(pttl)))
-    return locks, await _mistyped(client, dict.fromkeys(refused, "string"))
+    return locks, await mistyped_keys(client, dict.fromkeys(refused, "string"))
 
 
 async def _read_windows(client: AsyncRedis, keys: QueueKeys) -> tuple[dict[str, int], list[Mistyped]]:
     """Unique windows and debounce keys outlive their jobs on purpose: each is a string that must expire."""
-    timed = await _scan(client, keys.all_windows()) + await _scan(client, keys.all_debounce_keys())
-    mistyped = await _mistyped(client, dict.fromkeys(timed, "string"))
+    timed = await scan(client, keys.all_windows()) + await scan(client, keys.all_debounce_keys())
+    mistyped = await mistyped_keys(client, dict.fromkeys(timed, "string"))
     strings = [key for key in timed if key not in {m.key for m in mistyped}]
     windows: dict[str, int] = {}
-    for chunk in _chunks(strings):
+    for chunk in chunks(strings):
         pipe = client.pipeline(transaction=False)
         for key in chunk:
             pipe.pttl(key)
@@ -325,7 +314,7 @@ async def _read_schedules(
         (members,) = await read.execute()
         indexed = {as_text(member): int(score) for member, score in members}
     prefix = keys.schedule("")
-    names = [key[len(prefix) :] for key in await _scan(client, keys.all_schedules())]
+    names = [key[len(prefix) :] for key in await scan(client, keys.all_schedules())]
     pipe = client.pipeline(transaction=False)
     for name in names:
         pipe.hmget(keys.schedule(name), "next", "paused")
@@ -337,7 +326,7 @@ async def _read_schedules(
             continue
         waits_at, paused = (None if v is None else as_text(v) for v in reply)
         next_ticks[name] = int(waits_at) if waits_at and paused != "1" else None
-    return indexed, next_ticks, await _mistyped(client, dict.fromkeys(refused, "hash"))
+    return indexed, next_ticks, await mistyped_keys(client, dict.fromkeys(refused, "hash"))
 
 
 async def _read_slots(
@@ -348,13 +337,13 @@ async def _read_slots(
     names = [parse_group(group) for group in groups]
     slot_types = sorted({name.job_type for name in names if name.kind is GroupKind.CONCURRENCY})
     slot_keys = {keys.slots(job_type) for job_type in slot_types} | set(
-        await _scan(client, all_starting(keys.slots("")))
+        await scan(client, all_starting(keys.slots("")))
     )
-    mistyped = await _mistyped(client, dict.fromkeys(sorted(slot_keys), "hash"))
+    mistyped = await mistyped_keys(client, dict.fromkeys(sorted(slot_keys), "hash"))
     slots: dict[str, list[str]] = {}
     for job_type in slot_types:
         if keys.slots(job_type) not in {m.key for m in mistyped}:
-            slots[job_type] = sorted(as_text(m) for m in await _hash_fields(client, keys.slots(job_type)))
+            slots[job_type] = sorted(as_text(m) for m in await hash_fields(client, keys.slots(job_type)))
     return slots, mistyped
 
 
@@ -362,7 +351,7 @@ async def _read_mistyped_deps(client: AsyncRedis, keys: QueueKeys) -> dict[str, 
     """The deps keys that hold another type than a SET, by their job's id: whatever waits there cannot be
     read, so the job is not `waiting_for_nothing` (its own check rebuilds what it waits for)."""
     prefix = keys.deps("")
-    found = await _mistyped(client, dict.fromkeys(await _scan(client, all_starting(prefix)), "set"))
+    found = await mistyped_keys(client, dict.fromkeys(await scan(client, all_starting(prefix)), "set"))
     return {m.key[len(prefix) :]: m for m in found}
 
 
@@ -378,7 +367,7 @@ async def _apart_keys(client: AsyncRedis, keys: QueueKeys) -> dict[str, str]:
     )
     expected: dict[str, str] = {}
     for start, holds in kinds:
-        expected.update(dict.fromkeys(await _scan(client, all_starting(start)), holds))
+        expected.update(dict.fromkeys(await scan(client, all_starting(start)), holds))
     return expected
 
 
@@ -390,12 +379,12 @@ async def _read_handler_data(client: AsyncRedis, keys: QueueKeys) -> tuple[list[
     expected: dict[str, str] = {}
     job_ids: dict[str, str] = {}
     for start, holds in kinds:
-        for key in await _scan(client, all_starting(start)):
+        for key in await scan(client, all_starting(start)):
             expected[key], job_ids[key] = holds, key[len(start) :]
-    mistyped = await _mistyped(client, expected)
+    mistyped = await mistyped_keys(client, expected)
     wrong = {m.key for m in mistyped}
     found: list[HandlerData] = []
-    for chunk in _chunks([key for key in expected if key not in wrong]):
+    for chunk in chunks([key for key in expected if key not in wrong]):
         pipe = client.pipeline(transaction=False)
         for key in chunk:
             pipe.pttl(key)
@@ -422,55 +411,6 @@ async def _read_dependencies(
     dependencies: dict[str, dict[str, str | None]] = {}
     for job_id, created in waiting:
         if created <= now - SETTLING_MS and job_id not in unreadable:
-            refs = sorted(as_text(m) for m in await _members(client, keys.deps(job_id)))
+            refs = sorted(as_text(m) for m in await set_members(client, keys.deps(job_id)))
             dependencies[job_id] = {ref: await why_silent(client, keys, job_id, ref) for ref in refs}
     return dependencies
-
-
-# -- plain reads ----------------------------------------------------------------------------------
-
-
-async def _scan(client: AsyncRedis, pattern: str) -> list[str]:
-    return sorted({as_text(k) async for k in client.scan_iter(match=pattern, count=SCAN_COUNT)})
-
-
-def _chunks(items: Sequence[str]) -> Iterable[Sequence[str]]:
-    for start in range(0, len(items), _CHUNK):
-        yield items[start : start + _CHUNK]
-
-
-async def _mistyped(client: AsyncRedis, expected: Mapping[str, str]) -> list[Mistyped]:
-    """The keys of `expected` that hold neither nothing nor the type it names for them."""
-    mistyped: list[Mistyped] = []
-    for chunk in _chunks(list(expected)):
-        pipe = client.pipeline(transaction=False)
-        for key in chunk:
-            pipe.type(key)
-        for key, holds in zip(chunk, (as_text(t) for t in await pipe.execute()), strict=True):
-            if holds not in ("none", expected[key]):
-                mistyped.append(Mistyped(key, holds, expected[key]))
-    return mistyped
-
-
-async def _members(client: AsyncRedis, key: str) -> set[bytes | str]:
-    """A SET's members; a key of another type reads as empty (the scripts pass over it the same way)."""
-    try:
-        members: set[bytes | str] = await client.smembers(key)
-    except ResponseError:
-        return set()
-    return members
-
-
-async def _hash_fields(client: AsyncRedis, key: str) -> list[bytes | str]:
-    """A HASH's fields; a key of another type reads as empty (the scripts pass over it the same way)."""
-    try:
-        fields: list[bytes | str] = await client.hkeys(key)
-    except ResponseError:
-        return []
-    return fields
-
-
-async def _redis_now_ms(client: AsyncRedis) -> int:
-    pipe = client.pipeline(transaction=False)
-    pipe.execute_command("TIME")
-    return time_ms((await pipe.execute())[0])
