@@ -83,15 +83,22 @@ def _package_zip(archive: Path) -> Path:
     return archive
 
 
+def zip_only_python(work: Path, python: str = sys.executable) -> Path:
+    """The executors' interpreter (PYSPARK_PYTHON), written into `work`: `python` through EXECUTOR_BOOT, which
+    imports jobcar only from a shipped jobcar.zip and refuses BLOCKED."""
+    boot = work / "executor_boot.py"
+    boot.write_text(EXECUTOR_BOOT.format(blocked=BLOCKED))
+    wrapper = work / "executor-python"
+    wrapper.write_text(f'#!/bin/sh\nexec "{python}" "{boot}" "$@"\n')
+    wrapper.chmod(wrapper.stat().st_mode | stat.S_IXUSR)
+    return wrapper
+
+
 @contextlib.contextmanager
 def spark_session(work: Path, **conf: str) -> Iterator[SparkSession]:
     """A local[2,4] session whose executors import jobcar only from the zip it ships (EXECUTOR_BOOT): one per
     test module (the JVM stays up between them, only the context restarts)."""
-    boot = work / "executor_boot.py"
-    boot.write_text(EXECUTOR_BOOT.format(blocked=BLOCKED))
-    wrapper = work / "executor-python"
-    wrapper.write_text(f'#!/bin/sh\nexec "{sys.executable}" "{boot}" "$@"\n')
-    wrapper.chmod(wrapper.stat().st_mode | stat.S_IXUSR)
+    wrapper = zip_only_python(work)
     saved_env, saved_path = os.environ.get("PYSPARK_PYTHON"), list(sys.path)
     os.environ["PYSPARK_PYTHON"] = str(wrapper)
     try:

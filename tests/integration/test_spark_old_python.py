@@ -52,14 +52,20 @@ def _interpreter(version: str) -> str | None:
     return None
 
 
-@pytest.fixture(scope="module")
-def shipped(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
-    """(the zip built by `python -m jobcar.spark zip`, a directory holding only redis-py)."""
-    work = tmp_path_factory.mktemp("old-python")
+def cli_zip(work: Path) -> Path:
+    """work/jobcar.zip, built by `python -m jobcar.spark zip` as docs/spark.md says to build it."""
     archive = work / "jobcar.zip"
     built = subprocess.run([sys.executable, "-m", "jobcar.spark", "zip", str(archive)], cwd=work,
                            capture_output=True, text=True, timeout=60, check=True)  # fmt: skip
     assert "jobcar for the executors" in built.stdout
+    return archive
+
+
+@pytest.fixture(scope="module")
+def shipped(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
+    """(the zip built by `python -m jobcar.spark zip`, a directory holding only redis-py)."""
+    work = tmp_path_factory.mktemp("old-python")
+    archive = cli_zip(work)
     deps = work / "deps"
     deps.mkdir()
     # redis-py is pure Python (3.10 and later); on 3.10 it imports async_timeout too, as pip installs it there.

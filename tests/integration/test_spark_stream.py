@@ -18,10 +18,9 @@ from jobcar import Client
 from jobcar.keys import QueueKeys
 from jobcar.spark import enqueue_dataframe
 from jobcar.spark_source import JobcarDataSource
+from tests.integration.spark_streams import run_stream
 from tests.integration.test_spark import spark_session
 from tests.servers import RedisServer
-
-SCHEMA = "n long, order_id string, item string"
 
 
 @pytest.fixture(scope="module")
@@ -51,16 +50,6 @@ def _inputs(tmp_path: Path) -> Path:
     return source
 
 
-def _run(spark: SparkSession, source: Path, checkpoint: Path, sink: Any) -> list[tuple[int, int]]:
-    """Every file there, then stop (availableNow): waits for the query to end, not for a time. Returns the
-    (micro-batch, rows) it ran."""
-    stream = spark.readStream.schema(SCHEMA).option("maxFilesPerTrigger", 1).json(str(source))
-    query = sink(stream.writeStream.option("checkpointLocation", str(checkpoint))).trigger(availableNow=True).start()
-    query.awaitTermination()
-    assert query.exception() is None
-    return [(p["batchId"], p["numInputRows"]) for p in query.recentProgress if p["numInputRows"]]
-
-
 def _forget_last_commit(checkpoint: Path) -> None:
     """What a kill after the sink stored micro-batch 1 and before Spark recorded it leaves: its offsets logged,
     its commit not. The restart runs micro-batch 1 again, on the same input."""
@@ -85,12 +74,12 @@ def test_the_jobcar_sink_replayed_from_its_checkpoint_adds_nothing_twice(
         jobcar = writer.format("jobcar").option("url", redis_server.url).option("namespace", namespace)
         return jobcar.option("type", "order.ship").option("id_prefix", "orders").option("batch", "orders-{epoch}")
 
-    assert _run(spark, source, checkpoint, sink) == [(0, 100), (1, 100)]
+    assert run_stream(spark, source, checkpoint, sink) == [(0, 100), (1, 100)]
     with Client.from_url(redis_server.url, namespace=namespace) as client:
         first = _job_ids(client)
         assert len(first) == 200  # the two equal rows are two jobs
         _forget_last_commit(checkpoint)
-        assert _run(spark, source, checkpoint, sink) == [(1, 100)]  # micro-batch 1 again, whole
+        assert run_stream(spark, source, checkpoint, sink) == [(1, 100)]  # micro-batch 1 again, whole
         assert _job_ids(client) == first
         assert (client.batch_status("orders-0").total, client.batch_status("orders-1").total) == (100, 100)
         assert {i.split(".")[1] for i in first} == {"0", "1"}  # <prefix>.<micro-batch>.<digest>.<n>
@@ -108,11 +97,11 @@ def test_the_foreach_batch_recipe_replayed_from_its_checkpoint_adds_nothing_twic
         enqueue_dataframe(df, type="order.ship", job_id="order_id", redis_url=url, namespace=namespace,
                           batch_id=f"orders-{epoch}")  # fmt: skip
 
-    assert _run(spark, source, checkpoint, lambda writer: writer.foreachBatch(send)) == [(0, 100), (1, 100)]
+    assert run_stream(spark, source, checkpoint, lambda writer: writer.foreachBatch(send)) == [(0, 100), (1, 100)]
     with Client.from_url(url, namespace=namespace) as client:
         first = _job_ids(client)
         assert first == sorted(f"o-{n}" for n in range(199))  # the equal rows share their order id: one job
         _forget_last_commit(checkpoint)
-        assert _run(spark, source, checkpoint, lambda writer: writer.foreachBatch(send)) == [(1, 100)]
+        assert run_stream(spark, source, checkpoint, lambda writer: writer.foreachBatch(send)) == [(1, 100)]
         assert _job_ids(client) == first
         assert (client.batch_status("orders-0").total, client.batch_status("orders-1").total) == (100, 99)
