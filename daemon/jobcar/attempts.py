@@ -37,7 +37,8 @@ from jobcar.redis_link import REDIS_ERRORS, RedisLink
 from jobcar.transitions import LeasedJob
 
 if TYPE_CHECKING:
-    from jobcar.tracing_otel import Span, Tracer
+    from jobcar.tracing_otel import Tracer
+    from jobcar.tracing_spans import Span
 
 #: At most this many of a job's dependencies are read for their traceparents (its span's links).
 MAX_DEPENDENCY_LINKS: Final = 32

@@ -24,7 +24,8 @@ if TYPE_CHECKING:
     from jobcar.keys import QueueKeys
     from jobcar.schedules import ScheduleSpec, Step
     from jobcar.scripts import Reply
-    from jobcar.tracing_otel import AppTracer, ProducerTracer, Span, Tracer
+    from jobcar.tracing_otel import AppTracer, ProducerTracer, Tracer
+    from jobcar.tracing_spans import Span
 
 __all__ = [
     "TracingUnavailable",

@@ -110,13 +110,13 @@ def test_trace_link() -> None:
 
 
 def test_traceparents_parse() -> None:
-    from jobcar import tracing_otel
+    from jobcar import tracing_spans
 
-    parsed = tracing_otel.parse_traceparent("00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01")
+    parsed = tracing_spans.parse_traceparent("00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01")
     assert parsed == (bytes.fromhex("4bf92f3577b34da6a3ce929d0e0e4736"), bytes.fromhex("00f067aa0ba902b7"), True)
-    assert tracing_otel.parse_traceparent("00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-00") is not None
-    assert tracing_otel.parse_traceparent("00-4bf92f3577b34da6a3ce929d0e0e4736-0000000000000000-01") is None
-    assert tracing_otel.parse_traceparent("00-xyz") is None
+    assert tracing_spans.parse_traceparent("00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-00") is not None
+    assert tracing_spans.parse_traceparent("00-4bf92f3577b34da6a3ce929d0e0e4736-0000000000000000-01") is None
+    assert tracing_spans.parse_traceparent("00-xyz") is None
 
 
 def test_the_hand_made_otlp_encoding_is_what_opentelemetry_proto_decodes() -> None:
@@ -124,17 +124,17 @@ def test_the_hand_made_otlp_encoding_is_what_opentelemetry_proto_decodes() -> No
     pytest.importorskip("opentelemetry.proto")
     from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 
-    from jobcar import tracing_otel
+    from jobcar import tracing_spans
     from jobcar.config_types import TracingSettings
 
-    span = tracing_otel.Span(bytes(range(16)), bytes(range(8)), True, "process défault", tracing_otel.CONSUMER,
-                             {"s": "x" * 200, "i": 7, "neg": -3, "f": 0.25, "b": True, "list": ["a/1", "b/2"]},
-                             1_000)  # fmt: skip
+    span = tracing_spans.Span(bytes(range(16)), bytes(range(8)), True, "process défault", tracing_spans.CONSUMER,
+                              {"s": "x" * 200, "i": 7, "neg": -3, "f": 0.25, "b": True, "list": ["a/1", "b/2"]},
+                              1_000)  # fmt: skip
     span.add_event("jobcar.leased", {"jobcar.queued_ms": 12}, 2_000)
     span.links.append((bytes(16 * [1]), bytes(8 * [2])))
     span.error("exit code 1")
     span.end = 3_000
-    body = tracing_otel._encode_spans(tracing_otel._resource(TracingSettings(service_name="svc")), [span] * 2)
+    body = tracing_spans._encode_spans(tracing_spans._resource(TracingSettings(service_name="svc")), [span] * 2)
     request = ExportTraceServiceRequest.FromString(body)
     [resource_spans] = request.resource_spans
     resource = {kv.key: kv.value.string_value for kv in resource_spans.resource.attributes}
@@ -163,11 +163,11 @@ def test_the_hand_made_otlp_encoding_is_what_opentelemetry_proto_decodes() -> No
 
 
 def test_sampling_follows_a_parent_and_else_the_ratio() -> None:
-    from jobcar import tracing_otel
+    from jobcar import tracing_otel, tracing_spans
     from jobcar.config_types import TracingSettings
     from jobcar.job import Job, State
 
-    def attempt(tracer: tracing_otel.Tracer, traceparent: str | None) -> tracing_otel.Span:
+    def attempt(tracer: tracing_otel.Tracer, traceparent: str | None) -> tracing_spans.Span:
         return tracer.attempt(
             Job(id="j", queue="q", type="t", payload=b"", state=State.ACTIVE, traceparent=traceparent)
         )
