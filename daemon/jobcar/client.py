@@ -28,7 +28,7 @@ from jobcar.records import DEFAULT_MAX_PAYLOAD_BYTES, JobSpec, Payload
 from jobcar.redis_url import EMBEDDED_URL, is_sentinel_url
 from jobcar.schedules import ScheduleState
 from jobcar.sentinel import async_sentinel_client, sentinel_client
-from jobcar.transport import AsyncRedis, SyncRedis, run_async, run_sync
+from jobcar.transport import AsyncRedis, RoundTrips, SyncRedis, run_async, run_sync
 
 __all__ = ["AsyncClient", "BatchSeal", "BatchStatus", "Client"]
 
@@ -204,7 +204,23 @@ class Client(_Shell[SyncRedis]):
 
 
 class AsyncClient(_Shell[AsyncRedis]):
-    """Asynchronous producer (redis.asyncio); the same methods as Client, awaited."""
+    """Asynchronous producer (redis.asyncio); the same methods as Client, awaited.
+
+    `shared_round_trips`: the calls of many tasks using this client at once share round trips (one pipeline
+    for every call made while the previous one was on the wire, each with its own answer: `RoundTrips`). For
+    a server enqueueing for many concurrent producers, as the daemon's HTTP API does; a task alone pays one
+    more task switch per call for it."""
+
+    def __init__(
+        self,
+        client: AsyncRedis,
+        *,
+        namespace: str = DEFAULT_NAMESPACE,
+        max_payload_bytes: int = DEFAULT_MAX_PAYLOAD_BYTES,
+        shared_round_trips: bool = False,
+    ) -> None:
+        super().__init__(client, namespace=namespace, max_payload_bytes=max_payload_bytes)
+        self.round_trips = RoundTrips(client) if shared_round_trips else None
 
     @classmethod
     def from_url(
@@ -214,6 +230,7 @@ class AsyncClient(_Shell[AsyncRedis]):
         namespace: str = DEFAULT_NAMESPACE,
         cluster: bool = False,
         max_payload_bytes: int = DEFAULT_MAX_PAYLOAD_BYTES,
+        shared_round_trips: bool = False,
         **redis_options: Any,
     ) -> AsyncClient:
         _check_not_both(url, cluster)
@@ -223,19 +240,20 @@ class AsyncClient(_Shell[AsyncRedis]):
             client = async_sentinel_client(url, **redis_options)
         else:
             client = redis.asyncio.Redis.from_url(url, **redis_options)
-        return cls(client, namespace=namespace, max_payload_bytes=max_payload_bytes)
+        return cls(client, namespace=namespace, max_payload_bytes=max_payload_bytes,
+                   shared_round_trips=shared_round_trips)  # fmt: skip
 
     async def enqueue(self, type: str, payload: Payload = None, **options: Unpack[EnqueueOptions]) -> JobInfo:
-        return await run_async(self.redis, self._core.enqueue_one(type, payload, options))
+        return await run_async(self.redis, self._core.enqueue_one(type, payload, options), self.round_trips)
 
     async def enqueue_many(self, jobs: Iterable[JobSpec]) -> list[JobInfo]:
-        return await run_async(self.redis, self._core.enqueue_many(jobs))
+        return await run_async(self.redis, self._core.enqueue_many(jobs), self.round_trips)
 
     async def chain(self, steps: Iterable[JobSpec]) -> list[JobInfo]:
-        return await run_async(self.redis, self._core.chain(steps))
+        return await run_async(self.redis, self._core.chain(steps), self.round_trips)
 
     async def get(self, job_id: str, *, queue: str | None = None) -> Job | None:
-        return await run_async(self.redis, self._core.get(job_id, queue))
+        return await run_async(self.redis, self._core.get(job_id, queue), self.round_trips)
 
     async def wait(
         self,
@@ -245,10 +263,10 @@ class AsyncClient(_Shell[AsyncRedis]):
         queue: str | None = None,
         poll: float = 0.1,
     ) -> Job | None:
-        return await run_async(self.redis, self._core.wait(job_id, timeout, queue, poll))
+        return await run_async(self.redis, self._core.wait(job_id, timeout, queue, poll), self.round_trips)
 
     async def batch_status(self, batch_id: str, *, queue: str = DEFAULT_QUEUE) -> BatchStatus:
-        return await run_async(self.redis, self._core.batch_status(batch_id, queue))
+        return await run_async(self.redis, self._core.batch_status(batch_id, queue), self.round_trips)
 
     async def seal_batch(
         self,
@@ -258,7 +276,9 @@ class AsyncClient(_Shell[AsyncRedis]):
         on_complete: JobSpec | None = None,
         on_success: JobSpec | None = None,
     ) -> BatchSeal:
-        return await run_async(self.redis, self._core.seal_batch(batch_id, queue, on_complete, on_success))
+        return await run_async(
+            self.redis, self._core.seal_batch(batch_id, queue, on_complete, on_success), self.round_trips
+        )
 
     # Client's signature on purpose (not asyncio.timeout): the TimeoutError names the last counters.
     async def wait_batch(
@@ -269,22 +289,22 @@ class AsyncClient(_Shell[AsyncRedis]):
         queue: str = DEFAULT_QUEUE,
         poll: float = 0.2,
     ) -> BatchStatus:
-        return await run_async(self.redis, self._core.wait_batch(batch_id, timeout, queue, poll))
+        return await run_async(self.redis, self._core.wait_batch(batch_id, timeout, queue, poll), self.round_trips)
 
     async def upsert_schedule(self, name: str, **spec: Any) -> str:
-        return await run_async(self.redis, self._core.upsert_schedule(name, spec))
+        return await run_async(self.redis, self._core.upsert_schedule(name, spec), self.round_trips)
 
     async def schedule(self, name: str) -> ScheduleState | None:
-        return await run_async(self.redis, self._core.schedule(name))
+        return await run_async(self.redis, self._core.schedule(name), self.round_trips)
 
     async def schedules(self) -> list[ScheduleState]:
-        return await run_async(self.redis, self._core.schedules())
+        return await run_async(self.redis, self._core.schedules(), self.round_trips)
 
     async def change_schedule(self, name: str, action: str) -> int:
-        return await run_async(self.redis, self._core.change_schedule(name, action))
+        return await run_async(self.redis, self._core.change_schedule(name, action), self.round_trips)
 
     async def trigger_schedule(self, name: str) -> str | None:
-        return await run_async(self.redis, self._core.trigger_schedule(name))
+        return await run_async(self.redis, self._core.trigger_schedule(name), self.round_trips)
 
     async def close(self) -> None:
         await self.redis.aclose()

@@ -80,8 +80,9 @@ def run_sync(client: SyncRedis, operation: Operation[T]) -> T:
             error = exc
 
 
-async def run_async(client: AsyncRedis, operation: Operation[T]) -> T:
-    """`run_sync` over a redis.asyncio client."""
+async def run_async(client: AsyncRedis, operation: Operation[T], round_trips: RoundTrips | None = None) -> T:
+    """`run_sync` over a redis.asyncio client; with `round_trips`, its commands share round trips with the
+    other operations sending through them at the same time."""
     reply: Any = None
     error: Exception | None = None
     while True:
@@ -91,7 +92,9 @@ async def run_async(client: AsyncRedis, operation: Operation[T]) -> T:
             return done.value  # type: ignore[no-any-return]
         error = None
         try:
-            if isinstance(request, tuple):
+            if round_trips is not None and isinstance(request, (tuple, list)):
+                reply = await round_trips.send(request)
+            elif isinstance(request, tuple):
                 reply = await client.execute_command(*request)
             elif isinstance(request, list):
                 pipe = client.pipeline(transaction=False)
@@ -107,6 +110,66 @@ async def run_async(client: AsyncRedis, operation: Operation[T]) -> T:
             error = _lost_connection(exc)
         except Exception as exc:  # raised in the operation, where it asked for this work
             error = exc
+
+
+class RoundTrips:
+    """The commands of operations running at the same time, sent together: while one round trip is on the
+    wire, the requests made meanwhile wait and go in the next one, one pipeline, each answered with its own
+    replies as if sent alone (a command's error reply raised, a pipeline's errors in place). Nothing is merged:
+    every script call still runs by itself, in the order the requests came; only the round trips are shared.
+    For many concurrent producers on one client (the HTTP API's enqueues); alone, a request goes at once.
+
+    A request that failed as a whole (a lost connection) fails every request of its round trip; each then
+    fails as it would alone."""
+
+    def __init__(self, client: AsyncRedis) -> None:
+        self.client = client
+        self._waiting: list[tuple[tuple[Arg, ...] | list[tuple[Arg, ...]], asyncio.Future[Any]]] = []
+        self._sender: asyncio.Task[None] | None = None
+        #: Round trips made so far, however many requests each carried.
+        self.sent = 0
+
+    def send(self, request: tuple[Arg, ...] | list[tuple[Arg, ...]]) -> asyncio.Future[Any]:
+        """Queue one command (its reply) or one pipeline (its replies); await the returned future."""
+        future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+        self._waiting.append((request, future))
+        if self._sender is None or self._sender.done():
+            self._sender = asyncio.create_task(self._send(), name="shared round trips")
+        return future
+
+    async def _send(self) -> None:
+        while self._waiting:
+            batch, self._waiting = self._waiting, []
+            pipe = self.client.pipeline(transaction=False)
+            for request, _ in batch:
+                for command in [request] if isinstance(request, tuple) else request:
+                    pipe.execute_command(*command)
+            self.sent += 1
+            try:
+                replies: list[Any] = await pipe.execute(raise_on_error=False)
+            except Exception as exc:  # every request of the round trip fails as it would alone
+                for _, future in batch:
+                    if not future.done():
+                        future.set_exception(_lost_connection(exc) if isinstance(exc, RuntimeError) else exc)
+                continue
+            except asyncio.CancelledError:
+                for _, future in batch:
+                    future.cancel()
+                raise
+            at = 0
+            for request, future in batch:
+                if isinstance(request, tuple):
+                    reply, at = replies[at], at + 1
+                    if future.done():
+                        continue
+                    if isinstance(reply, Exception):
+                        future.set_exception(reply)
+                    else:
+                        future.set_result(reply)
+                else:
+                    answered, at = replies[at : at + len(request)], at + len(request)
+                    if not future.done():
+                        future.set_result(answered)
 
 
 @dataclass(frozen=True, slots=True)

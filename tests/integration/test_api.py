@@ -4,6 +4,7 @@ docs/delivery-semantics.md)."""
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import contextlib
 import json
@@ -32,7 +33,7 @@ from jobcar.client import AsyncClient, Client
 from jobcar.config_types import Backoff, Config, HttpHandler, Limits, Rate
 from jobcar.formats import redact
 from jobcar.job import State
-from jobcar.keys import queues_key
+from jobcar.keys import QueueKeys, queues_key
 from jobcar.listen import is_loopback
 from tests.integration.conftest import StartDaemon
 from tests.integration.daemon_harness import post
@@ -116,7 +117,9 @@ async def running_api(
         max_payload_bytes=max_payload_bytes,
         **settings,
     )
-    client = AsyncClient.from_url(redis_url, namespace=namespace, max_payload_bytes=max_payload_bytes)
+    # As the daemon makes it (daemon.py): concurrent requests share round trips.
+    client = AsyncClient.from_url(redis_url, namespace=namespace, max_payload_bytes=max_payload_bytes,
+                                  shared_round_trips=True)  # fmt: skip
     probe = Probe()
 
     async def metrics() -> bytes:
@@ -202,6 +205,38 @@ async def test_enqueue_one_job_and_read_it_back(api: Api, namespace: str, r: red
     missing = await api.get(job_id, "default")
     assert (missing.status, missing.body) == (404, {"error": "no such job"})
     assert (await api.get("no-such-job")).status == 404
+
+
+async def test_concurrent_enqueues_share_round_trips_each_with_its_own_answer(
+    api: Api, namespace: str, r: redis.Redis
+) -> None:
+    """Many producers posting one job each at once (the daemon's API client shares round trips): each request
+    gets what it alone would have: created, exists for an id stored before, 409 for a held unique key, 429 from a
+    full queue, 400 for its own bad body."""
+    r.hset(QueueKeys.of(namespace, "full").settings, "max_pending", 1)
+    first = await api.enqueue({"type": "t", "id": "stored", "payload": {}})
+    assert first.status == 201
+    held = await api.enqueue({"type": "t", "unique_key": "nightly", "unique_for": "1h", "payload": {}})
+    assert held.status == 201
+    bodies: list[object] = [{"type": "t", "id": f"new-{n}", "payload": {"n": n}} for n in range(60)]
+    bodies += [{"type": "t", "id": "stored", "payload": {}}] * 5
+    bodies += [{"type": "t", "unique_key": "nightly", "unique_for": "1h", "payload": {}}] * 5
+    bodies += [{"type": "t", "queue": "full", "id": f"full-{n}", "payload": {}} for n in range(5)]
+    bodies += [{"type": "t", "delay": "soon"}] * 5
+    before = api.client.round_trips.sent if api.client.round_trips else 0
+    replies = await asyncio.gather(*(api.enqueue(body) for body in bodies))
+    statuses = [reply.status for reply in replies]
+    assert statuses[:60] == [201] * 60
+    assert [(reply.body["id"], reply.body["status"]) for reply in replies[:60]] == [
+        (f"new-{n}", "created") for n in range(60)
+    ]
+    assert [(reply.status, reply.body["status"]) for reply in replies[60:65]] == [(200, "exists")] * 5
+    assert statuses[65:70] == [409] * 5
+    assert sorted(statuses[70:75]) == [201] + [429] * 4  # one fits under max_pending 1, whichever came first
+    assert statuses[75:] == [400] * 5
+    assert r.llen(QueueKeys.of(namespace, "default").pending) == 62
+    assert api.client.round_trips is not None
+    assert api.client.round_trips.sent - before < 60  # the 70 that reached Redis shared round trips
 
 
 def time_of(rfc3339: str) -> float:

@@ -3,15 +3,19 @@ replies, the same exceptions where it asked, and the same reloads of forgotten s
 
 from __future__ import annotations
 
+import asyncio
+
 import pytest
 import redis
 import redis.asyncio
+from redis.backoff import NoBackoff
+from redis.retry import Retry
 
 from jobcar.keys import QueueKeys
 from jobcar.scripts import Arg, Reply, ScriptCall, script
 from jobcar.transitions import parse_stats, pause_call, stats_call
-from jobcar.transport import Operation, Sleep, run_async, run_calls, run_sync
-from tests.servers import RedisServer
+from jobcar.transport import Operation, RoundTrips, Sleep, run_async, run_calls, run_sync
+from tests.servers import RedisServer, free_port
 
 AnyRedis = redis.Redis | redis.RedisCluster
 
@@ -72,3 +76,27 @@ async def test_an_error_reply_stands_beside_the_others_when_asked(redis_server: 
         assert isinstance(alone, redis.ResponseError)
         with pytest.raises(redis.ResponseError, match='unknown job field "attempt"'):
             await run_async(client, run_calls([stats_call(keys), refused_enqueue(keys)]))
+
+
+async def test_shared_round_trips_answer_each_request_as_if_alone(redis_server: RedisServer, namespace: str) -> None:
+    """Commands and pipelines of many operations at once: fewer round trips than requests, each operation
+    with its own replies, its own error raised where it asked, a forgotten script loaded again."""
+    async with redis.asyncio.Redis.from_url(redis_server.url) as client:
+        trips = RoundTrips(client)
+        keys = [f"{namespace}:n{i}" for i in range(50)]
+        await client.script_flush()
+        paused = [run_async(client, run_calls([pause_call(QueueKeys.of(namespace, f"q{i}"), True)]), trips)
+                  for i in range(20)]  # fmt: skip
+        results = await asyncio.gather(*(run_async(client, counted(key), trips) for key in keys), *paused)
+        for result in results[: len(keys)]:
+            check_counted(result)  # type: ignore[arg-type]
+        assert results[len(keys) :] == [[1]] * 20
+        assert trips.sent <= len(keys)  # 270 requests (four each, and the pauses) in a few round trips
+
+
+async def test_a_lost_connection_fails_each_request_of_its_round_trip(namespace: str) -> None:
+    async with redis.asyncio.Redis(port=free_port(), retry=Retry(NoBackoff(), 0)) as client:
+        trips = RoundTrips(client)
+        results = await asyncio.gather(*(run_async(client, counted(f"{namespace}:{i}"), trips) for i in range(5)),
+                                       return_exceptions=True)  # fmt: skip
+        assert all(isinstance(r, redis.ConnectionError) for r in results), results
