@@ -8,7 +8,6 @@ the config names or producers used) and says so when several queues hold it.
 from __future__ import annotations
 
 import asyncio
-import json
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -19,13 +18,12 @@ from redis.asyncio.cluster import RedisCluster as AsyncRedisCluster
 
 from jobcar.errors import JobcarError
 from jobcar.job import FINISHED, Job, State
-from jobcar.job_document import job_document
+from jobcar.job_view import JobView, LogRead, log_entry, state_or_none, with_handler_data
 from jobcar.keys import QueueKeys, queues_key, split_job_ref, waiter_ttl_ms
 from jobcar.limits_view import LimitGroup, read_limits
 from jobcar.names import NAME_PATTERN
 from jobcar.replies import as_bytes, as_int, as_list, as_text, decode_names, parse_job, time_ms
 from jobcar.scripts import call
-from jobcar.timestamps import rfc3339_ms
 from jobcar.transitions import (
     QueueHistory,
     QueueStats,
@@ -44,8 +42,6 @@ WAIT_POLL_MIN, WAIT_POLL_MAX = 0.01, 0.25
 LIST_PAGE: Final = 500
 #: What a listing of done jobs reads of each job before it reads the newest whole.
 _DONE_FIELDS: Final = ("state", "type", "finished")
-#: The children a job's view reads (with their states), oldest first; it counts them all.
-CHILDREN_SHOWN: Final = 100
 
 
 class JobNotFound(JobcarError):
@@ -59,81 +55,6 @@ class AmbiguousJob(JobcarError):
         where = ", ".join(f"{queue} ({state.value})" for queue, state in found.items())
         super().__init__(f"there are jobs with id {job_id} in several queues: {where}")
         self.found = found
-
-
-@dataclass(frozen=True, slots=True)
-class StepInfo:
-    """A durable step a job's handler kept (the handler API), without its result."""
-
-    name: str
-    #: The bytes of its result.
-    size: int
-    #: When it was written (ms), or None for a value not written by the step script.
-    at_ms: int | None
-
-
-@dataclass(frozen=True, slots=True)
-class ChildInfo:
-    """A job a job's handler made as its child."""
-
-    ref: str
-    created_ms: int
-    #: Its state now; None once it is gone (it ended without a kept result, or was canceled) or unreadable.
-    state: State | None
-
-
-@dataclass(frozen=True, slots=True)
-class LogEntry:
-    """One line of a job's log: when (ms; None for an entry jobcar did not write), from which attempt."""
-
-    at_ms: int | None
-    attempt: int
-    line: str
-
-
-@dataclass(frozen=True, slots=True)
-class LogRead:
-    """Lines of a job's log from one index on (`AdminReads.log_since`)."""
-
-    #: The job's state then (None: it is gone, with its log).
-    state: State | None
-    #: Lines dropped (oldest first, by its bounds) before the first one read, since the index asked for.
-    missed: int
-    entries: tuple[LogEntry, ...]
-    #: The index to ask for next: every line ever written counts, dropped ones too.
-    next_index: int
-
-
-@dataclass(frozen=True, slots=True)
-class JobView:
-    job: Job
-    #: The lease deadline (Redis ms) of an active job; None otherwise.
-    lease_deadline_ms: int | None
-    #: Redis time when it was read, the clock every stored time was taken with.
-    now_ms: int
-    #: Of the jobs it waits for (`after`), those that have not ended yet, as references "<queue>/<id>".
-    waiting_for: tuple[str, ...] = ()
-    #: The jobs waiting for it to end (ADR 0016).
-    dependents: tuple[str, ...] = ()
-    #: What its handlers wrote through the handler API: its log's lines kept and dropped, its steps (by name)
-    #: and its first CHILDREN_SHOWN children (oldest first) of `children_total`.
-    log_lines: int = 0
-    log_dropped: int = 0
-    steps: tuple[StepInfo, ...] = ()
-    children: tuple[ChildInfo, ...] = ()
-    children_total: int = 0
-
-    def document(self) -> dict[str, Any]:
-        """The job as JSON (`job_document`), with what this view read beside its hash."""
-        document = job_document(self.job, self.lease_deadline_ms, self.waiting_for, self.dependents)
-        document["log"] = {"lines": self.log_lines, "dropped": self.log_dropped}
-        document["steps"] = [{"name": s.name, "bytes": s.size, "at": rfc3339_ms(s.at_ms)} for s in self.steps]
-        document["children"] = [
-            {"ref": c.ref, "state": None if c.state is None else c.state.value, "created_at": rfc3339_ms(c.created_ms)}
-            for c in self.children
-        ]
-        document["children_total"] = self.children_total
-        return document
 
 
 @dataclass(slots=True)
@@ -282,41 +203,9 @@ class AdminReads:
         lease_deadline_ms = None if deadline is None or job.state is not State.ACTIVE else int(deadline)
         view = JobView(job, lease_deadline_ms, time_ms(now), _refs(deps), _refs(dependents))
         # Only a job whose handlers wrote through the handler API has keys beside its hash (`handler_data`).
-        return await self._handler_data(view, fields) if fields.get(b"handler_data") else view
-
-    async def _handler_data(self, view: JobView, fields: Mapping[bytes, bytes]) -> JobView:
-        """`view` with its log's size, its steps and its first children with their states."""
-        keys, job_id = self.keys(view.job.queue), view.job.id
-        pipe = self.redis.pipeline(transaction=False)
-        pipe.llen(keys.log(job_id))
-        pipe.zcard(keys.children(job_id))
-        pipe.zrange(keys.children(job_id), 0, CHILDREN_SHOWN - 1, withscores=True)
-        # A key of another type (fsck reports it) reads as none.
-        (lines, total, members), (steps,) = await asyncio.gather(
-            pipe.execute(raise_on_error=False),
-            execute_async(self.redis, [call("step_list", (keys.steps(job_id),), ())], raise_on_error=False),
-        )
-        children = [(as_text(ref), int(score)) for ref, score in members] if isinstance(members, list) else []
-        states = await self._ref_states([ref for ref, _ in children])
-        dropped = fields.get(b"log_dropped", b"0")
-        return JobView(
-            view.job, view.lease_deadline_ms, view.now_ms, view.waiting_for, view.dependents,
-            log_lines=lines if isinstance(lines, int) else 0,
-            log_dropped=int(dropped) if dropped.isdigit() else 0,
-            steps=_steps(steps),
-            children=tuple(ChildInfo(ref, at, state) for (ref, at), state in zip(children, states, strict=True)),
-            children_total=total if isinstance(total, int) else 0,
-        )  # fmt: skip
-
-    async def _ref_states(self, refs: Sequence[str]) -> list[State | None]:
-        """The states of these jobs ("<queue>/<id>"), in one round trip; None for one gone or unreadable."""
-        if not refs:
-            return []
-        pipe = self.redis.pipeline(transaction=False)
-        for ref in refs:
-            queue, job_id = split_job_ref(ref)
-            pipe.hget(self.keys(queue).job(job_id), "state")
-        return [_state_or_none(reply) for reply in await pipe.execute(raise_on_error=False)]
+        if not fields.get(b"handler_data"):
+            return view
+        return await with_handler_data(self.redis, self.namespace, view, fields)
 
     async def children(
         self, parent: str, limit: int, keep: Callable[[Job], bool] = lambda job: True
@@ -359,10 +248,10 @@ class AdminReads:
         args = ("", last) if last is not None else (max(0, index), "")
         read = call("log_read", (keys.job(job_id), keys.log(job_id)), args)
         state, _, first, raw = as_list((await execute_async(self.redis, [read]))[0])
-        entries = tuple(_log_entry(item) for item in as_list(raw))
+        entries = tuple(log_entry(item) for item in as_list(raw))
         start = as_int(first)
         missed = 0 if last is not None else max(0, start - index)
-        return LogRead(_state_or_none(state), missed, entries, start + len(entries))
+        return LogRead(state_or_none(state), missed, entries, start + len(entries))
 
     async def wait(self, job_id: str, queue: str | None, seconds: float) -> JobView:
         """The job once it has finished (done or dead), or as it is after `seconds`; JobNotFound when
@@ -540,38 +429,6 @@ def parse_parent(ref: str) -> tuple[str | None, str]:
     if slash and job_id and NAME_PATTERN.fullmatch(queue):
         return queue, job_id
     return None, ref
-
-
-def _steps(reply: object) -> tuple[StepInfo, ...]:
-    """The step list script's reply, by name; a reply that is not one (an error) reads as none."""
-    if not isinstance(reply, list):
-        return ()
-    items = as_list(reply)
-    steps = []
-    for i in range(0, len(items) - 2, 3):
-        at, size = as_text(items[i + 1]), as_int(items[i + 2])
-        at_ms = int(at) if at else None
-        steps.append(StepInfo(as_text(items[i]), max(0, size - len(at) - 1) if at else size, at_ms))
-    return tuple(sorted(steps, key=lambda step: step.name))
-
-
-def _log_entry(raw: object) -> LogEntry:
-    """An entry of a job's log; one that is not the documented JSON (written by hand) is shown as its text."""
-    text = as_text(raw if isinstance(raw, bytes | str | int) else b"")
-    try:
-        entry = json.loads(text)
-        return LogEntry(int(entry["at"]), int(entry["attempt"]), str(entry["line"]))
-    except (ValueError, KeyError, TypeError):
-        return LogEntry(None, 0, text)
-
-
-def _state_or_none(reply: object) -> State | None:
-    if not isinstance(reply, bytes | str):
-        return None
-    try:
-        return State(as_text(reply))
-    except ValueError:
-        return None
 
 
 def _refs(members: object) -> tuple[str, ...]:

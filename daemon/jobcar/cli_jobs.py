@@ -11,7 +11,7 @@ from collections.abc import Callable, Sequence
 from typing import Final
 
 from jobcar.admin import Admin
-from jobcar.admin_reads import JobListing, JobView, LogEntry, LogRead, StepInfo
+from jobcar.admin_reads import JobListing
 from jobcar.cli_format import byte_size, printable, progress_text, span, table
 from jobcar.cli_ops import add_json_option, add_queue_option
 from jobcar.cli_support import ID_HELP, CommandFailed, count, load, positive_int, print_json, with_admin
@@ -19,6 +19,7 @@ from jobcar.errors import InvalidJob
 from jobcar.exit_codes import EX_OK, EX_USAGE
 from jobcar.job import FINISHED, Job, State
 from jobcar.job_search import SCAN_BUDGET, Condition, JobFilter, find, parse_condition
+from jobcar.job_view import JobView, LogEntry, LogRead, StepInfo
 from jobcar.timestamps import rfc3339_ms
 
 #: What `jobs list` lists without --state: every state a set or a limit group's lists hold.

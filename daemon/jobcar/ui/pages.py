@@ -30,7 +30,7 @@ from aiohttp import web
 from redis import exceptions as redis_errors
 
 from jobcar.admin import CANCELABLE, Admin
-from jobcar.admin_reads import AmbiguousJob, JobNotFound, JobView, LogRead
+from jobcar.admin_reads import AmbiguousJob, JobNotFound
 from jobcar.api_tokens import Role, Tokens, allows, caller, token_table
 from jobcar.cli_format import byte_size, percent_text, span
 from jobcar.config_types import Config, limit_rule_table
@@ -38,6 +38,7 @@ from jobcar.errors import InvalidJob
 from jobcar.formats import redact
 from jobcar.job import FINISHED, State
 from jobcar.job_search import parse_condition
+from jobcar.job_view import JobView, LogRead
 from jobcar.keys import DEFAULT_NAMESPACE
 from jobcar.names import ID_PATTERN, check_name
 from jobcar.schedule_store import change, every_schedule, trigger
