@@ -1,5 +1,6 @@
 """What operators read of the store, for every surface (the CLI, the HTTP API, the dashboard): queues,
-stats, listings, limits, one job, a wait for its outcome. Plain commands only: reading never changes state.
+stats, a state's jobs by position, limits, one job and its log, a wait for its outcome. Plain commands only:
+reading never changes state.
 
 A job id is unique within a queue only: `locate` finds it by one rule (the queue given, else every queue
 the config names or producers used) and says so when several queues hold it.
@@ -9,9 +10,8 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
-from typing import Any, Final, cast
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any, cast
 
 from redis import exceptions as redis_errors
 from redis.asyncio.cluster import RedisCluster as AsyncRedisCluster
@@ -19,9 +19,8 @@ from redis.asyncio.cluster import RedisCluster as AsyncRedisCluster
 from jobcar.errors import JobcarError
 from jobcar.job import FINISHED, Job, State
 from jobcar.job_view import JobView, LogRead, log_entry, state_or_none, with_handler_data
-from jobcar.keys import QueueKeys, queues_key, split_job_ref, waiter_ttl_ms
+from jobcar.keys import QueueKeys, queues_key, waiter_ttl_ms
 from jobcar.limits_view import LimitGroup, read_limits
-from jobcar.names import NAME_PATTERN
 from jobcar.replies import as_bytes, as_int, as_list, as_text, decode_names, parse_job, time_ms
 from jobcar.scripts import call
 from jobcar.transitions import (
@@ -38,10 +37,6 @@ from jobcar.transport import AsyncRedis, execute_async
 
 #: A wait for a job's outcome reads it this often: from every 10 ms at first to every 250 ms.
 WAIT_POLL_MIN, WAIT_POLL_MAX = 0.01, 0.25
-#: Ids read per round trip while a listing looks for jobs of one type, or for done jobs.
-LIST_PAGE: Final = 500
-#: What a listing of done jobs reads of each job before it reads the newest whole.
-_DONE_FIELDS: Final = ("state", "type", "finished")
 
 
 class JobNotFound(JobcarError):
@@ -55,18 +50,6 @@ class AmbiguousJob(JobcarError):
         where = ", ".join(f"{queue} ({state.value})" for queue, state in found.items())
         super().__init__(f"there are jobs with id {job_id} in several queues: {where}")
         self.found = found
-
-
-@dataclass(slots=True)
-class JobListing:
-    jobs: list[Job] = field(default_factory=list)
-    #: Why a listed job cannot be read (its hash was written around the enqueue script), one line each.
-    unreadable: list[str] = field(default_factory=list)
-    #: (queue, state, jobs shown, jobs in that state, or -1 when more may match a type filter) where the
-    #: limit left some out.
-    partial: list[tuple[str, State, int, int]] = field(default_factory=list)
-    #: Redis time, the clock every stored time was taken with.
-    now_ms: int = 0
 
 
 class AdminReads:
@@ -116,60 +99,6 @@ class AdminReads:
         replies = await execute_async(self.redis, [history_call(k) for k in keys])
         return [parse_history(k, reply) for k, reply in zip(keys, replies, strict=True)]
 
-    async def list_jobs(
-        self, queues: Sequence[str], states: Sequence[State], limit: int, job_type: str | None = None
-    ) -> JobListing:
-        """Up to `limit` jobs per queue and state (of `job_type` only, when given), in the order they will
-        leave it: pending in run order, the sorted sets by score (run-at, lease deadline, died-at); done
-        jobs (kept while `result_ttl` holds their result) newest first."""
-        listing = JobListing()
-        stats = await self.stats(queues)
-        listing.now_ms = max((s.now_ms for s in stats), default=0)
-        for queue_stats in stats:
-            keys = self.keys(queue_stats.queue)
-            for state in states:
-                if state is State.DONE:
-                    await self._list_done(keys, limit, job_type, listing)
-                    continue
-                total = queue_stats.in_state(state)
-                seen, found = 0, 0
-                while seen < total and found < limit:
-                    # Without a type filter one page is the answer; with one, pages go on until enough match.
-                    page = await self.ids(keys.queue, state, seen, limit if job_type is None else LIST_PAGE)
-                    if not page:
-                        break
-                    seen += len(page)
-                    jobs, problems = await self.jobs(keys.queue, page)
-                    listing.unreadable += problems
-                    for job in jobs:
-                        if found < limit and (job_type is None or job.type == job_type):
-                            listing.jobs.append(job)
-                            found += 1
-                if seen < total and job_type is None:
-                    listing.partial.append((keys.queue, state, seen, total))
-                elif seen < total:
-                    listing.partial.append((keys.queue, state, found, -1))  # more may match
-        return listing
-
-    async def _list_done(self, keys: QueueKeys, limit: int, job_type: str | None, listing: JobListing) -> None:
-        """Done jobs are in no set (their hash lives for result_ttl): found by SCAN, newest first. Only the
-        newest `limit` are read whole."""
-        prefix = len(keys.job(""))
-        ids = sorted({as_text(k)[prefix:] async for k in self.redis.scan_iter(match=keys.all_jobs(), count=1000)})
-        finished: list[tuple[int, str]] = []
-        for start in range(0, len(ids), LIST_PAGE):
-            page = ids[start : start + LIST_PAGE]
-            for job_id, fields in zip(page, await self.fields(keys.queue, page, _DONE_FIELDS), strict=True):
-                if fields.get(b"state") == b"done" and (job_type is None or fields.get(b"type") == job_type.encode()):
-                    at = fields.get(b"finished", b"")
-                    finished.append((int(at) if at.isdigit() else 0, job_id))  # unreadable ones are named below
-        finished.sort(reverse=True)
-        jobs, problems = await self.jobs(keys.queue, [job_id for _, job_id in finished[:limit]])
-        listing.jobs += jobs
-        listing.unreadable += problems
-        if len(finished) > limit:
-            listing.partial.append((keys.queue, State.DONE, limit, len(finished)))
-
     async def job(self, job_id: str, queue: str | None = None) -> JobView:
         """The job with this id (found by `locate` when no queue is given); JobNotFound also when its hash
         cannot be read."""
@@ -206,39 +135,6 @@ class AdminReads:
         if not fields.get(b"handler_data"):
             return view
         return await with_handler_data(self.redis, self.namespace, view, fields)
-
-    async def children(
-        self, parent: str, limit: int, keep: Callable[[Job], bool] = lambda job: True
-    ) -> tuple[JobListing, int]:
-        """The first `limit` children (oldest first) that `keep` keeps of the job `parent` names
-        ("[<queue>/]<id>", found by `locate` without a queue), read from its children set, not by a scan; and how
-        many children it has in all. Children that are gone (ended without a kept result, canceled) are not
-        listed; the listing's `partial` is not used."""
-        parent_queue, parent_id = parse_parent(parent)
-        parent_queue, _ = await self.locate(parent_id, parent_queue)
-        key = self.keys(parent_queue).children(parent_id)
-        listing = JobListing(now_ms=await self.now_ms())
-        total = await self.redis.zcard(key)
-        found, start = 0, 0
-        while found < limit and start < total:
-            refs = [as_text(m) for m in await self.redis.zrange(key, start, start + LIST_PAGE - 1)]
-            if not refs:
-                break
-            start += len(refs)
-            by_queue: dict[str, list[str]] = {}
-            for ref in refs:
-                child_queue, child_id = split_job_ref(ref)
-                by_queue.setdefault(child_queue, []).append(child_id)
-            read: dict[str, Job] = {}
-            for child_queue, ids in by_queue.items():
-                jobs, problems = await self.jobs(child_queue, ids)
-                listing.unreadable += problems
-                read.update({f"{job.queue}/{job.id}": job for job in jobs})
-            for ref in refs:
-                if ref in read and found < limit and keep(read[ref]):
-                    listing.jobs.append(read[ref])
-                    found += 1
-        return listing, total
 
     async def log_since(self, job_id: str, queue: str, index: int = 0, last: int | None = None) -> LogRead:
         """The lines of the job's log from `index` on (counting every line ever written to it, dropped ones
@@ -420,15 +316,6 @@ def readable(job_id: str, queue: str, fields: Any) -> Job | str:
         return parse_job(job_id, queue, fields)
     except (ValueError, KeyError, TypeError) as exc:
         return f"job {job_id} in queue {queue} cannot be read: {exc}"
-
-
-def parse_parent(ref: str) -> tuple[str | None, str]:
-    """(queue or None, id) of "[<queue>/]<id>": with a slash, the part before it is the queue when it is a
-    queue name (a queue name holds no slash; an id may)."""
-    queue, slash, job_id = ref.partition("/")
-    if slash and job_id and NAME_PATTERN.fullmatch(queue):
-        return queue, job_id
-    return None, ref
 
 
 def _refs(members: object) -> tuple[str, ...]:

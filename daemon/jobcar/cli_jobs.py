@@ -11,13 +11,13 @@ from collections.abc import Callable, Sequence
 from typing import Final
 
 from jobcar.admin import Admin
-from jobcar.admin_reads import JobListing
 from jobcar.cli_format import byte_size, printable, progress_text, span, table
 from jobcar.cli_ops import add_json_option, add_queue_option
 from jobcar.cli_support import ID_HELP, CommandFailed, count, load, positive_int, print_json, with_admin
 from jobcar.errors import InvalidJob
 from jobcar.exit_codes import EX_OK, EX_USAGE
 from jobcar.job import FINISHED, Job, State
+from jobcar.job_listing import JobListing, list_children, list_jobs
 from jobcar.job_search import SCAN_BUDGET, Condition, JobFilter, find, parse_condition
 from jobcar.job_view import JobView, LogEntry, LogRead, StepInfo
 from jobcar.timestamps import rfc3339_ms
@@ -152,16 +152,16 @@ def cmd_jobs_list(args: argparse.Namespace) -> int:
         if searching:
             return await _search(admin, args, states)
         if args.parent is not None:
-            listing, total = await admin.children(args.parent, args.limit, kept)
+            listing, total = await list_children(admin, args.parent, args.limit, kept)
             if total > len(listing.jobs) and len(listing.jobs) == args.limit:
                 children = "1 child" if total == 1 else f"{total} children"
                 listing.unreadable.append(f"the first {args.limit} of {children} shown (--limit N for more)")
             return listing
         queues = await admin.queues(args.queue)
-        listing = await admin.list_jobs(queues, states, args.limit, args.job_type)
+        listing = await list_jobs(admin, queues, states, args.limit, args.job_type)
         if not args.state and not listing.jobs and not listing.unreadable:
             # Nothing waits or runs: show what finished lately (found by SCAN, so only then).
-            listing = await admin.list_jobs(queues, [State.DONE], args.limit, args.job_type)
+            listing = await list_jobs(admin, queues, [State.DONE], args.limit, args.job_type)
         return listing
 
     listing = with_admin(load(args), read)

@@ -28,6 +28,7 @@ from jobcar.client import AsyncClient
 from jobcar.config_types import Config, UiSettings
 from jobcar.fleet import FORGET_AFTER_MS, LIVE_FOR_MS, Announcer, live_daemons
 from jobcar.job import State
+from jobcar.job_listing import list_children
 from jobcar.keys import daemons_key
 from jobcar.schedule_store import upsert
 from jobcar.schedules import make_spec
@@ -367,7 +368,7 @@ async def test_what_a_handler_wrote_is_read_on_a_cluster(redis_cluster: list[Red
         ]  # fmt: skip
         log = await admin.log_since(info.id, "default", 0)
         assert ([e.line for e in log.entries], log.missed, log.next_index) == (["y", "z"], 1, 3)
-        listing, total = await admin.children(f"default/{info.id}", 10)
+        listing, total = await list_children(admin, f"default/{info.id}", 10)
         assert ([job.id for job in listing.jobs], total) == (["c", "a", "b"], 3)
     finally:
         await client.close()
