@@ -11,7 +11,10 @@ it is the ceiling, not a peer.
   ({"jobs": [...]}) beside LPUSH pipelined 500 per round trip, over --jobs jobs;
 - single `enqueue` and HTTP POST /v1/jobs of one job, one request at a time, beside one LPUSH round trip
   at a time, over a tenth of --jobs; and the floor for any script that keeps per-job state, one EVALSHA
-  doing only HSET + LPUSH per job.
+  doing only HSET + LPUSH per job;
+- HTTP POST /v1/jobs of one job from 1, 8 and 64 concurrent keep-alive clients (HTTP_CLIENTS), beside the
+  same load on a bare aiohttp server on uvloop that parses each job's JSON and answers 201, storing nothing
+  (bench/noop_app.py): the HTTP stack's own limit, which concurrent producers meet before Redis's.
 
 The HTTP scenarios post to a real `jobcar run` daemon's listener on loopback, from an aiohttp client on
 uvloop (one keep-alive connection, each body encoded per request as a producer would). The daemon serves
@@ -47,9 +50,11 @@ from tests.servers import RedisServer, find_server_binary, free_port
 import jobcar
 from jobcar import Client
 from jobcar.records import new_job_id
+from noop_app import serving  # bench/noop_app.py
 
 CHUNK = 500  # jobcar's enqueue_many chunk: the LPUSH limit pipelines the same number per round trip
 HTTP_BATCH = 500  # jobs per POST /v1/jobs batch (the API takes at most 1,000)
+HTTP_CLIENTS = (1, 8, 64)  # concurrent producers posting one job per request
 PAYLOAD = {"user": 1234567, "template": "welcome", "locale": "en-GB", "campaign": "2026-autumn", "pad": "x" * 16}
 JOB = {"type": "email.welcome", "payload": PAYLOAD}
 
@@ -102,14 +107,19 @@ def single_floor_script(client: redis.Redis, jobs: int) -> None:
         floor(keys=[prefix + "pending", prefix + "job:" + job_id], args=["email.welcome", encode(PAYLOAD), 0, job_id])
 
 
-async def _post_all(url: str, bodies: Iterator[bytes]) -> None:
+async def _post_all(url: str, bodies: Iterator[bytes], clients: int = 1) -> None:
+    """Each body POSTed, by `clients` producers at once, each on a keep-alive connection of its own."""
     headers = {"Content-Type": "application/json"}
-    async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=1)) as session:
-        for body in bodies:
+
+    async def producer(session: aiohttp.ClientSession) -> None:
+        for body in bodies:  # shared: each producer takes the next body when it is free
             async with session.post(url, data=body, headers=headers) as resp:
                 if resp.status != 201:
                     raise RuntimeError(f"POST {url}: {resp.status} {await resp.text()}")
                 await resp.read()
+
+    async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=clients)) as session:
+        await asyncio.gather(*(producer(session) for _ in range(clients)))
 
 
 def _on_uvloop(coro: object) -> None:
@@ -117,9 +127,10 @@ def _on_uvloop(coro: object) -> None:
         runner.run(coro)  # type: ignore[arg-type]
 
 
-def http_single(url: str, client: redis.Redis, jobs: int) -> None:
-    """POST /v1/jobs, one job per request, one request at a time. `client` is unused (measure's signature)."""
-    _on_uvloop(_post_all(url, (encode(JOB) for _ in range(jobs))))
+def http_single(url: str, client: redis.Redis, jobs: int, clients: int = 1) -> None:
+    """POST /v1/jobs, one job per request, from `clients` producers at once. `client` is unused (measure's
+    signature)."""
+    _on_uvloop(_post_all(url, (encode(JOB) for _ in range(jobs)), clients))
 
 
 def http_batch(url: str, client: redis.Redis, jobs: int) -> None:
@@ -146,8 +157,9 @@ class Pair:
     jobs: int
 
 
-def pairs(jobs: int, api_url: str | None) -> list[Pair]:
-    """Every scenario for `jobs` bulk jobs (single ones use a tenth); the HTTP ones when there is an API URL."""
+def pairs(jobs: int, api_url: str | None, bare_url: str | None = None) -> list[Pair]:
+    """Every scenario for `jobs` bulk jobs (single ones use a tenth); the HTTP ones when there is an API URL (and
+    the bare server's, or "-" for the names only)."""
     single = max(1, jobs // 10)
     found = [
         Pair("enqueue_many", bulk_enqueue_many, "pipelined LPUSH", bulk_lpush, jobs),
@@ -159,6 +171,12 @@ def pairs(jobs: int, api_url: str | None) -> list[Pair]:
             Pair("HTTP batch", partial(http_batch, api_url), "pipelined LPUSH", bulk_lpush, jobs),
             Pair("HTTP single", partial(http_single, api_url), "single LPUSH", single_lpush, single),
         ]
+        bare = bare_url or "-"
+        found += [
+            Pair(f"HTTP single x{n}", partial(http_single, api_url, clients=n), f"bare aiohttp x{n}",
+                 partial(http_single, bare, clients=n), single)
+            for n in HTTP_CLIENTS
+        ]  # fmt: skip
     return found
 
 
@@ -184,7 +202,8 @@ def measure_round(server: RedisServer, tmp: Path, jobs: int, *, http: bool = Tru
     figures: dict[str, float] = {}
     with contextlib.ExitStack() as stack, server.client() as client:
         api_url = stack.enter_context(api_daemon(server, tmp)) if http else None
-        for pair in pairs(jobs, api_url):
+        bare_url = stack.enter_context(serving(on_uvloop=True)).url + "/v1/jobs" if http else None
+        for pair in pairs(jobs, api_url, bare_url):
             if pair.limit_name not in figures:
                 figures[pair.limit_name] = measure(pair.limit_fn, client, pair.jobs)
             figures[pair.name] = measure(pair.fn, client, pair.jobs)
@@ -215,10 +234,10 @@ def main() -> None:
 
     print(f"jobcar {jobcar.__version__}, redis-py {redis.__version__}, aiohttp {aiohttp.__version__}, server "
           f"{binary} {version}, Python {platform.python_version()}, {args.runs} runs, median jobs/s")  # fmt: skip
-    print(f"{'scenario':<16}{'jobs':>9}{'jobcar/s':>12}{'limit':>18}{'limit/s':>12}{'ratio':>8}")
+    print(f"{'scenario':<18}{'jobs':>9}{'jobcar/s':>12}{'limit':>20}{'limit/s':>12}{'ratio':>8}")
     for pair in pairs(args.jobs, None if args.no_http else "-"):
         mine, limit = statistics.median(results[pair.name]), statistics.median(results[pair.limit_name])
-        print(f"{pair.name:<16}{pair.jobs:>9}{mine:>12,.0f}{pair.limit_name:>18}{limit:>12,.0f}{mine / limit:>8.2f}")
+        print(f"{pair.name:<18}{pair.jobs:>9}{mine:>12,.0f}{pair.limit_name:>20}{limit:>12,.0f}{mine / limit:>8.2f}")
 
 
 if __name__ == "__main__":

@@ -113,63 +113,85 @@ async def run_async(client: AsyncRedis, operation: Operation[T], round_trips: Ro
 
 
 class RoundTrips:
-    """The commands of operations running at the same time, sent together: while one round trip is on the
-    wire, the requests made meanwhile wait and go in the next one, one pipeline, each answered with its own
-    replies as if sent alone (a command's error reply raised, a pipeline's errors in place). Nothing is merged:
-    every script call still runs by itself, in the order the requests came; only the round trips are shared.
-    For many concurrent producers on one client (the HTTP API's enqueues); alone, a request goes at once.
+    """The commands of operations running at the same time, sent together: a request made while no round trip
+    is on the wire goes at once, from its own task, as it would without this; the requests made while one is
+    on the wire wait and go together in the next, one pipeline, each answered with its own replies as if sent
+    alone (a command's error reply raised, a pipeline's errors in place). Nothing is merged: every script call
+    still runs by itself, in the order the requests came; only the round trips are shared. For many concurrent
+    producers on one client (the HTTP API's enqueues).
 
-    A request that failed as a whole (a lost connection) fails every request of its round trip; each then
-    fails as it would alone."""
+    A round trip that failed as a whole (a lost connection) fails each of its requests as it would alone."""
 
     def __init__(self, client: AsyncRedis) -> None:
         self.client = client
         self._waiting: list[tuple[tuple[Arg, ...] | list[tuple[Arg, ...]], asyncio.Future[Any]]] = []
         self._sender: asyncio.Task[None] | None = None
+        self._on_the_wire = False
         #: Round trips made so far, however many requests each carried.
         self.sent = 0
 
-    def send(self, request: tuple[Arg, ...] | list[tuple[Arg, ...]]) -> asyncio.Future[Any]:
-        """Queue one command (its reply) or one pipeline (its replies); await the returned future."""
-        future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
-        self._waiting.append((request, future))
-        if self._sender is None or self._sender.done():
-            self._sender = asyncio.create_task(self._send(), name="shared round trips")
-        return future
-
-    async def _send(self) -> None:
-        while self._waiting:
-            batch, self._waiting = self._waiting, []
+    async def send(self, request: tuple[Arg, ...] | list[tuple[Arg, ...]]) -> Any:
+        """One command's reply, or one pipeline's replies."""
+        if self._on_the_wire:
+            future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+            self._waiting.append((request, future))
+            return await future
+        self._on_the_wire = True
+        self.sent += 1
+        try:
+            if isinstance(request, tuple):
+                return await self.client.execute_command(*request)
             pipe = self.client.pipeline(transaction=False)
-            for request, _ in batch:
-                for command in [request] if isinstance(request, tuple) else request:
-                    pipe.execute_command(*command)
-            self.sent += 1
-            try:
-                replies: list[Any] = await pipe.execute(raise_on_error=False)
-            except Exception as exc:  # every request of the round trip fails as it would alone
-                for _, future in batch:
-                    if not future.done():
-                        future.set_exception(_lost_connection(exc) if isinstance(exc, RuntimeError) else exc)
-                continue
-            except asyncio.CancelledError:
-                for _, future in batch:
-                    future.cancel()
-                raise
-            at = 0
-            for request, future in batch:
-                if isinstance(request, tuple):
-                    reply, at = replies[at], at + 1
-                    if future.done():
-                        continue
-                    if isinstance(reply, Exception):
-                        future.set_exception(reply)
-                    else:
-                        future.set_result(reply)
+            for command in request:
+                pipe.execute_command(*command)
+            return await pipe.execute(raise_on_error=False)
+        finally:
+            self._on_the_wire = False
+            if self._waiting:  # what came meanwhile goes together, from a task of its own
+                self._on_the_wire = True
+                self._sender = asyncio.create_task(self._send_waiting(), name="shared round trips")
+
+    async def _send_waiting(self) -> None:
+        try:
+            while self._waiting:
+                batch, self._waiting = self._waiting, []
+                self.sent += 1
+                await self._round_trip(batch)
+        finally:
+            self._on_the_wire = False
+
+    async def _round_trip(
+        self, batch: list[tuple[tuple[Arg, ...] | list[tuple[Arg, ...]], asyncio.Future[Any]]]
+    ) -> None:
+        pipe = self.client.pipeline(transaction=False)
+        for request, _ in batch:
+            for command in [request] if isinstance(request, tuple) else request:
+                pipe.execute_command(*command)
+        try:
+            replies: list[Any] = await pipe.execute(raise_on_error=False)
+        except Exception as exc:  # every request of the round trip fails as it would alone
+            for _, future in batch:
+                if not future.done():
+                    future.set_exception(_lost_connection(exc) if isinstance(exc, RuntimeError) else exc)
+            return
+        except asyncio.CancelledError:
+            for _, future in batch:
+                future.cancel()
+            raise
+        at = 0
+        for request, future in batch:
+            if isinstance(request, tuple):
+                reply, at = replies[at], at + 1
+                if future.done():
+                    continue
+                if isinstance(reply, Exception):
+                    future.set_exception(reply)
                 else:
-                    answered, at = replies[at : at + len(request)], at + len(request)
-                    if not future.done():
-                        future.set_result(answered)
+                    future.set_result(reply)
+            else:
+                answered, at = replies[at : at + len(request)], at + len(request)
+                if not future.done():
+                    future.set_result(answered)
 
 
 @dataclass(frozen=True, slots=True)
