@@ -130,6 +130,31 @@ def test_an_enqueue_no_replica_confirms_is_not_acknowledged(
         assert main(["enqueue", "-c", str(config), TYPE, "--id", "cli-1"]) == 0
 
 
+def test_enqueues_sharing_round_trips_are_each_confirmed_by_the_replicas(
+    sentinel_group: SentinelGroup, namespace: str
+) -> None:
+    """The HTTP API's client (shared round trips): each concurrent enqueue carries its own WAIT, and is answered
+    only once a replica holds it, or raises NotReplicated when none confirms."""
+    [replica] = [s for s in sentinel_group.servers if s is not sentinel_group.current_primary()]
+    assert replica.process is not None
+    url = sentinel_group.url(wait_timeout_ms=100)
+
+    async def enqueue_all(prefix: str) -> list[JobInfo | BaseException]:
+        async with AsyncClient.from_url(url, namespace=namespace, shared_round_trips=True) as client:
+            calls = [client.enqueue(TYPE, n, job_id=f"{prefix}-{n}") for n in range(20)]
+            results = await asyncio.gather(*calls, return_exceptions=True)
+            assert client.round_trips is not None
+            assert client.round_trips.sent < 20
+            return results
+
+    assert all(isinstance(r, JobInfo) and r.created for r in asyncio.run(enqueue_all("confirmed")))
+    replica.process.send_signal(signal.SIGSTOP)
+    try:
+        assert all(isinstance(r, NotReplicated) for r in asyncio.run(enqueue_all("unconfirmed")))
+    finally:
+        replica.process.send_signal(signal.SIGCONT)
+
+
 def test_the_spark_helpers_partition_writer_enqueues_through_sentinel(
     sentinel_group: SentinelGroup, namespace: str
 ) -> None:
