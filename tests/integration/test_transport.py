@@ -11,6 +11,7 @@ import redis.asyncio
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 
+from jobcar.client import AsyncClient
 from jobcar.keys import QueueKeys
 from jobcar.scripts import Arg, Reply, ScriptCall, script
 from jobcar.transitions import parse_stats, pause_call, stats_call
@@ -100,3 +101,16 @@ async def test_a_lost_connection_fails_each_request_of_its_round_trip(namespace:
         results = await asyncio.gather(*(run_async(client, counted(f"{namespace}:{i}"), trips) for i in range(5)),
                                        return_exceptions=True)  # fmt: skip
         assert all(isinstance(r, redis.ConnectionError) for r in results), results
+
+
+@pytest.mark.cluster
+async def test_shared_round_trips_on_a_cluster(redis_cluster: list[RedisServer], namespace: str) -> None:
+    """Requests whose keys live on every master share round trips too (redis-py's cluster pipeline sends each
+    node its part)."""
+    async with redis.asyncio.RedisCluster(host="127.0.0.1", port=redis_cluster[0].port) as cluster:
+        client = AsyncClient(cluster, namespace=namespace, shared_round_trips=True)
+        queues = [f"q{n}" for n in range(12)]  # hash tags spread over the masters
+        infos = await asyncio.gather(*(client.enqueue("t", {"n": n}, queue=q) for n, q in enumerate(queues)))
+        assert [(info.queue, info.created) for info in infos] == [(q, True) for q in queues]
+        assert client.round_trips is not None
+        assert client.round_trips.sent < len(queues)
