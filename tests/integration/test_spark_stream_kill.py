@@ -16,6 +16,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from jobcar import Client
 from jobcar.keys import QueueKeys
 from tests.integration.test_spark_stream import SCHEMA, _job_ids, _write_file
@@ -77,6 +79,7 @@ def _group_gone(pgid: int) -> bool:
     return False
 
 
+@pytest.mark.timeout(420)  # two Spark applications, each starting its own JVM: minutes on a loaded machine
 def test_the_sink_killed_mid_stream_and_restarted_stores_every_row_once(
     redis_server: RedisServer, namespace: str, tmp_path: Path
 ) -> None:
