@@ -103,6 +103,7 @@ def spark35_driver(work: Path, redis_url: str, namespace: str, source: Path, che
             stop_process(process)
 
 
+@pytest.mark.timeout(300)  # a Spark 3.5 application of its own, its JVM started cold: minutes under load
 def test_the_foreach_batch_recipe_on_pyspark_3_5_replayed_from_its_checkpoint_adds_nothing_twice(
     redis_server: RedisServer, namespace: str, tmp_path: Path
 ) -> None:
