@@ -115,7 +115,7 @@
     }
   }
 
-  // A job's page while the job has not finished: what its handler writes (ui/pages.py `_job_json`). Every value is
+  // A job's page while the job has not finished: what its handler writes (ui/job_page.py `job_json`). Every value is
   // the handler's own text: written with textContent only.
   function element(tag, text, className) {
     const made = document.createElement(tag);
