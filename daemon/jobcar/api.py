@@ -8,12 +8,12 @@
                            | 409 duplicate unique job | 400 bad input | 413 too large
                            | 415 not Content-Type: application/json
                            | 429 the queue is at its max_pending (Retry-After; ADR 0024)
-    GET    /v1/jobs/{id}   200 the job (admin.job_document) | 404 | 409 in several queues  (?queue=Q: only there;
+    GET    /v1/jobs/{id}   200 the job (job_document.job_document) | 404 | 409 in several queues  (?queue=Q: only there;
                            ?wait=30s: answer once it is done or dead, or after 30 s; header Jobcar-Wait says which)
     DELETE /v1/jobs/{id}   200 canceled or cancel_requested | 404 | 409 already finished, or in several queues
     POST   /v1/drain       202 {"status": "draining"}: a graceful drain, for a preStop hook
     GET    /v1/stats       200 [per queue: pending, scheduled, active, held, waiting, dead, paused, ...]: the
-                           document of `jobcar stats --json` (transitions.stats_document) | 404 (?queue=Q: only Q,
+                           document of `jobcar stats --json` (stats_document.stats_document) | 404 (?queue=Q: only Q,
                            which Redis or the config must know)
     GET    /v1/jobs?state= a page of one state's jobs of a queue, filtered, held ones with their limit group, and
     POST   /v1/jobs/cancel the jobs not yet running that a filter matches canceled (a dry run counts): api_jobs.py
