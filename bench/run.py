@@ -423,6 +423,12 @@ def build_rows(f: Figures, peers_record: dict[str, Any], sizes: Sizes, skipped: 
                        m("enqueue HTTP batch jobs/s"), "pipelined LPUSH", pipelined))  # fmt: skip
     rows.append(versus(f"HTTP /v1/jobs single, jobs/s ({single:,})", m("enqueue HTTP single jobs/s"), "single LPUSH",
                        lpush))  # fmt: skip
+    # Concurrent producers, one job per request, against the HTTP stack's own limit: the target is at 64.
+    for clients in enqueue.HTTP_CLIENTS:
+        rows.append(versus(f"  HTTP single from {clients} concurrent clients ({single:,})",
+                           m(f"enqueue HTTP single x{clients} jobs/s"), "bare aiohttp server",
+                           m(f"enqueue bare aiohttp x{clients} jobs/s"),
+                           on_ratio=("≥", 0.5) if clients == max(enqueue.HTTP_CLIENTS) else None))  # fmt: skip
 
     # Latency.
     for pct, bound in (("p50", 1.0), ("p99", 5.0)):
