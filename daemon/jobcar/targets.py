@@ -9,6 +9,7 @@ Standard library only: the producer client imports it.
 from __future__ import annotations
 
 import difflib
+import functools
 from collections.abc import Collection, Iterable
 from dataclasses import dataclass
 from fnmatch import fnmatchcase
@@ -30,6 +31,14 @@ def did_you_mean(name: str, candidates: Collection[str]) -> str:
     return f" (did you mean '{close[0]}'?)" if close else ""
 
 
+@functools.lru_cache(maxsize=1024)
+def _suggestion(name: str, candidates: frozenset[str]) -> str:
+    """`did_you_mean`, remembered: the HTTP API asks it of every request whose type or queue its config does not
+    know (the jobs of other daemons of the fleet, often all of them), and difflib is a measurable share of a
+    request. Bounded, so that names made up by a producer cannot grow it."""
+    return did_you_mean(name, candidates)
+
+
 @dataclass(frozen=True, slots=True)
 class KnownTargets:
     """The job types and queues a config runs (`source` names the file)."""
@@ -46,9 +55,9 @@ class KnownTargets:
         found: dict[str, None] = {}
         for job_type, queue in jobs:
             if job_type not in self.types:
-                found[f"{self.source} has no handler for type {job_type!r}{did_you_mean(job_type, self.types)}"] = None
+                found[f"{self.source} has no handler for type {job_type!r}{_suggestion(job_type, self.types)}"] = None
             if queue not in self.queues and not any(fnmatchcase(queue, p) for p in self.queue_patterns):
-                found[f"queue {queue!r} is not in the queues of {self.source}{did_you_mean(queue, self.queues)}"] = None
+                found[f"queue {queue!r} is not in the queues of {self.source}{_suggestion(queue, self.queues)}"] = None
         return list(found)
 
     def check(self, jobs: Iterable[tuple[str, str]]) -> list[str]:
