@@ -20,6 +20,7 @@ Standard library only; every function takes header values as received (None when
 
 from __future__ import annotations
 
+import functools
 import ipaddress
 import re
 from collections.abc import Collection
@@ -54,8 +55,10 @@ def host_name(host_header: str) -> str | None:
     return name if HOST_NAME.fullmatch(name) else None
 
 
+@functools.lru_cache(maxsize=256)
 def is_ip_address(name: str) -> bool:
-    """Whether `name` is an IPv4 or IPv6 address (without brackets) rather than a DNS name."""
+    """Whether `name` is an IPv4 or IPv6 address (without brackets) rather than a DNS name. Remembered (bounded):
+    asked of every request's Host, which is one of a few names, and ipaddress parses slowly."""
     try:
         ipaddress.ip_address(name)
     except ValueError:
