@@ -207,9 +207,9 @@ class AsyncClient(_Shell[AsyncRedis]):
     """Asynchronous producer (redis.asyncio); the same methods as Client, awaited.
 
     `shared_round_trips`: the calls of many tasks using this client at once share round trips (one pipeline
-    for every call made while the previous one was on the wire, each with its own answer: `RoundTrips`). For
-    a server enqueueing for many concurrent producers, as the daemon's HTTP API does; a task alone pays one
-    more task switch per call for it."""
+    for the calls made while a round trip is on the wire, each with its own answer; a call made while none is
+    goes at once: `RoundTrips`). For a server enqueueing for many concurrent producers, as the daemon's HTTP API
+    does."""
 
     def __init__(
         self,
