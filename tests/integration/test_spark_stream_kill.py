@@ -20,7 +20,8 @@ import pytest
 
 from jobcar import Client
 from jobcar.keys import QueueKeys
-from tests.integration.test_spark_stream import SCHEMA, _job_ids, _write_file
+from tests.integration.spark_streams import SCHEMA
+from tests.integration.test_spark_stream import _job_ids, _write_file
 from tests.servers import RedisServer, wait_for
 
 FILES, ROWS_PER_FILE = 30, 40
