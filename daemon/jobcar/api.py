@@ -3,7 +3,7 @@
     GET    /healthz        200 {"status": "ok"}: the event loop answers
     GET    /readyz         200 {"status": "ready"} | 503 {"status": "not ready", "reason": ...}
     GET    /metrics        200 the Prometheus text exposition
-    POST   /v1/jobs        a job, or {"jobs": [...]} (at most MAX_BATCH_JOBS, one enqueue_many call): 201 created
+    POST   /v1/jobs        a job, or {"jobs": [...]} (MAX_BATCH_JOBS of enqueue_request.py, one call): 201 created
                            | 200 that id exists, or debounced into the waiting job {"id", "status": "debounced"}
                            | 409 duplicate unique job | 400 bad input | 413 too large
                            | 415 not Content-Type: application/json
@@ -39,16 +39,11 @@ not `Content-Type: application/json`. jobcar answers no CORS preflight, so a pag
 from __future__ import annotations
 
 import asyncio
-import base64
-import binascii
-import contextlib
 import dataclasses
 import logging
-import re
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
-from datetime import datetime
-from typing import Any, Final, TypeAlias
+from typing import Final, TypeAlias
 
 from aiohttp import hdrs, web
 from redis import exceptions as redis_errors
@@ -56,7 +51,7 @@ from redis import exceptions as redis_errors
 from jobcar import tracing
 from jobcar.admin import Admin
 from jobcar.admin_reads import AmbiguousJob, JobNotFound
-from jobcar.api_fields import duration_field, reject_unknown
+from jobcar.api_fields import duration_field
 from jobcar.api_jobs import add_job_routes
 from jobcar.api_schedules import add_schedule_routes
 from jobcar.api_tokens import CALLER, Tokens, allows, caller, required_role, token_table
@@ -64,15 +59,14 @@ from jobcar.attempt_desk import AttemptDesk
 from jobcar.browser_guard import cross_site_problem, host_problem
 from jobcar.client import AsyncClient
 from jobcar.config_types import Config, limit_rule_table
+from jobcar.enqueue_request import parse_enqueue_request
 from jobcar.errors import InvalidJob, PayloadTooLarge, QueueFull
-from jobcar.formats import loads_strict, redact
+from jobcar.formats import redact
 from jobcar.handler_api import add_handler_routes, is_attempt_route
-from jobcar.job import DEFAULT_CONTENT_TYPE, FINISHED, EnqueueStatus, JobInfo, State
+from jobcar.job import FINISHED, EnqueueStatus, JobInfo, State
 from jobcar.keys import DEFAULT_QUEUE
 from jobcar.listen import exposure_problem, parse_listen
 from jobcar.names import ID_PATTERN, check_name
-from jobcar.options import OPTIONS, Kind, api_name
-from jobcar.records import Payload
 from jobcar.stats_document import stats_document
 from jobcar.targets import KnownTargets
 from jobcar.transitions import CancelResult
@@ -80,8 +74,6 @@ from jobcar.ui.pages import build_ui_app
 
 log = logging.getLogger("jobcar.api")
 
-#: Jobs per POST /v1/jobs batch; more is a 413.
-MAX_BATCH_JOBS: Final = 1000
 #: A request body (a job or a whole batch) holds at most 2 × max_payload_bytes + this (base64 and JSON escapes
 #: take room). That also bounds how long parsing it holds the event loop: tens of ms at worst (json keeps the GIL).
 BODY_MARGIN_BYTES: Final = 64 * 1024
@@ -94,12 +86,6 @@ UI_PREFIX: Final = "/ui"
 MAX_WAIT: Final = 60.0
 SHUTDOWN_TIMEOUT: Final = 5.0  # for in-flight requests when the listener is cleaned up
 
-#: Request field -> the enqueue option it carries ("id" is job_id). Durations and instants are read from their JSON
-#: text here; the client validates every value.
-_OPTION_FIELDS: Final = {api_name(name): name for name in OPTIONS if name != "content_type"}
-JOB_FIELDS: Final = frozenset({"type", "payload", "payload_base64", "content_type", *_OPTION_FIELDS})
-# The content type becomes a header of the handler's request: printable ASCII only.
-_CONTENT_TYPE: Final = re.compile(r"[\x21-\x7e][\x20-\x7e]{0,199}")
 # Redis errors that mean "not now" rather than "bad request": by class where redis-py has one (it strips the
 # code off those replies: OOM, READONLY, LOADING, ...), else by the reply's code.
 _UNAVAILABLE_CODES: Final = ("MISCONF", "BUSY", "NOREPLICAS")
@@ -129,9 +115,6 @@ class ApiContext:
     #: The API tokens in force, which the daemon replaces on reload; None: the config's, for good.
     tokens: Tokens | None = None
 
-
-#: One job of a request: (type, payload, enqueue options), as AsyncClient.enqueue takes them.
-RequestedJob: TypeAlias = tuple[str, Payload, dict[str, Any]]
 
 CONTEXT: Final = web.AppKey("jobcar.api.context", ApiContext)
 ADMIN: Final = web.AppKey("jobcar.api.admin", Admin)
@@ -165,7 +148,7 @@ def build_app(context: ApiContext) -> web.Application:
     add_schedule_routes(app, lambda request: request.app[CONTEXT].client, _not_json)
     # The handler API's bounds are the runner's config, which a reload changes.
     add_handler_routes(app, context.desk, lambda request: context.desk.config or request.app[CONTEXT].config,
-                       lambda request: request.app[CONTEXT].client, parse_enqueue_request)  # fmt: skip
+                       lambda request: request.app[CONTEXT].client)  # fmt: skip
     if context.config.ui.enabled:
         app.router.add_get(UI_PREFIX, to_dashboard)
         app.add_subapp(UI_PREFIX, build_ui_app(app[ADMIN], context.config, app[TOKENS]))
@@ -428,78 +411,3 @@ def _job_ref(request: web.Request) -> tuple[str, str | None]:
 
 def _info(info: JobInfo) -> dict[str, str]:
     return {"id": info.id, "queue": info.queue, "state": info.state.value, "status": info.status.value}
-
-
-def parse_enqueue_request(body: bytes) -> tuple[list[RequestedJob], bool]:
-    """The jobs a POST /v1/jobs body asks for, as enqueue_many specs, and whether it was a batch."""
-    try:
-        document = loads_strict(body)
-    except (ValueError, RecursionError) as exc:  # UnicodeDecodeError is a ValueError
-        raise InvalidJob(f"request body is not valid JSON: {exc}") from None
-    if not isinstance(document, dict):
-        raise InvalidJob('request body must be a JSON object: a job, or {"jobs": [...]}')
-    if "jobs" not in document:
-        return [job_spec(document)], False
-    reject_unknown(document, frozenset({"jobs"}))
-    items = document["jobs"]
-    if not isinstance(items, list):
-        raise InvalidJob("jobs must be a list of jobs")
-    if len(items) > MAX_BATCH_JOBS:
-        text = f"a batch holds at most {MAX_BATCH_JOBS} jobs, got {len(items)}"
-        raise web.HTTPRequestEntityTooLarge(MAX_BATCH_JOBS, len(items), text=text)
-    specs = []
-    for n, item in enumerate(items):
-        try:
-            specs.append(job_spec(item))
-        except InvalidJob as exc:
-            raise InvalidJob(f"job #{n}: {exc}") from None
-    return specs, True
-
-
-def job_spec(item: object) -> RequestedJob:
-    """One job of a request as (type, payload, options) for enqueue_many, which validates the rest."""
-    if not isinstance(item, dict):
-        raise InvalidJob("a job must be a JSON object")
-    reject_unknown(item, JOB_FIELDS)
-    if not isinstance(item.get("type"), str):
-        raise InvalidJob("type is required: the job type, a string")
-    options: dict[str, Any] = {}
-    for field, name in _OPTION_FIELDS.items():
-        value = item.get(field)
-        if value is None:
-            continue
-        kind = OPTIONS[name].kind
-        if kind is Kind.DURATION:
-            options[name] = duration_field(field, value)
-        elif kind is Kind.INSTANT:
-            options[name] = _moment(field, value)
-        elif isinstance(value, bool):  # true would pass for max_attempts or priority 1
-            raise InvalidJob(f"{field} must not be true or false")
-        else:
-            options[name] = value
-    content_type = item.get("content_type")
-    if content_type is not None and (not isinstance(content_type, str) or not _CONTENT_TYPE.fullmatch(content_type)):
-        raise InvalidJob("content_type must be a media type in printable ASCII, like application/octet-stream")
-    encoded = item.get("payload_base64")
-    if encoded is None:
-        if content_type not in (None, DEFAULT_CONTENT_TYPE):
-            raise InvalidJob(f"content_type {content_type} needs payload_base64 (a payload is stored as JSON)")
-        return item["type"], item.get("payload"), options  # the client encodes it as JSON
-    if "payload" in item:
-        raise InvalidJob("give payload or payload_base64, not both")
-    try:
-        payload = base64.b64decode(encoded, validate=True)
-    except (binascii.Error, ValueError, TypeError):
-        raise InvalidJob("payload_base64 is not a base64 string") from None
-    return item["type"], payload, {**options, "content_type": content_type}
-
-
-def _moment(name: str, value: object) -> datetime | float:
-    """Epoch seconds (the client checks the range) or a timezone-aware datetime from RFC 3339 text."""
-    with contextlib.suppress(ValueError, OverflowError):  # float(10**400) overflows
-        if isinstance(value, int | float) and not isinstance(value, bool):
-            return float(value)
-        when = datetime.fromisoformat(value) if isinstance(value, str) else None
-        if when is not None and when.tzinfo is not None:
-            return when
-    raise InvalidJob(f"{name} must be epoch seconds or an RFC 3339 time with an offset, like 2026-01-02T03:04:05Z")

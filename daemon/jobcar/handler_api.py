@@ -39,6 +39,7 @@ from jobcar.client import AsyncClient
 from jobcar.config_types import Config
 from jobcar.dependencies import ON_DEPENDENCY_FAILURE
 from jobcar.dependency_calls import DependOutcome, depend_call, settle_call
+from jobcar.enqueue_request import parse_enqueue_request
 from jobcar.errors import InvalidJob, QueueFull
 from jobcar.formats import loads_strict
 from jobcar.handler_calls import (
@@ -79,16 +80,11 @@ def is_attempt_route(path: str) -> bool:
     return path.startswith(ATTEMPT_PATH)
 
 
-#: How POST /v1/jobs reads its body (api.py): children are asked for the same way.
-ParseJobs: TypeAlias = Callable[[bytes], tuple[list[tuple[str, Any, dict[str, Any]]], bool]]
-
-
 def add_handler_routes(
     app: web.Application,
     desk: AttemptDesk,
     config: Callable[[web.Request], Config],
     client: Callable[[web.Request], AsyncClient],
-    parse_jobs: ParseJobs,
 ) -> None:
     """Serve the handler API on `app` (the daemon's listener)."""
     app[DESK] = desk
@@ -105,7 +101,7 @@ def add_handler_routes(
 
         return serve
 
-    api = _HandlerApi(desk, config, client, parse_jobs)
+    api = _HandlerApi(desk, config, client)
     app.router.add_get(base, route(api.show))
     app.router.add_post(base + "/progress", route(api.progress))
     app.router.add_post(base + "/log", route(api.log))
@@ -130,12 +126,10 @@ class _HandlerApi:
         desk: AttemptDesk,
         config: Callable[[web.Request], Config],
         client: Callable[[web.Request], AsyncClient],
-        parse_jobs: ParseJobs,
     ) -> None:
         self.desk = desk
         self._config = config
         self._client = client
-        self._parse_jobs = parse_jobs
 
     # -- reading ----------------------------------------------------------------------------------
 
@@ -250,7 +244,7 @@ class _HandlerApi:
         return web.json_response({"status": "snoozed", "delay": delay}, status=202)
 
     async def add_children(self, request: web.Request, live: LiveAttempt) -> web.Response:
-        specs, batch = self._parse_jobs(await request.read())
+        specs, batch = parse_enqueue_request(await request.read())  # as POST /v1/jobs reads its body
         config, client = self._config(request), self._client(request)
         parent = job_ref(live.job.queue, live.job.id)
         # A child goes to its parent's queue unless it names one.

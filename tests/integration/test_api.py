@@ -21,7 +21,6 @@ import pytest
 import redis
 
 from jobcar.api import (
-    MAX_BATCH_JOBS,
     METRICS_CONTENT_TYPE,
     ApiContext,
     bound_port,
@@ -31,6 +30,7 @@ from jobcar.api import (
 )
 from jobcar.client import AsyncClient, Client
 from jobcar.config_types import Backoff, Config, HttpHandler, Limits, Rate
+from jobcar.enqueue_request import MAX_BATCH_JOBS
 from jobcar.formats import redact
 from jobcar.job import State
 from jobcar.keys import QueueKeys, queues_key

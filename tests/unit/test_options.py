@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from jobcar.api import JOB_FIELDS, job_spec
+from jobcar.enqueue_request import JOB_FIELDS, job_spec
 from jobcar.errors import InvalidJob
 from jobcar.options import OPTIONS, SCHEDULE_OPTIONS, Kind, api_name
 from jobcar.records import build_record, checked
