@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Final
 from jobcar import tracing
 from jobcar.app_health import HealthGate
 from jobcar.attempt_desk import CANCELED, LEASE_LOST, STOPPED, AttemptDesk, LiveAttempt
+from jobcar.attempt_lines import log_fields, log_finished, log_finished_enabled
 from jobcar.attempt_logs import LogWriter
 from jobcar.batching import Batches
 from jobcar.config_types import CommandHandler, Config, Handler
@@ -31,7 +32,7 @@ from jobcar.history import History
 from jobcar.job import Job, State
 from jobcar.keys import QueueKeys
 from jobcar.metrics import Metrics
-from jobcar.outcome import Outcome, OutcomeKind
+from jobcar.outcome import Outcome
 from jobcar.recording import OutcomeCall, Recorded, outcome_call
 from jobcar.redis_link import REDIS_ERRORS, RedisLink
 from jobcar.transitions import LeasedJob
@@ -44,13 +45,6 @@ if TYPE_CHECKING:
 MAX_DEPENDENCY_LINKS: Final = 32
 
 log = logging.getLogger("jobcar.attempts")
-
-#: The level of the line each finished attempt logs (see Attempts._log_finished); others at info.
-_LOG_LEVELS: Final = {
-    Recorded.DONE: logging.DEBUG,
-    Recorded.RETRIED: logging.INFO,
-    Recorded.DEAD: logging.WARNING,
-}
 
 
 class StopReason(StrEnum):
@@ -67,11 +61,6 @@ _STOPPED_BECAUSE: Final[dict[StopReason | None, str]] = {
     StopReason.SHUTDOWN: STOPPED,
     StopReason.APP_UNHEALTHY: STOPPED,
 }
-
-
-def log_fields(job: Job) -> dict[str, object]:
-    """The fields every log line about one attempt carries; built only when a line is logged."""
-    return {"queue": job.queue, "job_id": job.id, "type": job.type, "attempt": job.attempt}
 
 
 @dataclass(eq=False)
@@ -293,36 +282,8 @@ class Attempts:
         else:  # the attempt's trace as the observation's exemplar (OpenMetrics)
             self.metrics.of_job(job.queue, job.type).duration.observe(elapsed, self.tracer.exemplar(running.span))
         recorded = await self._record(running, outcome)
-        if recorded is not None and log.isEnabledFor(_LOG_LEVELS.get(recorded[0], logging.INFO)):
-            self._log_finished(running, outcome, recorded[0], recorded[1], elapsed)
-
-    def _log_finished(
-        self, running: RunningJob, outcome: Outcome, recorded: Recorded, recording: OutcomeCall, elapsed: float
-    ) -> None:
-        """One line per finished attempt, named as the metrics name it: a success at debug (a line per job
-        would cost more than the job), a retry at info, a death at warning. The line says why in the
-        executor's words before any handler output (`exit code 3`, `HTTP 503`, `timeout after 10.0s`):
-        a handler's stderr or response body may echo the payload, so it is logged at debug only, and it
-        is always in the job's error history (`jobcar jobs show`)."""
-        level = _LOG_LEVELS.get(recorded, logging.INFO)
-        job = running.job
-        fields = {**log_fields(job), "outcome": recorded.value, "duration_s": round(elapsed, 6)}
-        why = _reason(outcome.error)
-        max_attempts = job.max_attempts or self._max_attempts(job)
-        if recorded is Recorded.RETRIED and not outcome.spend_attempt:
-            log.log(level, "job retried: %s; the next try in %.1f s, attempt %d not spent", why,
-                    recording.retry_in or 0.0, job.attempt, extra=fields)  # fmt: skip
-        elif recorded is Recorded.RETRIED:
-            log.log(level, "job retried: %s; attempt %d of %d failed, the next in %.1f s", why, job.attempt,
-                    max_attempts, recording.retry_in or 0.0, extra=fields)  # fmt: skip
-        elif recorded is Recorded.DEAD:
-            spent = "attempts exhausted" if outcome.kind is OutcomeKind.RETRY else "a permanent failure"
-            log.log(level, "job dead: %s (%s, attempt %d of %d); it is in the dead-letter queue", why, spent,
-                    job.attempt, max_attempts, extra=fields)  # fmt: skip
-        else:
-            log.log(level, "job %s", recorded.value, extra=fields)
-        if outcome.error:
-            log.debug("the attempt's error in full: %s", outcome.error, extra=fields)
+        if recorded is not None and log_finished_enabled(recorded[0]):
+            log_finished(job, outcome, recorded[0], recorded[1], elapsed, job.max_attempts or self._max_attempts(job))
 
     def _max_attempts(self, job: Job) -> int:
         handler = self.handlers.get(job.type)
@@ -447,11 +408,3 @@ class Attempts:
             why = "lease lost before the outcome was recorded; another daemon owns the job"
             log.warning(why, extra=log_fields(job))
         return recorded, recording
-
-
-def _reason(error: str | None) -> str:
-    """The executor's own words of an error, before any handler output: `exit code 3: <stderr>` -> `exit code 3`."""
-    if not error:
-        return "no reason given"
-    head = error.split(": ", 1)[0].strip()
-    return head if len(head) <= 200 else head[:199] + "…"
