@@ -17,6 +17,7 @@ from redis import exceptions as redis_errors
 from redis.asyncio.cluster import RedisCluster as AsyncRedisCluster
 
 from jobcar.errors import JobcarError
+from jobcar.history_calls import QueueHistory, history_call, parse_history
 from jobcar.job import FINISHED, Job, State
 from jobcar.job_view import JobView, LogRead, log_entry, state_or_none, with_handler_data
 from jobcar.keys import QueueKeys, queues_key, waiter_ttl_ms
@@ -24,11 +25,8 @@ from jobcar.limits_view import LimitGroup, read_limits
 from jobcar.replies import as_bytes, as_int, as_list, as_text, decode_names, parse_job, time_ms
 from jobcar.scripts import call
 from jobcar.transitions import (
-    QueueHistory,
     QueueStats,
-    history_call,
     job_fields_call,
-    parse_history,
     parse_job_fields,
     parse_stats,
     stats_call,

@@ -13,11 +13,12 @@ from jobcar.cli_support import CommandFailed, load, print_json, with_admin
 from jobcar.config_types import limit_rule_table
 from jobcar.errors import InvalidJob
 from jobcar.exit_codes import EX_FAILURE, EX_OK
+from jobcar.history_calls import QueueHistory
 from jobcar.limits_view import LimitGroup
 from jobcar.names import check_name
 from jobcar.recording import dead_letter_limits
 from jobcar.stats_document import HOUR_MS, MINUTE_MS, stats_document
-from jobcar.transitions import QueueHistory, QueueStats
+from jobcar.transitions import QueueStats
 
 # -- shared by the operators' commands -------------------------------------------------------------
 

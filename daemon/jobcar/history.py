@@ -13,10 +13,10 @@ from collections import Counter
 from typing import Final
 
 from jobcar.config_types import Config
+from jobcar.history_calls import count_call
 from jobcar.keys import QueueKeys
 from jobcar.recording import Recorded
 from jobcar.redis_link import RedisLink
-from jobcar.transitions import count_call
 
 #: How often a daemon adds its counts to Redis (seconds).
 FLUSH_INTERVAL: Final = 5.0

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from typing import Any, Final
 
-from jobcar.transitions import QueueHistory, QueueStats
+from jobcar.history_calls import QueueHistory
+from jobcar.transitions import QueueStats
 
 #: The windows of the stats document's counts of processed attempts.
 MINUTE_MS: Final = 60_000

@@ -147,7 +147,7 @@ async def test_the_overview_shows_what_redis_holds(ui: Ui, q: QueueDriver, r: re
 
 
 async def test_the_overview_charts_count_the_fleet_history(ui: Ui, q: QueueDriver, r: redis.Redis) -> None:
-    from jobcar.transitions import count_call
+    from jobcar.history_calls import count_call
 
     await execute_async(ui.client.redis, [count_call(q.keys, {("t.a", "done"): 40, ("t.a", "failed"): 3})])
     document = await (await ui.http.get("/ui/overview.json")).json()

@@ -13,11 +13,11 @@ from redis.exceptions import ResponseError
 from jobcar import State
 from jobcar.admin import Admin
 from jobcar.history import History
+from jobcar.history_calls import HISTORY_SLOT_MS, count_call
 from jobcar.keys import QueueKeys, daemons_key
 from jobcar.recording import Recorded
 from jobcar.redis_link import RedisLink, RedisUnavailable, connect
 from jobcar.scripts import call
-from jobcar.transitions import HISTORY_SLOT_MS, count_call
 from jobcar.transport import execute_async
 from tests.integration.conftest import StartDaemon
 from tests.integration.driver import QueueDriver

@@ -15,10 +15,11 @@ from typing import Any, Final
 
 from jobcar.admin import Admin
 from jobcar.fleet import DaemonInfo, live_daemons
+from jobcar.history_calls import QueueHistory
 from jobcar.job import Job, State
 from jobcar.job_search import CHUNK, SCAN_BUDGET, JobFilter, find, find_done, last_error
 from jobcar.replies import as_text
-from jobcar.transitions import QueueHistory, QueueStats
+from jobcar.transitions import QueueStats
 
 PAGE_SIZE: Final = 50
 #: Dead jobs the groups by type and error are made from (the newest).
