@@ -24,10 +24,19 @@ from collections.abc import Iterator, Sequence
 from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Final, Protocol
-from urllib.parse import urlsplit, urlunsplit
 
 from jobcar import __version__
-from jobcar.tracing_spans import CLIENT, CONSUMER, PRODUCER, Exporter, Fixed, Span, parse_traceparent
+from jobcar.tracing_spans import (
+    CLIENT,
+    CONSUMER,
+    PRODUCER,
+    Exporter,
+    Fixed,
+    Span,
+    parse_traceparent,
+    safe_url,
+    span_reason,
+)
 
 if TYPE_CHECKING:
     from jobcar.config_types import Handler, TracingSettings
@@ -38,26 +47,6 @@ if TYPE_CHECKING:
 __all__ = ["AppTracer", "MetricsPusher", "Partition", "ProducerTracer", "Tracer"]
 
 SYSTEM: Final = "jobcar"
-#: An error text on a span is cut to this (the job's error history keeps the whole of it).
-_MAX_REASON: Final = 300
-
-
-def _reason(error: str | None) -> str:
-    text = error or "no reason given"
-    return text if len(text) <= _MAX_REASON else text[: _MAX_REASON - 1] + "…"
-
-
-def _safe_url(url: str) -> str:
-    """A handler's URL without credentials (`http://user:password@host/` is allowed in the config); made once per
-    URL (a handful: the config's)."""
-    safe = _safe_urls.get(url)
-    if safe is None:
-        parts = urlsplit(url)
-        safe = _safe_urls[url] = urlunsplit((parts.scheme, parts.netloc.rpartition("@")[2], parts.path, "", ""))
-    return safe
-
-
-_safe_urls: dict[str, str] = {}
 
 
 def _messaging(operation: str, queue: str | None) -> dict[str, Any]:
@@ -183,7 +172,7 @@ class Tracer:
         self._end(span)
 
     def send_failed(self, span: Span, error: BaseException) -> None:
-        span.error(_reason(str(error) or type(error).__name__))
+        span.error(span_reason(str(error) or type(error).__name__))
         span.attributes["error.type"] = type(error).__name__
         self._end(span)
 
@@ -196,7 +185,7 @@ class Tracer:
         try:
             yield sent
         except BaseException as exc:
-            span.error(_reason(str(exc) or type(exc).__name__))
+            span.error(span_reason(str(exc) or type(exc).__name__))
             raise
         finally:
             span.attributes["messaging.batch.message_count"] = sent.count
@@ -272,7 +261,7 @@ class Tracer:
         if fixed is None:
             attributes: dict[str, Any] = {"jobcar.job.type": job.type, "jobcar.attempt": job.attempt}
             if url is not None:
-                attributes |= {"jobcar.handler": "http", "http.request.method": "POST", "url.full": _safe_url(url)}
+                attributes |= {"jobcar.handler": "http", "http.request.method": "POST", "url.full": safe_url(url)}
             else:
                 attributes |= {"jobcar.handler": "command", "process.executable.name": target}
             fixed = self._fix(key, attributes)
@@ -287,7 +276,7 @@ class Tracer:
     def handler_returned(self, call: Span, outcome: Outcome) -> None:
         call.attributes["jobcar.handler.outcome"] = outcome.kind.value
         if outcome.error is not None and outcome.spend_attempt:
-            call.error(_reason(outcome.error))
+            call.error(span_reason(outcome.error))
         self._end(call)
 
     def recorded(self, span: Span, recorded: str, outcome: Outcome, retry_in: float | None) -> None:
@@ -299,13 +288,13 @@ class Tracer:
             span.attributes["jobcar.retry.delay_s"] = float(retry_in)
         if snoozed and recorded == "retried":
             span.add_event("jobcar.snoozed", {"jobcar.snooze.delay_s": float(retry_in or 0.0),
-                                              "jobcar.reason": _reason(outcome.error)})  # fmt: skip
+                                              "jobcar.reason": span_reason(outcome.error)})  # fmt: skip
         elif recorded == "dead":
-            reason = _reason(outcome.error)
+            reason = span_reason(outcome.error)
             span.attributes["jobcar.dead.reason"] = reason
             span.error(reason)
         elif recorded == "retried":
-            span.error(_reason(outcome.error))
+            span.error(span_reason(outcome.error))
         self._end(span)
 
     def unrecorded(self, span: Span, why: str) -> None:
@@ -354,7 +343,7 @@ class AppTracer:
     def send_failed(self, span: Any, error: BaseException) -> None:
         from opentelemetry.trace import Status, StatusCode
 
-        span.set_status(Status(StatusCode.ERROR, _reason(str(error) or type(error).__name__)))
+        span.set_status(Status(StatusCode.ERROR, span_reason(str(error) or type(error).__name__)))
         span.set_attribute("error.type", type(error).__name__)
         span.end()
 

@@ -1,8 +1,8 @@
 """The daemon's spans, as `tracing_otel.Tracer` records them, and their way out: a `Span` is a few plain fields
 (`Fixed` the attributes many spans share), encoded as OTLP protobuf by hand (an ExportTraceServiceRequest of
 the daemon's ended spans) and POSTed to `<endpoint>/v1/traces` in batches by a thread of its own (`Exporter`).
-No OpenTelemetry package is needed for them (ADR 0025). Loaded by `tracing_otel.py` only (others name `Span` for
-typing alone).
+What a span may say of an error or a URL is cut here too (`span_reason`, `safe_url`). No OpenTelemetry package
+is needed for them (ADR 0025). Loaded by `tracing_otel.py` only (others name `Span` for typing alone).
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ import urllib.request
 from collections import deque
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, Final
-from urllib.parse import unquote
+from urllib.parse import unquote, urlsplit, urlunsplit
 
 from jobcar import __version__
 
@@ -267,3 +267,26 @@ class Exporter:
         self._thread.join(timeout=10)
         if self.dropped:
             log.warning("%d spans were dropped: more than %d waited for the exporter", self.dropped, MAX_QUEUE)
+
+
+#: An error text on a span is cut to this (the job's error history keeps the whole of it).
+_MAX_REASON: Final = 300
+
+
+def span_reason(error: str | None) -> str:
+    """An error as a span says it: cut to _MAX_REASON."""
+    text = error or "no reason given"
+    return text if len(text) <= _MAX_REASON else text[: _MAX_REASON - 1] + "…"
+
+
+def safe_url(url: str) -> str:
+    """A handler's URL without credentials (`http://user:password@host/` is allowed in the config); made once per
+    URL (a handful: the config's)."""
+    safe = _safe_urls.get(url)
+    if safe is None:
+        parts = urlsplit(url)
+        safe = _safe_urls[url] = urlunsplit((parts.scheme, parts.netloc.rpartition("@")[2], parts.path, "", ""))
+    return safe
+
+
+_safe_urls: dict[str, str] = {}
