@@ -44,7 +44,7 @@ TOKEN_FIELD: Final = "attempt_token"
 #: A token's random bytes: 192 bits, as 32 characters of URL-safe base64 (no padding: 24 bytes are 32 whole
 #: characters, so a run of tokens encoded at once is cut into tokens). Short: it goes out with every job.
 _TOKEN_BYTES: Final = 24
-_TOKEN_CHARS: Final = 32
+_TOKEN_CHARS: Final = _TOKEN_BYTES * 4 // 3
 _TOKENS_MADE: Final = 256
 #: A job id made only of these characters goes into its attempt's URL as it is; quoting costs every job's path.
 _NEEDS_NO_QUOTING: Final = re.compile(r"[A-Za-z0-9_.~-]+").fullmatch
