@@ -9,15 +9,15 @@ it is the ceiling, not a peer.
 
 - enqueue_many (chunks of 500, one round trip each) and HTTP POST /v1/jobs batches of 500
   ({"jobs": [...]}) beside LPUSH pipelined 500 per round trip, over --jobs jobs;
-- single `enqueue` and HTTP POST /v1/jobs of one job, one request at a time, beside one LPUSH round trip
-  at a time, over a tenth of --jobs; and the floor for any script that keeps per-job state, one EVALSHA
-  doing only HSET + LPUSH per job;
-- HTTP POST /v1/jobs of one job from 1, 8 and 64 concurrent keep-alive clients (HTTP_CLIENTS), beside the
-  same load on a bare aiohttp server on uvloop that parses each job's JSON and answers 201, storing nothing
-  (bench/noop_app.py): the HTTP stack's own limit, which concurrent producers meet before Redis's.
+- single `enqueue`, one call at a time, beside one LPUSH round trip at a time, over a tenth of --jobs; and the
+  floor for any script that keeps per-job state, one EVALSHA doing only HSET + LPUSH per job;
+- HTTP POST /v1/jobs of one job from 1, 8 and 64 concurrent keep-alive clients (HTTP_CLIENTS), over a tenth of
+  --jobs, beside the same load on a bare aiohttp server on uvloop that parses each job's JSON and answers 201,
+  storing nothing (bench/noop_app.py): the HTTP stack's own limit, which concurrent producers meet before
+  Redis's (bench/run.py also sets the one-client figure beside single LPUSH).
 
 The HTTP scenarios post to a real `jobcar run` daemon's listener on loopback, from an aiohttp client on
-uvloop (one keep-alive connection, each body encoded per request as a producer would). The daemon serves
+uvloop (keep-alive connections, each body encoded per request as a producer would). The daemon serves
 no handler for the enqueued queue, so it only enqueues; it runs only during a round's scenarios.
 """
 
@@ -169,7 +169,6 @@ def pairs(jobs: int, api_url: str | None, bare_url: str | None = None) -> list[P
     if api_url is not None:
         found += [
             Pair("HTTP batch", partial(http_batch, api_url), "pipelined LPUSH", bulk_lpush, jobs),
-            Pair("HTTP single", partial(http_single, api_url), "single LPUSH", single_lpush, single),
         ]
         bare = bare_url or "-"
         found += [

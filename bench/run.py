@@ -421,8 +421,9 @@ def build_rows(f: Figures, peers_record: dict[str, Any], sizes: Sizes, skipped: 
         rows.append(Row(title, rate(one), why, target="> 1×", met="n/a"))
     rows.append(versus(f"HTTP /v1/jobs batches of {enqueue.HTTP_BATCH}, jobs/s ({bulk:,})",
                        m("enqueue HTTP batch jobs/s"), "pipelined LPUSH", pipelined))  # fmt: skip
-    rows.append(versus(f"HTTP /v1/jobs single, jobs/s ({single:,})", m("enqueue HTTP single jobs/s"), "single LPUSH",
-                       lpush))  # fmt: skip
+    # One producer at a time (bench/enqueue.py's first concurrency) against one LPUSH round trip at a time.
+    rows.append(versus(f"HTTP /v1/jobs single, jobs/s ({single:,})", m("enqueue HTTP single x1 jobs/s"),
+                       "single LPUSH", lpush))  # fmt: skip
     # Concurrent producers, one job per request, against the HTTP stack's own limit: the target is at 64.
     for clients in enqueue.HTTP_CLIENTS:
         rows.append(versus(f"  HTTP single from {clients} concurrent clients ({single:,})",
