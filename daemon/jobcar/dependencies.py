@@ -36,7 +36,7 @@ def after_refs(after: object, queue: str) -> tuple[str, ...]:
     """The references of the `after=` option: job ids (in the job's own queue), (queue, id) pairs, or what
     `enqueue` returned (a JobInfo, a Job: anything with `id` and `queue`). One of them alone is taken as
     a list of one."""
-    items = list(after) if isinstance(after, Iterable) and not isinstance(after, str | tuple) else [after]
+    items = list(after) if isinstance(after, Iterable) and not isinstance(after, (str, tuple)) else [after]
     if not items:
         raise InvalidJob("after names no job: give one or more job ids")
     if len(items) > MAX_AFTER:
@@ -47,7 +47,7 @@ def after_refs(after: object, queue: str) -> tuple[str, ...]:
 def _ref_of(item: Any, queue: str) -> str:
     if isinstance(item, str):
         return job_ref(queue, check_name("job id in after", item, ID_PATTERN))
-    if isinstance(item, tuple | list) and len(item) == 2:  # a list: from JSON (the HTTP API)
+    if isinstance(item, (tuple, list)) and len(item) == 2:  # a list: from JSON (the HTTP API)
         other, job_id = item
     elif hasattr(item, "id") and hasattr(item, "queue"):
         other, job_id = item.queue, item.id

@@ -103,7 +103,7 @@ def parse_progress(raw: bytes | None) -> Progress | None:
         return Progress(
             int(document["at"]),
             int(document["attempt"]),
-            float(percent) if isinstance(percent, int | float) and not isinstance(percent, bool) else None,
+            float(percent) if isinstance(percent, (int, float)) and not isinstance(percent, bool) else None,
             message if isinstance(message, str) else None,
         )
     except (ValueError, KeyError, TypeError):

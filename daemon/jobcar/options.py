@@ -20,15 +20,17 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from enum import StrEnum
-from typing import Annotated, Final, Literal, Protocol, TypedDict, get_type_hints
+from typing import Annotated, Final, Literal, Protocol, TypedDict, Union, get_type_hints
 
 from jobcar.dependencies import ON_DEPENDENCY_FAILURE
 from jobcar.keys import MAX_PRIORITY
 
+# Duration, Instant and JobRef are spelled with Union: _read_options evaluates them, which `X | Y` between
+# types cannot do on a Python 3.9 Spark executor (spark_compat).
 #: Seconds as a number or a timedelta, or text like "30s" or "1h30m".
-Duration = float | timedelta | str
+Duration = Union[float, timedelta, str]  # noqa: UP007
 #: A timezone-aware datetime, or seconds since the epoch.
-Instant = datetime | float
+Instant = Union[datetime, float]  # noqa: UP007
 
 
 class Enqueued(Protocol):
@@ -41,7 +43,7 @@ class Enqueued(Protocol):
 
 
 #: A job that another waits for: its id (in the same queue), a (queue, id) pair, or what enqueue returned.
-JobRef = str | tuple[str, str] | Enqueued
+JobRef = Union[str, tuple[str, str], Enqueued]  # noqa: UP007
 
 UNIQUE_MODES: Final = ("until_done", "window")
 

@@ -28,9 +28,9 @@ from jobcar.units import parse_duration
 
 #: A payload is either a JSON-serialisable value (sent as application/json) or raw bytes.
 Payload: TypeAlias = Any
-Seconds: TypeAlias = float | timedelta
+Seconds: TypeAlias = "float | timedelta"
 #: An item of enqueue_many: (type, payload) or (type, payload, {option: value, ...}).
-JobSpec: TypeAlias = tuple[str, Payload] | tuple[str, Payload, Mapping[str, Any]]
+JobSpec: TypeAlias = "tuple[str, Payload] | tuple[str, Payload, Mapping[str, Any]]"
 
 DEFAULT_MAX_PAYLOAD_BYTES: Final = 1024 * 1024
 RAW_CONTENT_TYPE: Final = "application/octet-stream"
@@ -107,7 +107,7 @@ def _seconds(what: str, value: object, maximum: float = MAX_SECONDS, *, text: bo
             value = parse_duration(value)
         except ValueError as exc:
             raise InvalidJob(f"{what}: {exc}") from None
-    if isinstance(value, bool) or not isinstance(value, int | float):
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
         kinds = 'seconds (a number), a duration like "30s" or a timedelta' if text else "seconds (a number)"
         raise InvalidJob(f"{what} must be {kinds}, not {type(value).__name__}")
     if not math.isfinite(value) or value < 0 or value > maximum:
@@ -199,7 +199,7 @@ def _debounce(values: Mapping[str, Any], job_type: str) -> tuple[str | None, int
 def encode_payload(payload: Payload, content_type: str | None, max_bytes: int) -> tuple[bytes, str | None]:
     """Bytes go as they are; anything else is encoded as JSON. Returns (body, content type to store),
     where None stands for the default, application/json."""
-    if isinstance(payload, bytes | bytearray | memoryview):
+    if isinstance(payload, (bytes, bytearray, memoryview)):
         body = bytes(payload)
         ctype = content_type or RAW_CONTENT_TYPE
     else:
@@ -344,7 +344,7 @@ def build_callbacks(
         if not isinstance(spec, tuple) or len(spec) not in (2, 3):
             raise InvalidJob(f"{kind}: expected (type, data) or (type, data, options), got {spec!r}")
         options = dict(spec[2]) if len(spec) == 3 else {}
-        if isinstance(spec[1], bytes | bytearray | memoryview) or options.get("content_type") is not None:
+        if isinstance(spec[1], (bytes, bytearray, memoryview)) or options.get("content_type") is not None:
             raise InvalidJob(f"{kind}: its data must be JSON: the job gets it with the batch's counts around it")
         clash = sorted(CALLBACK_RESERVED & set(options))
         if clash:

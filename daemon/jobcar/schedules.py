@@ -110,7 +110,7 @@ def _zone(name: str) -> ZoneInfo:
 
 
 def _ms(what: str, value: object) -> int:
-    if isinstance(value, bool) or not isinstance(value, str | int | float):
+    if isinstance(value, bool) or not isinstance(value, (str, int, float)):
         raise InvalidJob(f"{what} must be a duration: seconds, or text like 30s, 5m, 1h")
     try:
         return round(parse_duration(value) * 1000)  # round: 1.001 s is 1000.9999... ms as a float
@@ -133,7 +133,7 @@ def _moment_ms(what: str, value: object) -> int | None:
         if moment.tzinfo is None:
             raise InvalidJob(f"{what} {value!r} needs a timezone, like {value}Z")
         return int(moment.timestamp() * 1000)
-    if isinstance(value, int | float) and not isinstance(value, bool) and value >= 0:
+    if isinstance(value, (int, float)) and not isinstance(value, bool) and value >= 0:
         return int(value * 1000)
     raise InvalidJob(f"{what} must be an RFC 3339 time or epoch seconds, not {value!r}")
 

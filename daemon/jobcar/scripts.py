@@ -28,7 +28,7 @@ from importlib import resources
 from typing import Final, TypeAlias
 
 #: An argument of a script call, as redis-py sends it.
-Arg: TypeAlias = bytes | str | int | float
+Arg: TypeAlias = "bytes | str | int | float"
 #: A reply as redis-py returns it (clients are made with decode_responses=False: text is bytes).
 Reply: TypeAlias = object
 

@@ -78,7 +78,7 @@ def async_sentinel_client(url: str, **options: Any) -> AsyncSentinelRedis:
 
 def replica_wait_of(client: object) -> ReplicaWait | None:
     """The WAIT a producer sends behind its enqueues through `client`: its Sentinel URL's, else none."""
-    if isinstance(client, SentinelRedis | AsyncSentinelRedis):
+    if isinstance(client, (SentinelRedis, AsyncSentinelRedis)):
         return client.replica_wait
     return None
 

@@ -6,15 +6,15 @@
     Client.from_url(URL).wait_batch(batch, timeout=3600)
 
 pyspark is not imported here (only for type checking): this module is shipped to the executors with
-the rest of the package and runs there with nothing but the standard library and redis-py (on Python 3.10
-too: spark_compat). The `jobcar` format of Spark 4 is in spark_source.py; docs/spark.md says how to use both.
+the rest of the package and runs there with nothing but the standard library and redis-py (on Python 3.9
+and 3.10 too: spark_compat). The `jobcar` format of Spark 4 is in spark_source.py; docs/spark.md says how to use both.
 
     python -m jobcar.spark zip [jobcar.zip]      # the package as a zip for addPyFile / --py-files
 """
 
 from __future__ import annotations
 
-from jobcar import spark_compat  # noqa: F401 -- first: the 3.11 names the modules below import, on 3.10
+from jobcar import spark_compat  # noqa: F401 -- first: what the modules below use of 3.10 and 3.11, on 3.9
 
 # isort: split
 
@@ -191,7 +191,7 @@ def main(argv: list[str] | None = None) -> int:
     made.add_argument("output", nargs="?", default="jobcar.zip", type=Path)
     args = parser.parse_args(argv)
     archive = build_zip(args.output)
-    print(f"{archive}: jobcar for the executors (Python 3.10+, with redis-py; pyarrow for the jobcar format)")
+    print(f"{archive}: jobcar for the executors (Python 3.9+, with redis-py; pyarrow for the jobcar format)")
     return 0
 
 

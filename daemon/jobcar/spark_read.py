@@ -14,7 +14,7 @@ and one that is gone by then (succeeded without a kept result, canceled) is left
 
 from __future__ import annotations
 
-from jobcar import spark_compat  # noqa: F401 -- first: the 3.11 names the modules below import, on 3.10
+from jobcar import spark_compat  # noqa: F401 -- first: what the modules below use of 3.10 and 3.11, on 3.9
 
 # isort: split
 

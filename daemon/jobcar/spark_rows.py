@@ -9,7 +9,7 @@ as both pyspark's Row and a mapping allow).
 
 from __future__ import annotations
 
-from jobcar import spark_compat  # noqa: F401 -- first: the 3.11 names the modules below import, on 3.10
+from jobcar import spark_compat  # noqa: F401 -- first: what the modules below use of 3.10 and 3.11, on 3.9
 
 # isort: split
 
@@ -120,7 +120,7 @@ def _instant(name: str, value: object) -> object:
         except ValueError:
             pass
         try:
-            # 3.10's fromisoformat reads no "Z": the executors may be 3.10 (spark_compat).
+            # 3.9's and 3.10's fromisoformat read no "Z": the executors may be either (spark_compat).
             value = datetime.fromisoformat(text[:-1] + "+00:00" if text.endswith(("Z", "z")) else text)
         except ValueError:
             raise InvalidJob(f"{name}: {text!r} is not RFC 3339 with a zone nor epoch seconds") from None
@@ -197,9 +197,9 @@ def jsonable(value: Any) -> Any:
         return {k: v if type(v) in _PLAIN else jsonable(v) for k, v in value.items()}
     if isinstance(value, tuple) and hasattr(value, "__fields__"):  # a Row: a struct column
         return jsonable(as_dict(value))
-    if isinstance(value, list | tuple):
+    if isinstance(value, (list, tuple)):
         return [v if type(v) in _PLAIN else jsonable(v) for v in value]
-    if isinstance(value, datetime | date):
+    if isinstance(value, (datetime, date)):
         return value.isoformat()
     if isinstance(value, timedelta):
         return value.total_seconds()
@@ -274,7 +274,7 @@ class RowJobs:
                 options[option] = read_option(option, value)
         if self.payload_column is not None:
             value = row[self.payload_column]
-            body: object = value if isinstance(value, bytes | bytearray) else jsonable(value)
+            body: object = value if isinstance(value, (bytes, bytearray)) else jsonable(value)
         else:
             values = as_dict(row)
             for column in self.columns.values():
@@ -294,7 +294,7 @@ class RowJobs:
             return key if isinstance(key, str) else str(key)
         # <prefix>.<micro-batch>.<digest of the payload>.<n>: a replay of the micro-batch gives its rows the
         # same ids; n tells apart equal rows of one partition (in the order they come).
-        blob = body if isinstance(body, bytes | bytearray) else json.dumps(body, sort_keys=True, default=str).encode()
+        blob = body if isinstance(body, (bytes, bytearray)) else json.dumps(body, sort_keys=True, default=str).encode()
         digest = hashlib.sha256(bytes(blob)).hexdigest()[:24]
         seen[digest] = n = seen.get(digest, 0) + 1
         return f"{self.id_prefix}.{epoch}.{digest}.{n}"

@@ -101,7 +101,7 @@ def parse_duration(value: str | float) -> float:
     """
     if isinstance(value, bool):
         raise ValueError(f"invalid duration {value!r}: {_DURATION_HELP}")
-    if isinstance(value, int | float):
+    if isinstance(value, (int, float)):
         if not math.isfinite(value):
             raise ValueError(f"invalid duration {value!r}: must be a finite number of seconds")
         if value < 0:
