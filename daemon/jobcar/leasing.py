@@ -15,7 +15,7 @@ import json
 import logging
 import random
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Final
 
@@ -106,6 +106,8 @@ class Leaser:
         self.draining = draining
         self.alive = alive
         self._wait_connection: AbstractConnection | None = None
+        #: Told the queue of each wait that a wake ended (the runner's settler).
+        self.on_woken: Callable[[str], None] = lambda queue: None
 
     def apply(self, config: Config) -> None:
         self.config = config
@@ -201,19 +203,22 @@ class Leaser:
         # IDLE_WAIT_MAX is whole seconds: redis-py types the timeout as int (the server takes decimals).
         wake, timeout = queue.keys.wake, int(IDLE_WAIT_MAX)
 
-        async def wait() -> Reply:
+        async def wait() -> tuple[bool, Reply]:
+            """(whether a wake ended the wait, the lease's reply when one was sent behind it)."""
             if count and self.alive is not None:
                 call = self._lease(queue, count, alive_key=self.alive.key)
                 return await lease_on_wake(await self._wait_target(), wake, timeout, call)
             with closed_transport_is_connection_error():
                 try:
-                    return await self.link.blocking_client.blmove(wake, wake, timeout, "RIGHT", "RIGHT")
+                    waited = await self.link.blocking_client.blmove(wake, wake, timeout, "RIGHT", "RIGHT")
                 except redis.exceptions.ResponseError as exc:
                     raise naming_key(exc, wake, "list") from None
+            return waited is not None, None
 
         with self._reserved(queue, count):
             try:
-                reply = await self.link.call(wait)  # RedisUnavailable: the queue stays idle, the next pass blocks again
+                # RedisUnavailable: the queue stays idle, the next pass blocks again
+                woken, reply = await self.link.call(wait)
             except RedisRefused:
                 # A full server refuses the plain wait (BLMOVE is a write) but not the lease (ADR 0008): lease
                 # instead, at the refusal's pace (the link paused before raising), until the wait is accepted.
@@ -222,6 +227,10 @@ class Leaser:
                 return
             queue.went_idle.clear()
             queue.ready = True
+            if woken:
+                # A wake comes with a job, or with an ended dependency's entry in the settled list (the
+                # script that left it woke the queue): the settler looks at once (ADR 0022).
+                self.on_woken(queue.keys.queue)
             if count:
                 await self._take(queue, count, reply)
                 # Let the jobs just started send their requests before this task re-arms its wait:

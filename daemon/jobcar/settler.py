@@ -1,13 +1,15 @@
 """Dependencies (ADR 0016): carry how a job ended to the jobs waiting for it.
 
 The script that ends a job others wait for leaves an entry in its queue's `settled` list: [[id, ...],
-outcome, [reference, ...]] (the jobs one call ended the same way for the same waiting jobs). The settler
-tells each waiting job (the settle script, on that job's own slot, which on a Cluster may be another
-node's), then removes the entry. A daemon whose ack, kill or retry left an entry settles its queue at
-once; every daemon also looks at the queues it serves every PASS_INTERVAL, which carries what a crash left
-between the two steps, and what other scripts (a reap, a cancel) left. That look is one EXISTS over every
-served queue's list, and reads the lists only when one exists (ADR 0022). Telling a job twice changes
-nothing, so two daemons carrying the same entry are harmless.
+outcome, [reference, ...]] (the jobs one call ended the same way for the same waiting jobs), and wakes the
+queue. The settler tells each waiting job (the settle script, on that job's own slot, which on a Cluster may
+be another node's), then removes the entry. A queue is settled at once when this daemon's ack, kill or retry
+left an entry, and when its watcher was woken (a job, or an entry another process left: a CLI's cancel, a
+Spark driver's seal_batch, another daemon's reap). Every daemon also looks at the queues it serves every
+PASS_INTERVAL: the backstop for what no wake reached (a crash between the two steps, a queue busy enough
+that its watcher was not waiting). That look is one EXISTS over every served queue's list, and reads the
+lists only when one exists (ADR 0022). Telling a job twice changes nothing, so two daemons carrying the same
+entry are harmless.
 """
 
 from __future__ import annotations
@@ -17,12 +19,14 @@ import contextlib
 import functools
 import json
 import logging
+import math
 import time
 from typing import Final
 
 from jobcar.config_types import Config
 from jobcar.dependency_calls import settle_call
 from jobcar.keys import QueueKeys, job_ref, split_job_ref
+from jobcar.leasing import IDLE_WAIT_MAX
 from jobcar.loops import any_exists
 from jobcar.recording import dead_letter_limits
 from jobcar.redis_link import RedisLink, naming_key
@@ -31,8 +35,9 @@ from jobcar.transitions import DeadLetterLimits
 
 log = logging.getLogger("jobcar.settler")
 
-#: The longest a queue's ended dependencies wait for a look when no ack of this daemon announced them.
-PASS_INTERVAL: Final = 1.0
+#: The longest a queue's ended dependencies wait for a look when no wake announced them: the watchers' own
+#: longest wait, which is how long a lost wake may hold up a job too.
+PASS_INTERVAL: Final = IDLE_WAIT_MAX
 #: Entries read per queue and look; a queue with more is looked at again at once.
 ENTRIES_PER_LOOK: Final = 500
 OUTCOMES: Final = frozenset({"done", "dead", "canceled"})
@@ -47,29 +52,31 @@ class Settler:
         self.config = config
         self._due: set[str] = set()
         self._woken = asyncio.Event()
-        self._full_pass_at = 0.0  # monotonic time of the last look at every queue
+        self.pass_interval = PASS_INTERVAL
+        self._full_pass_at = -math.inf  # monotonic time of the last look at every queue: the first is due at once
         self._refusals: dict[Arg, str] = {}
 
     def apply(self, config: Config) -> None:
         self.config = config
 
     def wake(self, queue: str) -> None:
-        """An outcome this daemon recorded left an entry in the queue's settled list: settle it now."""
+        """The queue's settled list may hold an entry (this daemon's outcome left one, or its watcher was
+        woken): look at it now."""
         if queue in self.queues:
             self._due.add(queue)
             self._woken.set()
 
     async def step(self) -> None:
-        """The queues an ack announced as soon as it did, and every queue each PASS_INTERVAL, however busy
+        """The queues a wake announced as soon as it did, and every queue each pass_interval, however busy
         the announced ones keep it (a fan-in's acks must not hold up the deaths and cancels of the others)."""
         with contextlib.suppress(TimeoutError):
-            async with asyncio.timeout(max(0.0, self._full_pass_at + PASS_INTERVAL - time.monotonic())):
+            async with asyncio.timeout(max(0.0, self._full_pass_at + self.pass_interval - time.monotonic())):
                 await self._woken.wait()
         self._woken.clear()
         due, self._due = self._due, set()
         queues = [self.queues[queue] for queue in sorted(due)]
         try:
-            if time.monotonic() >= self._full_pass_at + PASS_INTERVAL:
+            if time.monotonic() >= self._full_pass_at + self.pass_interval:
                 self._full_pass_at = time.monotonic()
                 # The pass first asks whether any of the other queues' settled lists exists, in one command:
                 # an idle daemon's pass is that one EXISTS, not one LRANGE per queue (ADR 0022). A list of

@@ -6,6 +6,7 @@ watcher sends every IDLE_WAIT_MAX runs TIME and one EXISTS, and checks a key's t
 
 from __future__ import annotations
 
+import asyncio
 import re
 from collections import Counter
 from collections.abc import Awaitable, Iterator, Sequence
@@ -18,9 +19,18 @@ import redis.asyncio
 
 from jobcar.job import State
 from jobcar.scripts import Reply, ScriptCall, script
-from jobcar.transitions import LeaseResult, lease_call, parse_lease
+from jobcar.transitions import LeaseResult, cancel_call, lease_call, parse_lease
 from tests.integration.driver import QueueDriver
-from tests.integration.test_daemon_parts import MakeParts, Parts, Target, any_target, make_parts, target, until_expired
+from tests.integration.test_daemon_parts import (
+    PATIENCE,
+    MakeParts,
+    Parts,
+    Target,
+    any_target,
+    make_parts,
+    target,
+    until_expired,
+)
 from tests.servers import RedisServer
 
 __all__ = ["any_target", "make_parts", "target"]  # the fixtures this module uses
@@ -127,6 +137,31 @@ async def test_the_settlers_pass_after_idle_ones_carries_an_entry_no_wake_announ
     await settler.step()  # the next pass, PASS_INTERVAL after the last
 
     assert a.where(waiting.id) is State.PENDING
+    assert not c.redis.exists(c.keys.settled)
+
+
+async def test_an_entry_another_process_left_is_carried_at_the_wake_its_script_sent(
+    any_target: Target, make_parts: MakeParts
+) -> None:
+    """A cancel from outside the daemon (a CLI's) leaves its entry and wakes the queue: the watcher blocked on
+    the wake tells the settler, which carries the entry without waiting for a pass."""
+    parts = await make_parts(any_target, queues=QUEUES)
+    a, c = any_target.driver("a"), any_target.driver("c")
+    settler = parts.runner.settler
+    settler.pass_interval = 3600.0  # no pass comes during the test: only the wake can carry the entry
+    await settler.step()  # the first pass, at once
+    dependency = c.enqueue("t", delay=3600)
+    waiting = a.enqueue("t", after=[("c", dependency.id)])
+    c.redis.delete(c.keys.wake)  # c is idle: nothing pending, its wake consumed
+    queue = parts.queue("c")
+    queue.went_idle.set()
+    watcher = asyncio.create_task(parts.leaser.watch(queue))
+
+    assert c.run(cancel_call(c.keys, dependency.id)) == [b"canceled", b"scheduled"]  # from another client
+    await asyncio.wait_for(watcher, PATIENCE)
+    await asyncio.wait_for(settler.step(), PATIENCE)
+
+    assert a.where(waiting.id) is State.DEAD, "the dependency was canceled: the waiting job fails"
     assert not c.redis.exists(c.keys.settled)
 
 
