@@ -2,8 +2,10 @@
 who runs (host, pid, version, queues, concurrency, jobs in flight, since when), for the dashboard.
 
 An entry carries the Redis times of its first announce and of its last renewal; one not renewed for LIVE_FOR
-is a daemon gone without saying so (`kill -9`, a lost host) and is not shown, and the next announce of any
-daemon deletes it after FORGET_AFTER. A daemon that stops cleanly withdraws its entry.
+is a daemon gone without saying so (`kill -9`, a lost host) and is not shown, and a daemon's sweep (its first
+announce, then one every SWEEP_EVERY) deletes it after FORGET_AFTER. The announces between sweeps read
+nothing: the daemon passes its first announce's time back, and the script only writes the entry. A daemon
+that stops cleanly withdraws its entry.
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ from jobcar import __version__
 from jobcar.config_types import Config
 from jobcar.keys import daemons_key
 from jobcar.replies import time_ms
-from jobcar.scripts import ScriptCall, call
+from jobcar.scripts import Reply, ScriptCall, call
 from jobcar.transport import AsyncRedis
 
 #: How often a daemon renews its entry (seconds).
@@ -32,6 +34,9 @@ ANNOUNCE_INTERVAL: Final = 5.0
 LIVE_FOR_MS: Final = 3 * int(ANNOUNCE_INTERVAL * 1000)
 #: An entry not renewed for this long (ms) is deleted.
 FORGET_AFTER_MS: Final = 3_600_000
+#: Every this many announces, one reads every entry to delete the forgotten ones (once a minute): an entry
+#: is forgotten an hour after its daemon went, so reading them all every 5 s bought nothing (ADR 0022).
+SWEEP_EVERY: Final = 12
 
 
 @dataclass(frozen=True, slots=True)
@@ -52,7 +57,7 @@ class Announcer:
 
     def __init__(
         self,
-        send: Callable[[list[ScriptCall]], Awaitable[object]],
+        send: Callable[[list[ScriptCall]], Awaitable[list[Reply]]],
         config: Config,
         in_flight: Callable[[], int],
         found: Callable[[], Iterable[str]] = tuple,
@@ -63,6 +68,8 @@ class Announcer:
         self.found = found  # the queues served because a pattern matched them (ADR 0027), after the config's
         self.host = socket.gethostname()
         self.id = f"{self.host}:{os.getpid()}:{secrets.token_hex(3)}"
+        self._started_ms: int | None = None  # the Redis time of the first announce, once a reply gave it
+        self._announces = 0
 
     def apply(self, config: Config) -> None:
         self.config = config
@@ -84,7 +91,12 @@ class Announcer:
 
     async def _send(self, entry: str) -> None:
         key = daemons_key(self.config.namespace)
-        await self.send([call("announce", (key,), (self.id, entry, FORGET_AFTER_MS))])
+        sweep = self._started_ms is None or self._announces % SWEEP_EVERY == 0
+        started = "" if sweep else str(self._started_ms)
+        self._announces += 1
+        (reply,) = await self.send([call("announce", (key,), (self.id, entry, FORGET_AFTER_MS, started))])
+        if isinstance(reply, list) and len(reply) == 2 and entry:
+            self._started_ms = int(reply[1])
 
 
 async def live_daemons(redis: AsyncRedis, namespace: str) -> list[DaemonInfo]:

@@ -26,7 +26,7 @@ import redis
 from jobcar.admin import Admin
 from jobcar.client import AsyncClient
 from jobcar.config_types import Config, UiSettings
-from jobcar.fleet import FORGET_AFTER_MS, LIVE_FOR_MS, Announcer, live_daemons
+from jobcar.fleet import FORGET_AFTER_MS, LIVE_FOR_MS, SWEEP_EVERY, Announcer, live_daemons
 from jobcar.job import State
 from jobcar.job_listing import list_children
 from jobcar.keys import daemons_key
@@ -175,8 +175,12 @@ async def test_the_overview_lists_the_live_daemons_only(ui: Ui, namespace: str, 
     assert daemon.started_ms == daemon.seen_ms  # both Redis time, of the first announce
     page = await ui.get("/ui/")
     assert f'<td>{daemon.host}</td><td class="num">{daemon.pid}</td>' in page.text
-    # The next announce forgets what has been silent for FORGET_AFTER_MS (both entries above).
+    # The announces between sweeps only write the daemon's own entry; the next sweep (every SWEEP_EVERY-th)
+    # forgets what has been silent for FORGET_AFTER_MS (both entries above).
     assert FORGET_AFTER_MS > LIVE_FOR_MS
+    for _ in range(SWEEP_EVERY - 1):
+        await announcer.announce()
+    assert set(r.hkeys(daemons_key(namespace))) == {announcer.id.encode(), b"gone:1", b"garbage"}
     await announcer.announce()
     assert set(r.hkeys(daemons_key(namespace))) == {announcer.id.encode()}
     (renewed,) = await live_daemons(ui.client.redis, namespace)

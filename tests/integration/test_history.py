@@ -113,6 +113,7 @@ async def test_a_history_hour_or_daemons_key_of_another_type_is_refused_naming_i
         await execute_async(link.client, [count_call(keys, {("email", "done"): 1})])
     with pytest.raises(ResponseError, match=re.escape(expected)):
         await Admin(link.client, namespace).history(["default"])
-    announce = call("announce", (daemons_key(namespace),), ("d1", "{}", 60_000))
-    with pytest.raises(ResponseError, match=re.escape(f"{daemons_key(namespace)} holds a string, not a hash")):
-        await execute_async(link.client, [announce])
+    for started in ("", 1_700_000_000_000):  # a sweep's read, and a renewal's write
+        announce = call("announce", (daemons_key(namespace),), ("d1", "{}", 60_000, started))
+        with pytest.raises(ResponseError, match=re.escape(f"{daemons_key(namespace)} holds a string, not a hash")):
+            await execute_async(link.client, [announce])
