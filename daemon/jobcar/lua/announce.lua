@@ -8,8 +8,8 @@
 -- ARGV[2] its JSON object, both times left out; "" withdraws the entry (a daemon stopping)
 -- ARGV[3] the forget time (ms)
 -- ARGV[4] the daemon's started_ms as an earlier reply gave it: a renewal that reads nothing (TIME and HSET);
---         "" (or anything not a number) reads every entry, for this daemon's started_ms and to delete the forgotten ones (a daemon's
---         first announce, and one a minute)
+--         "" (or anything not a number) reads every entry, for this daemon's started_ms and to delete the
+--         forgotten ones (a daemon's first announce, and one a minute)
 -- Returns {entries deleted as forgotten, the daemon's started_ms}.
 
 --- @include "now_ms"
