@@ -184,6 +184,8 @@ def _own_keys(keys: QueueKeys) -> dict[str, tuple[str, str]]:
         "limit_groups": (keys.limit_groups, "set"),
         "throttled": (keys.throttled, "zset"),
         "paused": (keys.paused, "string"),
+        # Every enqueue into the queue reads it (its max_pending): of another type, each one fails.
+        "settings": (keys.settings, "hash"),
     }
 
 
