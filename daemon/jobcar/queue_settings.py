@@ -15,6 +15,8 @@ log = logging.getLogger("jobcar.queue_settings")
 
 #: The field of `<prefix>settings` that lua/includes/max_pending.lua reads.
 MAX_PENDING_FIELD = "max_pending"
+#: The field of `<prefix>settings` that counts the jobs the bound refused (HINCRBY in max_pending.lua).
+REFUSED_FIELD = "refused"
 
 
 def settings_commands(queues: Sequence[QueueKeys], max_pending: Mapping[str, int]) -> list[tuple[str, ...]]:

@@ -15,7 +15,7 @@ from jobcar import handler_calls
 from jobcar.cli import main
 from jobcar.dependency_calls import depend_call
 from jobcar.fsck.checks import CHECKS, Check
-from jobcar.job import State
+from jobcar.job import EnqueueStatus, State
 from jobcar.keys import QueueKeys, daemons_key
 from jobcar.replies import as_text
 from tests.integration.driver import QueueDriver
@@ -557,6 +557,24 @@ def _parent_waiting_for_nothing(q: QueueDriver) -> tuple[str, str]:
     return "waiting_for_nothing", "parent"
 
 
+def _bad_setting(field: str, value: str) -> Callable[[QueueDriver], tuple[str, str]]:
+    """A corruption: a field of the queue's settings, written by hand, that the enqueue script cannot use."""
+
+    def corrupt(q: QueueDriver) -> tuple[str, str]:
+        q.redis.hset(q.keys.settings, mapping={field: value, "other": "kept"})
+        return "bad_setting", field
+
+    return corrupt
+
+
+def _setting_gone(field: str) -> Callable[[QueueDriver], None]:
+    def check(q: QueueDriver) -> None:
+        assert q.redis.hgetall(q.keys.settings) == {b"other": b"kept"}, f"only {field} deleted"
+        assert q.enqueue("t").status is EnqueueStatus.CREATED
+
+    return check
+
+
 CASES = {
     "missing hash (pending)": Case(_missing_hash, _missing_hash_check),
     "missing hash (scheduled)": Case(_missing_hash_zset, _missing_hash_check),
@@ -601,6 +619,8 @@ CASES = {
     "slot hash of an unindexed type": Case(_string_at(lambda k: k.slots("u")), _gone(lambda k: k.slots("u"))),
     "paused of another type": Case(_list_at(lambda k: k.paused), _gone(lambda k: k.paused)),
     "settings of another type": Case(_string_at(lambda k: k.settings), _gone(lambda k: k.settings)),
+    "a bound that is not a whole number": Case(_bad_setting("max_pending", "lots"), _setting_gone("max_pending")),
+    "a refusal count that is not a count": Case(_bad_setting("refused", "1.5"), _setting_gone("refused")),
     "dependents set of another type": Case(_string_at(lambda k: k.dependents("x")), _gone(lambda k: k.dependents("x"))),
     "waiter of another type": Case(_list_at(lambda k: k.waiter("x")), _gone(lambda k: k.waiter("x"))),
     "rate key of another type": Case(_list_at(lambda k: k.tat("@t")), _gone(lambda k: k.tat("@t"))),
@@ -689,6 +709,7 @@ TESTED_BY = {
         "a batch callback whose batch expired",
         "a batch callback its batch never told",
     ],
+    "bad_settings": ["a bound that is not a whole number", "a refusal count that is not a count"],
     "dead_over_limit": ["dead set too old"],
 }
 

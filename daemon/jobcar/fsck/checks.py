@@ -8,6 +8,7 @@ before the ids in the sets: their repair takes the id out of every set, so the s
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Final
@@ -18,6 +19,7 @@ from jobcar.fsck.reading import JobHash, Lock, Picture
 from jobcar.fsck.repairs import REPAIR_TTL_MS, Repair, delete_apart, script, trim_dead
 from jobcar.fsck.waiting import rebuild_waits, settle_lost
 from jobcar.job import STORED_IN_SETS, State
+from jobcar.queue_settings import MAX_PENDING_FIELD, REFUSED_FIELD
 
 Finder = Callable[[Picture], Iterator[Suspect]]
 
@@ -243,6 +245,24 @@ def _handler_data_no_ttl(seen: Picture) -> Iterator[Suspect]:
             yield Suspect(data.key, detail, (data.job_id,))
 
 
+#: What the enqueue script needs of each field of a queue's settings (lua/includes/max_pending.lua): the daemons
+#: write a bound as a whole number of at least 1, and the refusals are counted with HINCRBY, which fails on
+#: anything but a whole number (the full queue's refusal would then be a bare error).
+_SETTINGS: Final = {
+    MAX_PENDING_FIELD: (re.compile(r"[1-9][0-9]*").fullmatch, "a whole number of at least 1"),
+    REFUSED_FIELD: (re.compile(r"0|[1-9][0-9]*").fullmatch, "a count"),
+}
+
+
+def _bad_setting(seen: Picture) -> Iterator[Suspect]:
+    """Its repair deletes the field: a bound the daemons serving the queue write again at their next start or
+    reload (none meanwhile), a count that starts again from 0."""
+    for name, value in sorted(seen.settings.items()):
+        rule = _SETTINGS.get(name)
+        if rule is not None and not rule[0](value):
+            yield Suspect(name, f"the queue's setting {name} is {value[:40]!r}, not {rule[1]}", (value,))
+
+
 def _dead_over_limit(seen: Picture) -> Iterator[Suspect]:
     limits, dead = seen.dead_limits, seen.dead
     over = len(dead) - limits.max_jobs if limits.max_jobs > 0 else 0
@@ -314,5 +334,6 @@ CHECKS: Final = (
     Check("mistyped_deps_sets", Kind.WRONG_TYPE, _deps_of_another_type, rebuild_waits),
     Check("waiting_for_nothing", Kind.WAITING_FOR_NOTHING, _waiting_for_nothing, rebuild_waits),
     Check("lost_dependency", Kind.LOST_DEPENDENCY, _lost_dependency, settle_lost),
+    Check("bad_settings", Kind.BAD_SETTING, _bad_setting, script(Kind.BAD_SETTING)),
     Check("dead_over_limit", Kind.DEAD_OVER_LIMIT, _dead_over_limit, trim_dead),
 )

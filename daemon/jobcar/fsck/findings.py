@@ -30,6 +30,7 @@ class Kind:
     WAITING_FOR_NOTHING: Final = "waiting_for_nothing"  # a waiting job with no dependency left
     ORPHAN_HANDLER_DATA: Final = "orphan_handler_data"  # a job's log, steps or children without its job hash
     HANDLER_DATA_NO_TTL: Final = "handler_data_no_ttl"  # a job's log, steps or children that outlives its job
+    BAD_SETTING: Final = "bad_setting"  # a field of a queue's settings that the enqueue script cannot use
 
 
 @dataclass(frozen=True, slots=True)

@@ -101,6 +101,8 @@ class Picture:
     #: The keys of the jobs' handler data that hold the type jobcar writes there (the others are in
     #: `mistyped_apart`).
     handler_data: list[HandlerData]
+    #: The queue's settings hash, field by field (empty when it holds another type).
+    settings: dict[str, str]
     #: Each waiting job old enough to check, with each dependency it waits for and why that one will never
     #: tell it it ended (None when it will).
     dependencies: dict[str, dict[str, str | None]]
@@ -159,6 +161,7 @@ async def read_queue(
         mistyped_apart=mistyped_apart,
         mistyped_namespace=mistyped_namespace,
         handler_data=handler_data,
+        settings=await _read_settings(client, keys) if "settings" in usable else {},
         dependencies=await _read_dependencies(client, keys, zsets[State.WAITING.value], now, set(mistyped_deps)),
         dead=zsets[State.DEAD.value],
         now=now,
@@ -371,6 +374,10 @@ async def _apart_keys(client: AsyncRedis, keys: QueueKeys) -> dict[str, str]:
     for start, holds in kinds:
         expected.update(dict.fromkeys(await scan(client, all_starting(start)), holds))
     return expected
+
+
+async def _read_settings(client: AsyncRedis, keys: QueueKeys) -> dict[str, str]:
+    return {as_text(field): as_text(value) for field, value in (await client.hgetall(keys.settings)).items()}
 
 
 async def _read_handler_data(client: AsyncRedis, keys: QueueKeys) -> tuple[list[HandlerData], list[Mistyped]]:
