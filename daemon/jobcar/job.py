@@ -7,10 +7,11 @@ jobcar as a zip) depends on this module.
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from enum import StrEnum
-from typing import Final
+from typing import Any, Final
 
 DEFAULT_CONTENT_TYPE: Final = "application/json"
 
@@ -206,47 +207,30 @@ class Job:
     @classmethod
     def from_hash(cls, job_id: str, queue: str, fields: dict[bytes, bytes]) -> Job:
         """Build a Job from an HGETALL reply (bytes keys and values). On the daemon's hot path (every
-        leased job): plain lookups, no per-call closures."""
-        get = fields.get
-        meta_raw = get(b"meta")
+        leased job): it reads the fields the hash holds (a leased job's seven or eight), each through the
+        table, rather than looking up every field a job may have; a field it lacks keeps its default."""
+        values: dict[str, Any] = {}
+        for name, raw in fields.items():
+            known = _FIELDS.get(name)
+            if known is not None:
+                values[known[0]] = known[1](raw)
+        if not values.get("content_type", DEFAULT_CONTENT_TYPE):
+            values["content_type"] = DEFAULT_CONTENT_TYPE
+        if "held_for" in values and fields.get(b"state") != b"held":
+            del values["held_for"]
+        if b"unique_window" in fields:
+            values["unique_window"] = True
+            if not fields.get(b"unique"):
+                values["unique_key"] = _text(fields[b"unique_window"])
+        elif "unique_key" in values and not fields[b"unique"]:
+            del values["unique_key"]
         return cls(
             id=job_id,
             queue=queue,
-            type=_opt_str(get(b"type")) or "",
-            payload=get(b"payload", b""),
-            state=_state(get(b"state")),
-            content_type=_opt_str(get(b"content_type")) or DEFAULT_CONTENT_TYPE,
-            attempt=_opt_int(get(b"attempt")) or 0,
-            max_attempts=_opt_int(get(b"max_attempts")),
-            timeout_ms=_opt_int(get(b"timeout")),
-            backoff_ms=_opt_int(get(b"backoff")),
-            created_ms=_opt_int(get(b"created")) or 0,
-            run_at_ms=_opt_int(get(b"run_at")),
-            started_ms=_opt_int(get(b"started")),
-            finished_ms=_opt_int(get(b"finished")),
-            token=_opt_str(get(b"token")),
-            errors=parse_errors(get(b"errors")),
-            unique_key=_opt_str(get(b"unique") or get(b"unique_window")),
-            unique_window=b"unique_window" in fields,
-            traceparent=_opt_str(get(b"traceparent")),
-            meta=json.loads(meta_raw) if meta_raw else {},
-            batch=_opt_str(get(b"batch")),
-            result=get(b"result"),
-            result_dropped=_opt_str(get(b"result_dropped")),
-            cancel_requested=get(b"cancel") == b"1",
-            priority=_opt_int(get(b"priority")) or 0,
-            expires_at_ms=_opt_int(get(b"expires_at")),
-            keep_for_ms=_opt_int(get(b"keep_for")),
-            debounce_key=_opt_str(get(b"debounce")),
-            schedule=_opt_str(get(b"schedule")),
-            scheduled_at_ms=_opt_int(get(b"scheduled_at")),
-            limit_key=_opt_str(get(b"key")),
-            held_for=_opt_str(get(b"held")) if get(b"state") == b"held" else None,
-            held_at_ms=_opt_int(get(b"held_at")),
-            after=_refs(get(b"after")),
-            on_dependency_failure=_opt_str(get(b"on_dependency_failure")),
-            progress=None if (progress := get(b"progress")) is None else parse_progress(progress),
-            parent=_opt_str(get(b"parent")),
+            type=values.pop("type", ""),
+            payload=values.pop("payload", b""),
+            state=values.pop("state", State.PENDING),
+            **values,
         )
 
 
@@ -271,9 +255,50 @@ def _refs(raw: bytes | None) -> tuple[str, ...]:
     return tuple(r for r in refs if isinstance(r, str)) if isinstance(refs, list) else ()
 
 
-def _opt_str(raw: bytes | None) -> str | None:
-    return None if raw is None else raw.decode("utf-8", "replace")
+def _text(raw: bytes) -> str:
+    return raw.decode("utf-8", "replace")
 
 
-def _opt_int(raw: bytes | None) -> int | None:
-    return None if raw is None else int(raw)
+def _same(raw: bytes) -> bytes:
+    return raw
+
+
+#: The fields of a job hash that Job.from_hash reads, each with the Job field it fills and how its bytes are
+#: read. `unique_window` and `held` are also looked at there: the former marks the unique key held for its whole
+#: TTL (and names it when `unique` does not), the latter counts only while the job is held.
+_FIELDS: Final[dict[bytes, tuple[str, Callable[[bytes], object]]]] = {
+    b"type": ("type", _text),
+    b"payload": ("payload", _same),
+    b"state": ("state", _state),
+    b"content_type": ("content_type", _text),
+    b"attempt": ("attempt", int),
+    b"max_attempts": ("max_attempts", int),
+    b"timeout": ("timeout_ms", int),
+    b"backoff": ("backoff_ms", int),
+    b"created": ("created_ms", int),
+    b"run_at": ("run_at_ms", int),
+    b"started": ("started_ms", int),
+    b"finished": ("finished_ms", int),
+    b"token": ("token", _text),
+    b"errors": ("errors", parse_errors),
+    b"unique": ("unique_key", _text),
+    b"traceparent": ("traceparent", _text),
+    b"meta": ("meta", lambda raw: json.loads(raw) if raw else {}),
+    b"batch": ("batch", _text),
+    b"result": ("result", _same),
+    b"result_dropped": ("result_dropped", _text),
+    b"cancel": ("cancel_requested", lambda raw: raw == b"1"),
+    b"priority": ("priority", int),
+    b"expires_at": ("expires_at_ms", int),
+    b"keep_for": ("keep_for_ms", int),
+    b"debounce": ("debounce_key", _text),
+    b"schedule": ("schedule", _text),
+    b"scheduled_at": ("scheduled_at_ms", int),
+    b"key": ("limit_key", _text),
+    b"held": ("held_for", _text),
+    b"held_at": ("held_at_ms", int),
+    b"after": ("after", _refs),
+    b"on_dependency_failure": ("on_dependency_failure", _text),
+    b"progress": ("progress", parse_progress),
+    b"parent": ("parent", _text),
+}
