@@ -128,6 +128,7 @@ async def test_the_settlers_pass_after_idle_ones_carries_an_entry_no_wake_announ
     parts = await make_parts(any_target, queues=QUEUES)
     a, c = any_target.driver("a"), any_target.driver("c")
     settler = parts.runner.settler
+    settler.pass_interval = 0.2  # what the pass does, not how long it waits (PASS_INTERVAL, 5 s)
     await settler.step()  # idle: nothing to carry
     waiting = a.enqueue("t", after=[("c", c.enqueue("t").id)])
     leased = c.lease_one()
