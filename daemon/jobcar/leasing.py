@@ -46,6 +46,9 @@ IDLE_WAIT_MAX: Final = 5.0
 #: A watcher leaves a scheduled job due within its wait (plus this margin) to the daemon's timer: Redis
 #: ends a BLMOVE on timeout only at its next cron tick (100 ms apart at the default hz 10).
 DUE_MARGIN: Final = 1.0
+#: The wake list's element that a script leaving an entry in the queue's settled list pushes
+#: (lua/includes/wake.lua): the watcher it wakes tells the settler (ADR 0022). Work pushes "1".
+SETTLED_WAKE: Final = b"settled"
 #: How long a queue whose lease Redis refused (a key of the queue holding the wrong type, say) is left
 #: aside before the next try (seconds): the other queues lease meanwhile.
 REFUSED_QUEUE_PAUSE: Final = 10.0
@@ -106,8 +109,8 @@ class Leaser:
         self.draining = draining
         self.alive = alive
         self._wait_connection: AbstractConnection | None = None
-        #: Told the queue of each wait that a wake ended (the runner's settler).
-        self.on_woken: Callable[[str], None] = lambda queue: None
+        #: Told the queue of each wait that a settled wake ended (the runner's settler).
+        self.on_settled: Callable[[str], None] = lambda queue: None
 
     def apply(self, config: Config) -> None:
         self.config = config
@@ -203,22 +206,23 @@ class Leaser:
         # IDLE_WAIT_MAX is whole seconds: redis-py types the timeout as int (the server takes decimals).
         wake, timeout = queue.keys.wake, int(IDLE_WAIT_MAX)
 
-        async def wait() -> tuple[bool, Reply]:
-            """(whether a wake ended the wait, the lease's reply when one was sent behind it)."""
+        async def wait() -> tuple[Reply, Reply]:
+            """(the wake's element that ended the wait, None at the timeout; the lease's reply when one was sent
+            behind it)."""
             if count and self.alive is not None:
                 call = self._lease(queue, count, alive_key=self.alive.key)
                 return await lease_on_wake(await self._wait_target(), wake, timeout, call)
             with closed_transport_is_connection_error():
                 try:
-                    waited = await self.link.blocking_client.blmove(wake, wake, timeout, "RIGHT", "RIGHT")
+                    woken_by = await self.link.blocking_client.blmove(wake, wake, timeout, "RIGHT", "RIGHT")
                 except redis.exceptions.ResponseError as exc:
                     raise naming_key(exc, wake, "list") from None
-            return waited is not None, None
+            return woken_by, None
 
         with self._reserved(queue, count):
             try:
                 # RedisUnavailable: the queue stays idle, the next pass blocks again
-                woken, reply = await self.link.call(wait)
+                woken_by, reply = await self.link.call(wait)
             except RedisRefused:
                 # A full server refuses the plain wait (BLMOVE is a write) but not the lease (ADR 0008): lease
                 # instead, at the refusal's pace (the link paused before raising), until the wait is accepted.
@@ -227,10 +231,10 @@ class Leaser:
                 return
             queue.went_idle.clear()
             queue.ready = True
-            if woken:
-                # A wake comes with a job, or with an ended dependency's entry in the settled list (the
-                # script that left it woke the queue): the settler looks at once (ADR 0022).
-                self.on_woken(queue.keys.queue)
+            if woken_by == SETTLED_WAKE:
+                # The script that left an ended dependency's entry in the settled list woke the queue: the
+                # settler looks at once (ADR 0022). A job's wake costs it nothing.
+                self.on_settled(queue.keys.queue)
             if count:
                 await self._take(queue, count, reply)
                 # Let the jobs just started send their requests before this task re-arms its wait:

@@ -5,7 +5,7 @@ config and drains them.
     leasing ──start──> attempts ──record outcome──> Redis (through redis_link)
     heartbeat ──renew / fence──> attempts            reaper ──> Redis
     attempts ──a job others wait for ended──> settler ──> Redis (the waiting jobs)
-    leasing ──a wake (a job, or an ended dependency another process left)──> settler
+    leasing ──a settled wake (an ended dependency another process left)──> settler
     attempts ──count──> history ──every 5 s──> Redis
     announcer ──this daemon, every 5 s──> Redis (the fleet the dashboard shows)
     queue discovery ──a queue a pattern matches──> runner ──its watcher, its keys to every part (ADR 0027)
@@ -84,7 +84,7 @@ class Runner:
         self.discovery = QueueDiscovery(link, config, self.serve)
         self.announcer = Announcer(link.scripts, config, lambda: self.in_flight, lambda: self.discovery.found)
         self.attempts.on_dependents = self.settler.wake
-        self.leaser.on_woken = self.settler.wake
+        self.leaser.on_settled = self.settler.wake
         link.reachability.on_recovery = self.leaser.redis_recovered
         self.apply(config, executors)
 

@@ -1,15 +1,15 @@
 """Dependencies (ADR 0016): carry how a job ended to the jobs waiting for it.
 
-The script that ends a job others wait for leaves an entry in its queue's `settled` list: [[id, ...],
-outcome, [reference, ...]] (the jobs one call ended the same way for the same waiting jobs), and wakes the
-queue. The settler tells each waiting job (the settle script, on that job's own slot, which on a Cluster may
-be another node's), then removes the entry. A queue is settled at once when this daemon's ack, kill or retry
-left an entry, and when its watcher was woken (a job, or an entry another process left: a CLI's cancel, a
-Spark driver's seal_batch, another daemon's reap). Every daemon also looks at the queues it serves every
-PASS_INTERVAL: the backstop for what no wake reached (a crash between the two steps, a queue busy enough
-that its watcher was not waiting). That look is one EXISTS over every served queue's list, and reads the
-lists only when one exists (ADR 0022). Telling a job twice changes nothing, so two daemons carrying the same
-entry are harmless.
+The script that ends a job others wait for leaves an entry in its queue's `settled` list: [[id, ...], outcome,
+[reference, ...]] (the jobs one call ended the same way for the same waiting jobs), and wakes the queue with a
+settled wake (leasing.SETTLED_WAKE). The settler tells each waiting job (the settle script, on that job's own slot,
+which on a Cluster may be another node's), then removes the entry. A queue is settled at once when this daemon's
+ack, kill or retry left an entry, and when its watcher was woken by a settled wake (an entry another process left:
+a CLI's cancel, a Spark driver's seal_batch, another daemon's reap). Every daemon also looks at the queues it
+serves every PASS_INTERVAL: the backstop for what no wake reached (a crash between the two steps, a queue busy
+enough that its watcher was not waiting). That look is one EXISTS over every served queue's list, and reads the
+lists only when one exists (ADR 0022). Telling a job twice changes nothing, so two daemons carrying the same entry
+are harmless.
 """
 
 from __future__ import annotations
@@ -60,8 +60,8 @@ class Settler:
         self.config = config
 
     def wake(self, queue: str) -> None:
-        """The queue's settled list may hold an entry (this daemon's outcome left one, or its watcher was
-        woken): look at it now."""
+        """The queue's settled list may hold an entry (this daemon's outcome left one, or its watcher had a
+        settled wake): look at it now."""
         if queue in self.queues:
             self._due.add(queue)
             self._woken.set()

@@ -328,9 +328,9 @@ def _lost_connection(exc: RuntimeError) -> Exception:
 
 async def lease_on_wake(
     target: AsyncRedis | AbstractConnection, wake: str, timeout_s: int, lease: ScriptCall
-) -> tuple[bool, Reply]:
-    """Wait on a queue's wake list (ADR 0002) with a lease call sent right behind the wait: (whether a wake
-    ended the wait rather than the timeout, the lease's reply).
+) -> tuple[Reply, Reply]:
+    """Wait on a queue's wake list (ADR 0002) with a lease call sent right behind the wait: (the wake's element
+    that ended the wait, None at the timeout; the lease's reply).
 
     Redis runs the lease the moment the wait ends, by a wake or by the timeout, with no round trip to
     the caller in between: an idle daemon starts a new job one wake-up of each process sooner (ADR
@@ -342,32 +342,31 @@ async def lease_on_wake(
     """
     with closed_transport_is_connection_error():
         if isinstance(target, AbstractConnection):  # TCP, TLS and unix sockets alike
-            woken, reply = await _lease_on_wake_on(target, wake, timeout_s, lease)
+            woken_by, reply = await _lease_on_wake_on(target, wake, timeout_s, lease)
         else:
             pipe = target.pipeline(transaction=False)
             pipe.blmove(wake, wake, timeout_s, "RIGHT", "RIGHT")
             pipe.execute_command(*lease.command())
-            waited, reply = await pipe.execute(raise_on_error=False)
-            woken = waited is not None
+            woken_by, reply = await pipe.execute(raise_on_error=False)
             if isinstance(reply, NoScriptError):  # the lease did not run: a restarted or new server
                 (reply,) = await execute_async(target, [lease])
     # An error of the wait itself (a wake key of another type, written by hand) is not raised: the lease
     # ran regardless and the jobs it took are the caller's now. It also deletes such a key once idle.
     if isinstance(reply, Exception):
         raise reply
-    return woken, reply
+    return woken_by, reply
 
 
 async def _lease_on_wake_on(
     connection: AbstractConnection, wake: str, timeout_s: int, lease: ScriptCall
-) -> tuple[bool, Reply]:
+) -> tuple[Reply, Reply]:
     wait = ("BLMOVE", wake, wake, "RIGHT", "RIGHT", timeout_s)
     # Replies are read whole or the connection is dropped (redis-py disconnects on a timeout, a lost
     # connection or a cancel mid-read), so the next wait never reads a stale reply; it reconnects.
     await connection.send_packed_command(connection.pack_commands([wait, lease.command()]), check_health=False)
-    woken = False
+    woken_by: Reply = None
     with contextlib.suppress(redis.exceptions.ResponseError):  # the wait's own error: see lease_on_wake
-        woken = await connection.read_response() is not None
+        woken_by = await connection.read_response()
     try:
         reply: Reply = await connection.read_response()
     except NoScriptError:  # the lease did not run: a restarted or new server
@@ -375,4 +374,4 @@ async def _lease_on_wake_on(
         await connection.read_response()
         await connection.send_command(*lease.command())
         reply = await connection.read_response()
-    return woken, reply
+    return woken_by, reply

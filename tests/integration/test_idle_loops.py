@@ -9,7 +9,7 @@ from __future__ import annotations
 import asyncio
 import re
 from collections import Counter
-from collections.abc import Awaitable, Iterator, Sequence
+from collections.abc import Awaitable, Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -144,22 +144,39 @@ async def test_the_settlers_pass_after_idle_ones_carries_an_entry_no_wake_announ
 async def test_an_entry_another_process_left_is_carried_at_the_wake_its_script_sent(
     any_target: Target, make_parts: MakeParts
 ) -> None:
-    """A cancel from outside the daemon (a CLI's) leaves its entry and wakes the queue: the watcher blocked on
-    the wake tells the settler, which carries the entry without waiting for a pass."""
+    """A cancel from outside the daemon (a CLI's) leaves its entry and wakes the queue with a settled wake: the
+    watcher blocked on the wake tells the settler, which carries the entry without waiting for a pass. A job's
+    wake tells the settler nothing."""
     parts = await make_parts(any_target, queues=QUEUES)
     a, c = any_target.driver("a"), any_target.driver("c")
     settler = parts.runner.settler
     settler.pass_interval = 3600.0  # no pass comes during the test: only the wake can carry the entry
     await settler.step()  # the first pass, at once
+    told: list[str] = []
+
+    def settled(queue: str) -> None:  # what the runner wires, seen on its way
+        told.append(queue)
+        settler.wake(queue)
+
+    parts.leaser.on_settled = settled
+    queue = parts.queue("c")
+
+    async def watched(woken_by: Callable[[], object]) -> None:
+        """One wait of c's watcher, with c idle (nothing pending, its wake consumed), ended by `woken_by`."""
+        c.redis.delete(c.keys.wake)
+        queue.went_idle.set()
+        watcher = asyncio.create_task(parts.leaser.watch(queue))
+        woken_by()
+        await asyncio.wait_for(watcher, PATIENCE)
+
+    await watched(lambda: c.enqueue("t"))
+    assert told == [], "a job's wake: the settler does not look"
     dependency = c.enqueue("t", delay=3600)
     waiting = a.enqueue("t", after=[("c", dependency.id)])
-    c.redis.delete(c.keys.wake)  # c is idle: nothing pending, its wake consumed
-    queue = parts.queue("c")
-    queue.went_idle.set()
-    watcher = asyncio.create_task(parts.leaser.watch(queue))
-
-    assert c.run(cancel_call(c.keys, dependency.id)) == [b"canceled", b"scheduled"]  # from another client
-    await asyncio.wait_for(watcher, PATIENCE)
+    canceled = []  # from another client
+    await watched(lambda: canceled.append(c.run(cancel_call(c.keys, dependency.id))))
+    assert canceled == [[b"canceled", b"scheduled"]]
+    assert told == ["c"]
     await asyncio.wait_for(settler.step(), PATIENCE)
 
     assert a.where(waiting.id) is State.DEAD, "the dependency was canceled: the waiting job fails"
