@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import asyncio
 import functools
-import logging
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -22,7 +21,7 @@ from typing import TYPE_CHECKING, Final
 from jobcar import tracing
 from jobcar.app_health import HealthGate
 from jobcar.attempt_desk import CANCELED, LEASE_LOST, STOPPED, AttemptDesk, LiveAttempt
-from jobcar.attempt_lines import log_fields, log_finished, log_finished_enabled
+from jobcar.attempt_lines import log, log_fields, log_finished, log_finished_enabled
 from jobcar.attempt_logs import LogWriter
 from jobcar.batching import Batches
 from jobcar.config_types import CommandHandler, Config, Handler
@@ -43,8 +42,6 @@ if TYPE_CHECKING:
 
 #: At most this many of a job's dependencies are read for their traceparents (its span's links).
 MAX_DEPENDENCY_LINKS: Final = 32
-
-log = logging.getLogger("jobcar.attempts")
 
 
 class StopReason(StrEnum):

@@ -216,7 +216,7 @@ class Job:
                 values[known[0]] = known[1](raw)
         if not values.get("content_type", DEFAULT_CONTENT_TYPE):
             values["content_type"] = DEFAULT_CONTENT_TYPE
-        if "held_for" in values and fields.get(b"state") != b"held":
+        if "held_for" in values and values.get("state") is not State.HELD:
             del values["held_for"]
         if b"unique_window" in fields:
             values["unique_window"] = True
