@@ -230,7 +230,14 @@ def test_a_full_redis_runs_the_jobs_it_holds_without_an_operator(
     def health(req: Received) -> tuple[int, dict[str, str], bytes]:
         return OK if app_up.is_set() else (503, {}, b"starting")
 
+    # With results kept, every answer after the first waits until the server is full: the daemon must record
+    # them on a full server, however fast it runs beside the filling (on a busy machine it could finish them all).
+    first_answered, server_full = threading.Event(), threading.Event()
+
     def work(req: Received) -> tuple[int, dict[str, str], bytes]:
+        if case == "results kept" and first_answered.is_set():
+            server_full.wait(timeout=60)
+        first_answered.set()
         return 200, {}, b'{"ok": true}'
 
     with handler_server() as handlers, server.client() as admin:
@@ -251,6 +258,7 @@ def test_a_full_redis_runs_the_jobs_it_holds_without_an_operator(
             if case == "results kept":  # the first jobs finish before the server fills, their results kept
                 wait_for(lambda: len(handlers.requests_to("/work")) >= 1, what="a first job to finish")
             fill_to_maxmemory(admin)
+            server_full.set()
             if case == "queue paused":
                 # The heartbeat cannot renew its alive key on a full server: once it lapses, the idle queue's
                 # wait goes without a lease behind it (ADR 0005), and that wait (BLMOVE, a write) is refused.
