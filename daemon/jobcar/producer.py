@@ -219,9 +219,11 @@ class Producer:
         (outside the scripts: that key is in another slot)."""
         if not records:
             return []
-        for queue in sorted({r.queue for r in records} - self._registered):
-            yield ("SADD", queues_key(self.namespace), queue)
-            self._registered.add(queue)
+        queues = {r.queue for r in records}
+        if not queues <= self._registered:
+            for queue in sorted(queues - self._registered):
+                yield ("SADD", queues_key(self.namespace), queue)
+                self._registered.add(queue)
         calls = enqueue_calls(self.namespace, records)
         # Error replies come back as replies: a call refused by backpressure raises QueueFull after the others'
         # jobs are read (parse_enqueue), any other is raised as run_calls would.

@@ -1,15 +1,12 @@
---- @include "keys"
+--- @include "batch_counters"
 --- @include "now_ms"
 --- @include "tell_dependents"
 --- @include "queue_name"
 
--- Count an outcome in a batch (Spark producers wait on these counters). A batch key of another type
--- (written by something else) counts nothing, for fsck to report, and the script goes on: a script
--- that fails half-way keeps the writes it made.
--- A batch sealed by its producer (seal_batch.lua: every job of it is enqueued) whose jobs have all ended
--- tells its callbacks once: the script whose count makes it so, atomically with that count, sets `fired`.
--- A job requeued from the dead-letter queue later counts again but fires nothing more.
-local BATCH_TTL_MS = 7 * 86400 * 1000
+-- Count a job's end in its batch (`done`, `dead`, `canceled`: includes/batch_counters.lua). A batch sealed by its
+-- producer (seal_batch.lua: every job of it is enqueued) whose jobs have all ended tells its callbacks once: the
+-- script whose count makes it so, atomically with that count, sets `fired`. A job requeued from the dead-letter
+-- queue later counts again but fires nothing more.
 
 -- Tell the callbacks of a sealed batch whose every job has ended, unless told before. Returns whether it
 -- did, and whether it left an entry for the daemons to carry (callbacks in the batch's queue are told in
@@ -29,11 +26,7 @@ end
 -- True when this count ended the batch and left an entry for the daemons to carry to its callbacks.
 local function add_to_batch(prefix, batch, field, by)
   local key = batch_key_of(prefix, batch)
-  local kind = redis.call('TYPE', key).ok
-  if kind ~= 'hash' and kind ~= 'none' then return false end
-  redis.call('HINCRBY', key, field, by)
-  redis.call('PEXPIRE', key, BATCH_TTL_MS)
-  if by <= 0 or field == 'total' then return false end
+  if not bump_batch(key, field, by) or by <= 0 then return false end
   local _, left = fire_batch(prefix, batch, key)
   return left
 end

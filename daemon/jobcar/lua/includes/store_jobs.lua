@@ -1,6 +1,6 @@
 --- @include "keys"
 --- @include "wake"
---- @include "add_to_batch"
+--- @include "batch_counters"
 --- @include "call_in_chunks"
 --- @include "wrong_type"
 --- @include "pending_key"
@@ -132,9 +132,15 @@ end
 
 -- The WRONGTYPE refusal if a key the records write holds another type, else nil. A record's own keys
 -- need it only in a call of several: the first command on each (HGET, GET) fails before that record
--- writes anything, and a lone record has no earlier one whose writes would stay. A batch's counters need
--- none: `add_to_batch` skips another type; nor do the priorities' lists: `pending_key` passes over one.
+-- writes anything, and a lone record has no earlier one whose writes would stay. Nor does `scheduled` for a
+-- lone record runnable now (no run_at, delay or debounce: the usual call), which cannot write it. A batch's
+-- counters need none: `bump_batch` skips another type; nor do the priorities' lists: `pending_key` passes
+-- over one.
 local function refuse_wrong_types(prefix, records, pending, scheduled)
+  local lone = records[2] == nil and records[1]
+  if lone and not lone.debounce_key and tonumber(ARGV[lone.at + 3]) == 0 and tonumber(ARGV[lone.at + 4]) == 0 then
+    return wrong_type({pending, 'list'})
+  end
   local expected = {pending, 'list', scheduled, 'zset'}
   if #records > 1 then
     for _, record in ipairs(records) do
@@ -273,7 +279,7 @@ local function store_jobs(prefix, records, now, pending, scheduled, wake_key)
     end
   end
   for _, list in ipairs(lists) do call_in_chunks('LPUSH', list, runnable[list]) end
-  for _, batch in ipairs(batches) do add_to_batch(prefix, batch, 'total', totals[batch]) end
+  for _, batch in ipairs(batches) do bump_batch(batch_key_of(prefix, batch), 'total', totals[batch]) end
   if #lists > 0 and not woken then wake(wake_key) end
   return replies
 end
