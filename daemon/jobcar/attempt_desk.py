@@ -21,7 +21,6 @@ import secrets
 import time
 from collections import OrderedDict
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
-from dataclasses import dataclass, field
 from typing import Final, Protocol
 from urllib.parse import quote
 
@@ -75,35 +74,36 @@ class Refused(Exception):
         self.reason = reason
 
 
-@dataclass(eq=False)
 class LiveAttempt:
     """One attempt as its handler sees it. The attempts' own record of a running job is one (attempts.py's
     RunningJob): the desk fills in the handler API's fields when the handler is called, so a handler that
-    never calls back costs its job no object of its own."""
+    never calls back costs its job no object of its own. A slotted class with every field set in `__init__`:
+    one is made for every job, and its fields are read at every step of the attempt."""
 
-    leased: LeasedJob
-    keys: QueueKeys
-    #: Set when the attempt is opened (`AttemptDesk.open`): what the handler is given to call back.
-    token: str = ""
-    url: str = ""
-    #: When the attempt times out (epoch seconds); extend moves it, up to `latest`.
-    deadline: float = 0.0
-    latest: float = 0.0
-    #: The handler answered through the API (a snooze, waiting for its children): what its own answer says is
-    #: ignored, and its lease is no longer renewed.
-    answered: bool = False
-    #: Why it takes no more calls although its handler may still run (canceled, lease lost, a drain).
-    stopped: str | None = None
-    #: Where a command's stderr lines go as they come, when its handler has `log_stderr` (the job's log).
-    stderr_lines: StderrSink | None = None
-    #: The context the handler continues (`traceparent`, `TRACEPARENT`): the handler call's span while tracing
-    #: is on (tracing.py); None: the job's own traceparent.
-    traceparent: str | None = None
-    _scope: asyncio.Timeout | None = field(default=None, repr=False)
+    __slots__ = ("_scope", "answered", "deadline", "job", "keys", "latest", "leased", "stderr_lines", "stopped",
+                 "token", "traceparent", "url")  # fmt: skip
 
-    @property
-    def job(self) -> Job:
-        return self.leased.job
+    def __init__(self, leased: LeasedJob, keys: QueueKeys) -> None:
+        self.leased = leased
+        self.job: Job = leased.job
+        self.keys = keys
+        #: Set when the attempt is opened (`AttemptDesk.open`): what the handler is given to call back.
+        self.token = ""
+        self.url = ""
+        #: When the attempt times out (epoch seconds); extend moves it, up to `latest`.
+        self.deadline = 0.0
+        self.latest = 0.0
+        #: The handler answered through the API (a snooze, waiting for its children): what its own answer says
+        #: is ignored, and its lease is no longer renewed.
+        self.answered = False
+        #: Why it takes no more calls although its handler may still run (canceled, lease lost, a drain).
+        self.stopped: str | None = None
+        #: Where a command's stderr lines go as they come, when its handler has `log_stderr` (the job's log).
+        self.stderr_lines: StderrSink | None = None
+        #: The context the handler continues (`traceparent`, `TRACEPARENT`): the handler call's span while
+        #: tracing is on (tracing.py); None: the job's own traceparent.
+        self.traceparent: str | None = None
+        self._scope: asyncio.Timeout | None = None
 
     @property
     def lease_token(self) -> str:

@@ -14,7 +14,6 @@ import asyncio
 import functools
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import TYPE_CHECKING, Final
 
@@ -60,16 +59,19 @@ _STOPPED_BECAUSE: Final[dict[StopReason | None, str]] = {
 }
 
 
-@dataclass(eq=False)
 class RunningJob(LiveAttempt):
     """An attempt leased here, from its lease until its outcome is recorded; its handler calls it back as the
     LiveAttempt it is (attempt_desk.py)."""
 
-    last_renewed: float = field(default_factory=time.monotonic)
-    stop_reason: StopReason | None = None
-    task: asyncio.Task[None] | None = None
-    #: Its consumer span while tracing is on (tracing.py), until its outcome is recorded.
-    span: Span | None = None
+    __slots__ = ("last_renewed", "span", "stop_reason", "task")
+
+    def __init__(self, leased: LeasedJob, keys: QueueKeys) -> None:
+        super().__init__(leased, keys)
+        self.last_renewed = time.monotonic()
+        self.stop_reason: StopReason | None = None
+        self.task: asyncio.Task[None] | None = None
+        #: Its consumer span while tracing is on (tracing.py), until its outcome is recorded.
+        self.span: Span | None = None
 
 
 class Attempts:

@@ -162,21 +162,25 @@ class HttpExecutor:
         job_fields += after or ""
         if _UNSAFE_IN_HEADER.search(job_fields):
             return None
+        traceparent = attempt.traceparent if attempt is not None and attempt.traceparent else job.traceparent
+        trace_line = f"traceparent: {traceparent}\r\n" if traceparent else self._default_traceparent
+        # Where the handler calls back during the attempt (its URL quotes the job id).
+        callback = f"{URL_HEADER}: {attempt.url}\r\n{TOKEN_HEADER}: {attempt.token}\r\n" if attempt is not None else ""
+        # The usual job's head is this one string: every job pays for each piece added to it.
         head = (
             f"{self._head}Content-Type: {job.content_type}\r\nContent-Length: {len(job.payload)}\r\n"
             f"Jobcar-Job-Id: {job.id}\r\nJobcar-Job-Type: {job.type}\r\nJobcar-Queue: {job.queue}\r\n"
             f"Jobcar-Attempt: {job.attempt}\r\nJobcar-Max-Attempts: {max_attempts}\r\n"
             f"Jobcar-Enqueued-At: {rfc3339(job.created_ms / 1000)}\r\nJobcar-Deadline: {rfc3339(deadline)}\r\n"
+            f"{trace_line}{callback}"
         )
-        traceparent = attempt.traceparent if attempt is not None and attempt.traceparent else job.traceparent
-        head += f"traceparent: {traceparent}\r\n" if traceparent else self._default_traceparent
         if job.scheduled_at_ms is not None:  # a periodic job: which schedule, and which of its ticks
             head += f"Jobcar-Schedule: {job.schedule}\r\nJobcar-Scheduled-At: {rfc3339_ms(job.scheduled_at_ms)}\r\n"
         if after:  # a step of a chain: which jobs it ran after (their results, while kept, are theirs)
             head += f"Jobcar-After: {after}\r\n"
-        if attempt is not None:  # where the handler calls back during the attempt (its URL quotes the job id)
-            head += f"{URL_HEADER}: {attempt.url}\r\n{TOKEN_HEADER}: {attempt.token}\r\n"
-        return (head + self._signature(job.payload) + "\r\n").encode()
+        if self.handler.signing_secret:
+            head += self._signature(job.payload)
+        return (head + "\r\n").encode()
 
     def _signature(self, body: bytes) -> str:
         if not self.handler.signing_secret:
