@@ -2,20 +2,23 @@
 who runs (host, pid, version, queues, concurrency, jobs in flight, since when), for the dashboard.
 
 An entry carries the Redis times of its first announce and of its last renewal; one not renewed for LIVE_FOR
-is a daemon gone without saying so (`kill -9`, a lost host) and is not shown, and a daemon's sweep (its first
-announce, then one every SWEEP_EVERY) deletes it after FORGET_AFTER. The announces between sweeps read
-nothing: the daemon passes its first announce's time back, and the script only writes the entry. A daemon
-that stops cleanly withdraws its entry.
+is a daemon gone without saying so (`kill -9`, a lost host) and is not shown. A daemon's sweep (its first
+announce, then one every SWEEP_EVERY: the `announce` script) reads every entry, deletes those silent for
+FORGET_AFTER and answers the Redis time. The renewals between sweeps are one HSET of the daemon's own entry:
+its time is the last sweep's Redis time moved on by the daemon's monotonic clock, at most a minute's worth
+(ADR 0022). A daemon that stops cleanly withdraws its entry.
 """
 
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 import os
 import secrets
 import socket
-from collections.abc import Awaitable, Callable, Iterable
+import time
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Final
 
@@ -24,8 +27,9 @@ from redis import exceptions as redis_errors
 from jobcar import __version__
 from jobcar.config_types import Config
 from jobcar.keys import daemons_key
+from jobcar.redis_link import RedisLink, naming_key
 from jobcar.replies import time_ms
-from jobcar.scripts import Reply, ScriptCall, call
+from jobcar.scripts import call
 from jobcar.transport import AsyncRedis
 
 #: How often a daemon renews its entry (seconds).
@@ -57,18 +61,20 @@ class Announcer:
 
     def __init__(
         self,
-        send: Callable[[list[ScriptCall]], Awaitable[list[Reply]]],
+        link: RedisLink,
         config: Config,
         in_flight: Callable[[], int],
         found: Callable[[], Iterable[str]] = tuple,
     ) -> None:
-        self.send = send  # the daemon's RedisLink.scripts: its guard, backoff and outage handling
+        self.link = link  # the daemon's: its guard, backoff and outage handling
         self.config = config  # replaced on reload: the queues and concurrency announced follow it
         self.in_flight = in_flight
         self.found = found  # the queues served because a pattern matched them (ADR 0027), after the config's
         self.host = socket.gethostname()
         self.id = f"{self.host}:{os.getpid()}:{secrets.token_hex(3)}"
-        self._started_ms: int | None = None  # the Redis time of the first announce, once a reply gave it
+        self._started_ms: int | None = None  # the Redis time of the first announce, once a sweep gave it
+        # The last sweep's Redis time (ms) and this process's monotonic time when its reply came.
+        self._swept = (0, 0.0)
         self._announces = 0
 
     def apply(self, config: Config) -> None:
@@ -84,19 +90,34 @@ class Announcer:
             "queues": [*self.config.queues, *self.found()],
             "concurrency": self.config.concurrency, "in_flight": self.in_flight(),
         }  # fmt: skip
-        await self._send(json.dumps(entry, separators=(",", ":")))
+        sweep = self._started_ms is None or self._announces % SWEEP_EVERY == 0
+        self._announces += 1
+        if sweep:
+            await self._sweep(json.dumps(entry, separators=(",", ":")))
+            return
+        swept_ms, swept_at = self._swept
+        entry["started_ms"] = self._started_ms
+        entry["seen_ms"] = swept_ms + int((time.monotonic() - swept_at) * 1000)
+        await self.link.call(functools.partial(self._write, json.dumps(entry, separators=(",", ":"))))
 
     async def withdraw(self) -> None:
-        await self._send("")
+        await self._sweep("")
 
-    async def _send(self, entry: str) -> None:
+    async def _sweep(self, entry: str) -> None:
         key = daemons_key(self.config.namespace)
-        sweep = self._started_ms is None or self._announces % SWEEP_EVERY == 0
-        started = "" if sweep else str(self._started_ms)
-        self._announces += 1
-        (reply,) = await self.send([call("announce", (key,), (self.id, entry, FORGET_AFTER_MS, started))])
-        if isinstance(reply, list) and len(reply) == 2 and entry:
+        (reply,) = await self.link.scripts([call("announce", (key,), (self.id, entry, FORGET_AFTER_MS))])
+        if isinstance(reply, list) and len(reply) == 3 and entry:
             self._started_ms = int(reply[1])
+            self._swept = (int(reply[2]), time.monotonic())
+
+    async def _write(self, entry: str) -> None:
+        """A renewal: the entry written whole, with its times. A key of another type is refused naming it, as
+        the script's refusals do."""
+        key = daemons_key(self.config.namespace)
+        try:
+            await self.link.client.hset(key, self.id, entry)
+        except redis_errors.ResponseError as exc:
+            raise naming_key(exc, key, "hash") from None
 
 
 async def live_daemons(redis: AsyncRedis, namespace: str) -> list[DaemonInfo]:

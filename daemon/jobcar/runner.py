@@ -82,7 +82,7 @@ class Runner:
         self.queue_settings = QueueSettings([q.keys for q in queues], link, config)
         self._running = False
         self.discovery = QueueDiscovery(link, config, self.serve)
-        self.announcer = Announcer(link.scripts, config, lambda: self.in_flight, lambda: self.discovery.found)
+        self.announcer = Announcer(link, config, lambda: self.in_flight, lambda: self.discovery.found)
         self.attempts.on_dependents = self.settler.wake
         self.leaser.on_settled = self.settler.wake
         link.reachability.on_recovery = self.leaser.redis_recovered

@@ -30,6 +30,7 @@ from jobcar.fleet import FORGET_AFTER_MS, LIVE_FOR_MS, SWEEP_EVERY, Announcer, l
 from jobcar.job import State
 from jobcar.job_listing import list_children
 from jobcar.keys import daemons_key
+from jobcar.redis_link import RedisLink
 from jobcar.schedule_store import upsert
 from jobcar.schedules import make_spec
 from jobcar.transport import execute_async, run_async
@@ -166,7 +167,7 @@ async def test_the_overview_charts_count_the_fleet_history(ui: Ui, q: QueueDrive
 
 async def test_the_overview_lists_the_live_daemons_only(ui: Ui, namespace: str, r: redis.Redis) -> None:
     config = Config(source="t.yaml", namespace=namespace, queues={"default": 1, "mail": 2}, concurrency=7)
-    announcer = Announcer(lambda calls: execute_async(ui.client.redis, calls), config, lambda: 3)
+    announcer = Announcer(RedisLink(ui.client.redis, ui.client.redis), config, lambda: 3)
     await announcer.announce()
     gone = '{"host":"old","pid":1,"version":"0","queues":[],"concurrency":1,"in_flight":0,"started_ms":0,"seen_ms":1}'
     r.hset(daemons_key(namespace), mapping={"gone:1": gone, "garbage": "not json"})
@@ -181,6 +182,11 @@ async def test_the_overview_lists_the_live_daemons_only(ui: Ui, namespace: str, 
     for _ in range(SWEEP_EVERY - 1):
         await announcer.announce()
     assert set(r.hkeys(daemons_key(namespace))) == {announcer.id.encode(), b"gone:1", b"garbage"}
+    # A renewal's time is the sweep's Redis time moved on by the daemon's clock: never past Redis's own.
+    (between,) = await live_daemons(ui.client.redis, namespace)
+    redis_now = r.time()
+    assert daemon.seen_ms <= between.seen_ms <= redis_now[0] * 1000 + redis_now[1] // 1000
+    assert (between.started_ms, between.in_flight, between.queues) == (daemon.started_ms, 3, ("default", "mail"))
     await announcer.announce()
     assert set(r.hkeys(daemons_key(namespace))) == {announcer.id.encode()}
     (renewed,) = await live_daemons(ui.client.redis, namespace)

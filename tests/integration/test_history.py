@@ -12,11 +12,13 @@ from redis.exceptions import ResponseError
 
 from jobcar import State
 from jobcar.admin import Admin
+from jobcar.config_types import Config
+from jobcar.fleet import Announcer
 from jobcar.history import History
 from jobcar.history_calls import HISTORY_SLOT_MS, count_call
 from jobcar.keys import QueueKeys, daemons_key
 from jobcar.recording import Recorded
-from jobcar.redis_link import RedisLink, RedisUnavailable, connect
+from jobcar.redis_link import RedisLink, RedisRefused, RedisUnavailable, connect
 from jobcar.scripts import call
 from jobcar.transport import execute_async
 from tests.integration.conftest import StartDaemon
@@ -113,7 +115,14 @@ async def test_a_history_hour_or_daemons_key_of_another_type_is_refused_naming_i
         await execute_async(link.client, [count_call(keys, {("email", "done"): 1})])
     with pytest.raises(ResponseError, match=re.escape(expected)):
         await Admin(link.client, namespace).history(["default"])
-    for started in ("", 1_700_000_000_000):  # a sweep's read, and a renewal's write
-        announce = call("announce", (daemons_key(namespace),), ("d1", "{}", 60_000, started))
-        with pytest.raises(ResponseError, match=re.escape(f"{daemons_key(namespace)} holds a string, not a hash")):
-            await execute_async(link.client, [announce])
+    announce = call("announce", (daemons_key(namespace),), ("d1", "{}", 60_000))  # a sweep's read
+    with pytest.raises(ResponseError, match=re.escape(f"{daemons_key(namespace)} holds a string, not a hash")):
+        await execute_async(link.client, [announce])
+    # A renewal's write (the HSET between sweeps), after a sweep that found the key a hash.
+    announcer = Announcer(link, Config(source="t.yaml", namespace=namespace), lambda: 0)
+    with redis_server.client() as client:
+        client.delete(daemons_key(namespace))
+        await announcer.announce()
+        client.set(daemons_key(namespace), "written by something else")
+    with pytest.raises(RedisRefused, match=re.escape(f"{daemons_key(namespace)} holds another type, not a hash")):
+        await announcer.announce()
