@@ -145,12 +145,14 @@ class Producer:
         make it a staged enqueue (`dependencies.enqueue_order`)."""
         if self.targets is not None:
             self._check_targets(records)
-        order = enqueue_order(records)
         tracer = tracing.for_producer()
+        if tracer is None and not any(r.after for r in records):
+            return self.store(records)  # the usual call, kept one operation shorter: the hot path
+        order = enqueue_order(records)
         if tracer is not None:
             return self._traced(tracer, records, order)
         if not order.later and len(order.stages) == 1:
-            return self.store(records)  # the usual call, kept one operation shorter: the hot path
+            return self.store(records)
         return self._staged(records, order)
 
     def _traced(
