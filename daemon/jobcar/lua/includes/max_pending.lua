@@ -1,4 +1,5 @@
 --- @include "keys"
+--- @include "pending_lists"
 
 -- Backpressure (ADR 0024): a queue's `max_pending`, which the daemons serving it write into <prefix>settings,
 -- bounds the jobs its pending lists hold (every priority's and `pending:released`; not the scheduled, held,
@@ -18,11 +19,10 @@ local function refuse_over_max_pending(prefix, records, pending)
   -- them exists (one EXISTS: most queues use neither priorities nor limits); one of another type (fsck's) holds
   -- no pending job.
   local n = redis.call('LLEN', pending)
-  local others = {released_key_of(prefix)}
-  for p = 1, 9 do others[p + 1] = pending .. ':' .. p end
-  if redis.call('EXISTS', unpack(others)) > 0 then
-    for _, list in ipairs(others) do
-      local length = redis.pcall('LLEN', list)
+  local lists = pending_lists(pending)
+  if redis.call('EXISTS', unpack(lists, 2)) > 0 then
+    for i = 2, #lists do
+      local length = redis.pcall('LLEN', lists[i])
       if type(length) == 'number' then n = n + length end
     end
   end
