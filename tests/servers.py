@@ -53,6 +53,10 @@ def free_port() -> int:
         return port
 
 
+class PortTaken(RuntimeError):
+    """The server exited because another process had its port (or, for a Cluster node, its bus port)."""
+
+
 def free_cluster_port() -> int:
     """A free port whose Cluster bus port (port + 10000) is free too, so at most 55535."""
     for _ in range(1000):
@@ -103,6 +107,9 @@ class RedisServer:
     #: that only speaks TLS on `port` (extra_args "--port 0 --tls-port <port> ...") needs
     #: {"ssl": True, "ssl_ca_certs": ...}.
     client_options: Mapping[str, object] = field(default_factory=dict)
+    #: Where another port comes from when the one chosen was taken before the server could bind it: between
+    #: free_port() and the bind, a client's outgoing connection may get that port from the kernel.
+    next_port: Callable[[], int] = free_port
 
     @property
     def url(self) -> str:
@@ -112,6 +119,19 @@ class RedisServer:
         return redis.Redis(host="127.0.0.1", port=self.port, **{**self.client_options, **options})  # type: ignore[arg-type]
 
     def start(self) -> RedisServer:
+        """Start it and wait until it answers. A first start whose port was taken meanwhile moves to another
+        port (twice at most); a restart keeps the port its clients know, taken or not."""
+        moves = 2 if self.process is None else 0
+        while True:
+            try:
+                return self._start()
+            except PortTaken:
+                if moves == 0:
+                    raise
+                moves -= 1
+                self.port = self.next_port()
+
+    def _start(self) -> RedisServer:
         self.directory.mkdir(parents=True, exist_ok=True)
         args = [
             self.binary,
@@ -133,7 +153,9 @@ class RedisServer:
 
     def _alive(self) -> bool:
         if self.process is not None and self.process.poll() is not None:
-            raise RuntimeError(f"server exited with {self.process.returncode}: {self.log_tail()}")
+            tail = self.log_tail()
+            error = PortTaken if "Address already in use" in tail else RuntimeError
+            raise error(f"server exited with {self.process.returncode}: {tail}")
         return True
 
     def log_tail(self, lines: int = 5) -> str:
@@ -164,6 +186,7 @@ def start_cluster(binary: str, directory: Path, masters: int = 3) -> list[RedisS
             binary,
             directory / f"node{i}",
             port=free_cluster_port(),
+            next_port=free_cluster_port,
             extra_args=("--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf",
                         "--cluster-node-timeout", "5000"),
         ).start()
