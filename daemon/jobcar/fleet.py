@@ -90,15 +90,16 @@ class Announcer:
             "queues": [*self.config.queues, *self.found()],
             "concurrency": self.config.concurrency, "in_flight": self.in_flight(),
         }  # fmt: skip
-        sweep = self._started_ms is None or self._announces % SWEEP_EVERY == 0
-        self._announces += 1
-        if sweep:
+        # Counted once sent: a sweep that failed is the next announce too, so no renewal's time is moved on from
+        # a sweep older than SWEEP_EVERY announces.
+        if self._started_ms is None or self._announces % SWEEP_EVERY == 0:
             await self._sweep(json.dumps(entry, separators=(",", ":")))
-            return
-        swept_ms, swept_at = self._swept
-        entry["started_ms"] = self._started_ms
-        entry["seen_ms"] = swept_ms + int((time.monotonic() - swept_at) * 1000)
-        await self.link.call(functools.partial(self._write, json.dumps(entry, separators=(",", ":"))))
+        else:
+            swept_ms, swept_at = self._swept
+            entry["started_ms"] = self._started_ms
+            entry["seen_ms"] = swept_ms + int((time.monotonic() - swept_at) * 1000)
+            await self.link.call(functools.partial(self._write, json.dumps(entry, separators=(",", ":"))))
+        self._announces += 1
 
     async def withdraw(self) -> None:
         await self._sweep("")
