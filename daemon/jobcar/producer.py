@@ -151,9 +151,7 @@ class Producer:
         order = enqueue_order(records)
         if tracer is not None:
             return self._traced(tracer, records, order)
-        if not order.later and len(order.stages) == 1:
-            return self.store(records)
-        return self._staged(records, order)
+        return self._staged(records, order)  # a job waits for another: stored in stages, or registered after
 
     def _traced(
         self, tracer: ProducerTracer, records: list[EnqueueRecord], order: EnqueueOrder
