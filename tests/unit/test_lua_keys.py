@@ -11,6 +11,7 @@ import pytest
 import redis
 
 from jobcar.keys import QueueKeys
+from jobcar.leasing import SETTLED_WAKE
 from jobcar.scripts import assemble, expand_includes
 
 LUA = resources.files("jobcar") / "lua"
@@ -86,3 +87,14 @@ def test_no_script_builds_a_key_name_by_hand(source: str) -> None:
     kinds = [kind for kind in KINDS if re.search(r"\.\. '" + re.escape(kind), code)]
     assert not by_hand, f"{source}: build the key with includes/keys.lua"
     assert not kinds, f"{source}: build the key with includes/keys.lua"
+
+
+def test_the_pending_lists_are_those_keys_py_names(r: redis.Redis, namespace: str) -> None:
+    keys = QueueKeys.of(namespace, "q-1")
+    body = '#!lua\n--- @include "pending_lists"\nreturn pending_lists(KEYS[1])\n'
+    assert [b.decode() for b in r.eval(assemble(body), 1, keys.pending)] == list(keys.pending_lists)
+
+
+def test_the_settled_wake_is_the_element_the_watchers_look_for(r: redis.Redis) -> None:
+    body = '#!lua\n--- @include "wake"\nreturn SETTLED_WAKE\n'
+    assert r.eval(assemble(body), 0) == SETTLED_WAKE

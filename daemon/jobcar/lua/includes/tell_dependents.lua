@@ -14,7 +14,7 @@
 --   settle script, on the waiting job's own slot: on a Cluster the two may live on different nodes). The
 --   entry stays until it was carried, so a crash between the two steps loses nothing, and carrying it
 --   twice changes nothing. A failure travels down a chain this way, one step per carry, never recursing.
---   A script that leaves an entry also wakes the queue with 'settled' (includes/wake.lua): a daemon whose
+--   A script that leaves an entry also wakes the queue with SETTLED_WAKE (includes/wake.lua): a daemon whose
 --   watcher of the queue was blocked on `wake` carries it at once, whichever process ran the script (a CLI's
 --   cancel, a Spark driver's seal_batch); the daemons' periodic look is only the backstop (ADR 0022).
 -- A batch tells its callbacks the same way, as "batch:<id>", with its hash in place of a job's
@@ -76,7 +76,7 @@ local function dependents_told(prefix)
     -- A settled list of another type (fsck reports it, and its waiting jobs) takes nothing, rather than
     -- stopping the script that ends the jobs half-way.
     for _, same in ipairs(order) do redis.pcall('RPUSH', settled_key_of(prefix), cjson.encode(entries[same])) end
-    if #order > 0 then wake(wake_key_of(prefix), 'settled') end
+    if #order > 0 then wake(wake_key_of(prefix), SETTLED_WAKE) end
   end
   return told
 end
