@@ -3,10 +3,11 @@ who runs (host, pid, version, queues, concurrency, jobs in flight, since when), 
 
 An entry carries the Redis times of its first announce and of its last renewal; one not renewed for LIVE_FOR
 is a daemon gone without saying so (`kill -9`, a lost host) and is not shown. A daemon's sweep (its first
-announce, then one every SWEEP_EVERY: the `announce` script) reads every entry, deletes those silent for
-FORGET_AFTER and answers the Redis time. The renewals between sweeps are one HSET of the daemon's own entry:
-its time is the last sweep's Redis time moved on by the daemon's monotonic clock, at most a minute's worth
-(ADR 0022). A daemon that stops cleanly withdraws its entry.
+announce, then one every SWEEP_INTERVAL: the `announce` script) reads every entry, deletes those silent for
+FORGET_AFTER and answers its own first announce's time and Redis's time now. Every announce is then one HSET
+of the daemon's whole entry, written here only: its time is the last sweep's Redis time moved on by the
+daemon's monotonic clock, at most a minute's worth (ADR 0022). A daemon that stops cleanly withdraws its entry
+(HDEL).
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ from jobcar import __version__
 from jobcar.config_types import Config
 from jobcar.keys import daemons_key
 from jobcar.redis_link import RedisLink, naming_key
-from jobcar.replies import time_ms
+from jobcar.replies import as_int, as_list, time_ms
 from jobcar.scripts import call
 from jobcar.transport import AsyncRedis
 
@@ -38,9 +39,10 @@ ANNOUNCE_INTERVAL: Final = 5.0
 LIVE_FOR_MS: Final = 3 * int(ANNOUNCE_INTERVAL * 1000)
 #: An entry not renewed for this long (ms) is deleted.
 FORGET_AFTER_MS: Final = 3_600_000
-#: Every this many announces, one reads every entry to delete the forgotten ones (once a minute): an entry
-#: is forgotten an hour after its daemon went, so reading them all every 5 s bought nothing (ADR 0022).
-SWEEP_EVERY: Final = 12
+#: An announce sweeps (reads every entry, deleting the forgotten ones, and Redis's time) when the last sweep is
+#: this old (seconds): an entry is forgotten an hour after its daemon went, so reading them all every 5 s bought
+#: nothing, and a renewal's time is never moved on from an older one (ADR 0022).
+SWEEP_INTERVAL: Final = 60.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -73,9 +75,10 @@ class Announcer:
         self.host = socket.gethostname()
         self.id = f"{self.host}:{os.getpid()}:{secrets.token_hex(3)}"
         self._started_ms: int | None = None  # the Redis time of the first announce, once a sweep gave it
+        #: How old the last sweep may be before an announce sweeps again (tests shorten it).
+        self.sweep_interval = SWEEP_INTERVAL
         # The last sweep's Redis time (ms) and this process's monotonic time when its reply came.
         self._swept = (0, 0.0)
-        self._announces = 0
 
     def apply(self, config: Config) -> None:
         self.config = config
@@ -85,38 +88,35 @@ class Announcer:
         await asyncio.sleep(ANNOUNCE_INTERVAL)
 
     async def announce(self) -> None:
+        if self._started_ms is None or time.monotonic() - self._swept[1] >= self.sweep_interval:
+            await self._sweep()
+        swept_ms, swept_at = self._swept
         entry = {
             "host": self.host, "pid": os.getpid(), "version": __version__,
             "queues": [*self.config.queues, *self.found()],
             "concurrency": self.config.concurrency, "in_flight": self.in_flight(),
+            "started_ms": self._started_ms, "seen_ms": swept_ms + int((time.monotonic() - swept_at) * 1000),
         }  # fmt: skip
-        # Counted once sent: a sweep that failed is the next announce too, so no renewal's time is moved on from
-        # a sweep older than SWEEP_EVERY announces.
-        if self._started_ms is None or self._announces % SWEEP_EVERY == 0:
-            await self._sweep(json.dumps(entry, separators=(",", ":")))
-        else:
-            swept_ms, swept_at = self._swept
-            entry["started_ms"] = self._started_ms
-            entry["seen_ms"] = swept_ms + int((time.monotonic() - swept_at) * 1000)
-            await self.link.call(functools.partial(self._write, json.dumps(entry, separators=(",", ":"))))
-        self._announces += 1
+        await self.link.call(functools.partial(self._write, "HSET", json.dumps(entry, separators=(",", ":"))))
 
     async def withdraw(self) -> None:
-        await self._sweep("")
+        await self.link.call(functools.partial(self._write, "HDEL"))
 
-    async def _sweep(self, entry: str) -> None:
+    async def _sweep(self) -> None:
+        """Forget the entries silent for FORGET_AFTER_MS; learn this daemon's first announce's time (its own entry's,
+        or now for the first) and Redis's time now."""
         key = daemons_key(self.config.namespace)
-        (reply,) = await self.link.scripts([call("announce", (key,), (self.id, entry, FORGET_AFTER_MS))])
-        if isinstance(reply, list) and len(reply) == 3 and entry:
-            self._started_ms = int(reply[1])
-            self._swept = (int(reply[2]), time.monotonic())
+        (reply,) = await self.link.scripts([call("announce", (key,), (self.id, FORGET_AFTER_MS))])
+        _, started_ms, now_ms = as_list(reply)
+        self._started_ms = as_int(started_ms)
+        self._swept = (as_int(now_ms), time.monotonic())
 
-    async def _write(self, entry: str) -> None:
-        """A renewal: the entry written whole, with its times. A key of another type is refused naming it, as
-        the script's refusals do."""
+    async def _write(self, command: str, *entry: str) -> None:
+        """This daemon's entry written whole (HSET) or withdrawn (HDEL). A key of another type is refused naming
+        it, as the script's refusals do."""
         key = daemons_key(self.config.namespace)
         try:
-            await self.link.client.hset(key, self.id, entry)
+            await self.link.client.execute_command(command, key, self.id, *entry)
         except redis_errors.ResponseError as exc:
             raise naming_key(exc, key, "hash") from None
 

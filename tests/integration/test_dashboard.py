@@ -26,7 +26,7 @@ import redis
 from jobcar.admin import Admin
 from jobcar.client import AsyncClient
 from jobcar.config_types import Config, UiSettings
-from jobcar.fleet import FORGET_AFTER_MS, LIVE_FOR_MS, SWEEP_EVERY, Announcer, live_daemons
+from jobcar.fleet import FORGET_AFTER_MS, LIVE_FOR_MS, Announcer, live_daemons
 from jobcar.job import State
 from jobcar.job_listing import list_children
 from jobcar.keys import daemons_key
@@ -168,18 +168,21 @@ async def test_the_overview_charts_count_the_fleet_history(ui: Ui, q: QueueDrive
 async def test_the_overview_lists_the_live_daemons_only(ui: Ui, namespace: str, r: redis.Redis) -> None:
     config = Config(source="t.yaml", namespace=namespace, queues={"default": 1, "mail": 2}, concurrency=7)
     announcer = Announcer(RedisLink(ui.client.redis, ui.client.redis), config, lambda: 3)
+    announcer.sweep_interval = 3600.0  # the first announce sweeps; the next ones renew, until the test says
     await announcer.announce()
     gone = '{"host":"old","pid":1,"version":"0","queues":[],"concurrency":1,"in_flight":0,"started_ms":0,"seen_ms":1}'
     r.hset(daemons_key(namespace), mapping={"gone:1": gone, "garbage": "not json"})
     (daemon,) = await live_daemons(ui.client.redis, namespace)
     assert (daemon.id, daemon.queues, daemon.concurrency, daemon.in_flight) == (announcer.id, ("default", "mail"), 7, 3)
-    assert daemon.started_ms == daemon.seen_ms  # both Redis time, of the first announce
+    # Both Redis time: of the first announce's sweep, and of the write just after it.
+    first_now = r.time()
+    assert daemon.started_ms <= daemon.seen_ms <= first_now[0] * 1000 + first_now[1] // 1000
     page = await ui.get("/ui/")
     assert f'<td>{daemon.host}</td><td class="num">{daemon.pid}</td>' in page.text
-    # The announces between sweeps only write the daemon's own entry; the next sweep (every SWEEP_EVERY-th)
-    # forgets what has been silent for FORGET_AFTER_MS (both entries above).
+    # The announces between sweeps only write the daemon's own entry; the next sweep (once the last is
+    # sweep_interval old) forgets what has been silent for FORGET_AFTER_MS (both entries above).
     assert FORGET_AFTER_MS > LIVE_FOR_MS
-    for _ in range(SWEEP_EVERY - 1):
+    for _ in range(11):
         await announcer.announce()
     assert set(r.hkeys(daemons_key(namespace))) == {announcer.id.encode(), b"gone:1", b"garbage"}
     # A renewal's time is the sweep's Redis time moved on by the daemon's clock: never past Redis's own.
@@ -187,6 +190,7 @@ async def test_the_overview_lists_the_live_daemons_only(ui: Ui, namespace: str, 
     redis_now = r.time()
     assert daemon.seen_ms <= between.seen_ms <= redis_now[0] * 1000 + redis_now[1] // 1000
     assert (between.started_ms, between.in_flight, between.queues) == (daemon.started_ms, 3, ("default", "mail"))
+    announcer.sweep_interval = 0.0
     await announcer.announce()
     assert set(r.hkeys(daemons_key(namespace))) == {announcer.id.encode()}
     (renewed,) = await live_daemons(ui.client.redis, namespace)

@@ -115,10 +115,10 @@ async def test_a_history_hour_or_daemons_key_of_another_type_is_refused_naming_i
         await execute_async(link.client, [count_call(keys, {("email", "done"): 1})])
     with pytest.raises(ResponseError, match=re.escape(expected)):
         await Admin(link.client, namespace).history(["default"])
-    announce = call("announce", (daemons_key(namespace),), ("d1", "{}", 60_000))  # a sweep's read
+    announce = call("announce", (daemons_key(namespace),), ("d1", 60_000))  # a sweep's read
     with pytest.raises(ResponseError, match=re.escape(f"{daemons_key(namespace)} holds a string, not a hash")):
         await execute_async(link.client, [announce])
-    # A renewal's write (the HSET between sweeps), after a sweep that found the key a hash.
+    # The entry's write (an HSET of the daemon's own), after a sweep that found the key a hash.
     announcer = Announcer(link, Config(source="t.yaml", namespace=namespace), lambda: 0)
     with redis_server.client() as client:
         client.delete(daemons_key(namespace))
