@@ -17,7 +17,7 @@ def migrate_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--json",
         action="store_true",
-        help='print {"namespace", "from", "to", "slot_sets", "slots_moved", "fields_rewritten"}',
+        help='print {"namespace", "from", "to", "slot_sets", "slots_moved", "fields_rewritten", "queues_recounted"}',
     )
 
 
@@ -36,6 +36,7 @@ def cmd_migrate(args: argparse.Namespace) -> int:
                 "slot_sets": done.slot_sets,
                 "slots_moved": done.slots_moved,
                 "fields_rewritten": done.fields_rewritten,
+                "queues_recounted": done.queues_recounted,
             }
         )
     elif done.from_version == done.to_version:
@@ -44,7 +45,8 @@ def cmd_migrate(args: argparse.Namespace) -> int:
         print(
             f"namespace {config.namespace!r} migrated from key layout {done.from_version} to {done.to_version}: "
             f"{count(done.slots_moved, 'slot')} moved from {count(done.slot_sets, 'slot SET')}, "
-            f"{count(done.fields_rewritten, 'slots field')} rewritten from JSON"
+            f"{count(done.fields_rewritten, 'slots field')} rewritten from JSON, "
+            f"pending jobs recounted in {count(done.queues_recounted, 'queue')}"
         )
     return EX_OK
 

@@ -39,8 +39,9 @@ def daemons_key(namespace: str) -> str:
 
 
 #: The version of this key layout. A namespace records the version of its keys in `layout_key`; a change that
-#: daemons of the previous layout would misread raises it, with a step in migrate.py to bring keys to it.
-LAYOUT_VERSION: Final = 2
+#: daemons of the previous layout would misread or not keep up raises it, with a step in migrate.py to bring keys
+#: to it.
+LAYOUT_VERSION: Final = 3
 
 
 def layout_key(namespace: str) -> str:
@@ -59,6 +60,24 @@ def earlier_slot_set(namespace: str, key: str) -> tuple[str, str] | None:
     """(queue, group) of a slot SET of layout 1, or None for a key of another name."""
     match = re.fullmatch(re.escape(f"{namespace}:{{") + r"([^{}]+)\}:running:(.+)", key, re.DOTALL)
     return (match[1], match[2]) if match else None
+
+
+def all_pending_keys(namespace: str) -> str:
+    """A SCAN pattern matching the pending lists, the pending counts and the held lists of every queue
+    (`<prefix>pending*`, `<prefix>held:*`), and maybe keys of other names, which `queue_of_pending_key` tells
+    apart: one walk of the keyspace finds every queue that may hold pending or held jobs, or counts of them."""
+    return _glob_escape(f"{namespace}:{{") + "*}:[ph]e[nl]*"
+
+
+def queue_of_pending_key(namespace: str, key: str) -> str | None:
+    """The queue of a pending list, of the pending counts or of a held list, or None for a key of another name."""
+    match = re.fullmatch(re.escape(f"{namespace}:{{") + r"([^{}]+)\}:.+", key, re.DOTALL)
+    if match is None:
+        return None
+    keys = QueueKeys.of(namespace, match[1])
+    if key in keys.pending_lists or key == keys.pending_counts or key.startswith(keys.held("")):
+        return keys.queue
+    return None
 
 
 def waiter_ttl_ms(wait_seconds: float) -> int:
@@ -176,8 +195,15 @@ class QueueKeys:
     @property
     def settings(self) -> str:
         """The HASH of the queue's settings that producers' scripts read, written by the daemons serving the queue
-        from their config at start and on reload: `max_pending` (ADR 0024)."""
+        from their config at start and on reload: `max_pending` and `max_pending:<type>` (ADR 0024)."""
         return f"{self.prefix}settings"
+
+    @property
+    def pending_counts(self) -> str:
+        """The HASH type -> how many of the queue's jobs of that type are pending or held (in its pending lists or
+        a limit's held list): kept by every script that moves a job into or out of them, for the backpressure
+        bounds (ADR 0024)."""
+        return f"{self.prefix}pending_counts"
 
     @property
     def waiting(self) -> str:

@@ -10,6 +10,7 @@ import redis
 import redis.asyncio
 
 from jobcar import migrate
+from jobcar.keys import QueueKeys, layout_key
 from jobcar.transport import AsyncRedis
 from tests.integration.driver import QueueDriver
 
@@ -33,6 +34,14 @@ def run_async(client: redis.Redis | redis.RedisCluster, work: Callable[[AsyncRed
             await twin.aclose()
 
     return asyncio.run(main())
+
+
+def as_layout_2(q: QueueDriver, *queues: str) -> None:
+    """The namespace as daemons of layout 2 leave it: the layout recorded, and no pending counts in `queues`
+    (they kept none)."""
+    q.redis.set(layout_key(q.namespace), 2)
+    for queue in queues:
+        q.redis.delete(QueueKeys.of(q.namespace, queue).pending_counts)
 
 
 def migrate_layout(q: QueueDriver) -> migrate.Migrated:

@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 from collections.abc import Callable
 from dataclasses import dataclass
+from enum import Enum
 from pathlib import Path
 
 import pytest
@@ -14,11 +15,15 @@ import pytest
 from jobcar import handler_calls
 from jobcar.cli import main
 from jobcar.dependency_calls import depend_call
-from jobcar.fsck.checks import CHECKS, Check
+from jobcar.fsck.checks import CHECKS, PENDING_COUNTS, Check
+from jobcar.fsck.findings import Kind, Suspect
+from jobcar.fsck.recount import recount_call
+from jobcar.fsck.repairs import Target, confirm_count, recount
 from jobcar.job import EnqueueStatus, State
 from jobcar.keys import QueueKeys, daemons_key
 from jobcar.replies import as_text
 from tests.integration.driver import QueueDriver
+from tests.integration.layouts import run_async
 from tests.integration.test_cli import cli
 
 Run = Callable[..., tuple[int, str, str]]
@@ -46,12 +51,24 @@ def enqueue_id(q: QueueDriver, job_id: str, **options: object) -> str:
     return q.enqueue("t", {"id": job_id}, job_id=job_id, **options).id
 
 
+class Miscount(Enum):
+    """What a corruption does to the queue's pending counts besides its own finding."""
+
+    NONE = "none"
+    #: A counted job taken out of its list or its state by hand: the counts are reported wrong with it, and the
+    #: case's own repair puts the job back where they count it (the recount after it changes nothing).
+    UNTIL_REPAIRED = "until repaired"
+    #: A counted job gone for good: the counts stay wrong after the case's own repair, which the recount fixes.
+    RECOUNTED = "recounted"
+
+
 @dataclass
 class Case:
     """Corrupts the queue, returning (kind, id) of the finding it makes; `check` looks at the repair."""
 
     corrupt: Callable[[QueueDriver], tuple[str, str]]
     check: Callable[[QueueDriver], None]
+    miscount: Miscount = Miscount.NONE
 
 
 def _missing_hash(q: QueueDriver) -> tuple[str, str]:
@@ -575,24 +592,59 @@ def _setting_gone(field: str) -> Callable[[QueueDriver], None]:
     return check
 
 
+def pending_counts(q: QueueDriver) -> dict[str, str]:
+    return {as_text(k): as_text(v) for k, v in q.redis.hgetall(q.keys.pending_counts).items()}
+
+
+def _jobs_of_two_types(q: QueueDriver) -> None:
+    """Two pending email jobs, one of them of another priority, and an sms job held by a limit; the counts
+    recounted, whatever the scripts counted before."""
+    enqueue_id(q, "running")
+    enqueue_id(q, "held")
+    assert [leased.job.id for leased in q.lease(limits=ONE_AT_A_TIME).jobs] == ["running"]
+    q.enqueue("email", None, job_id="e1")
+    q.enqueue("email", None, job_id="e2", priority=4)
+    q.run(recount_call(q.keys))
+    assert pending_counts(q) == {"t": "1", "email": "2"}
+
+
+def _miscounted(**fields: str | None) -> Callable[[QueueDriver], tuple[str, str]]:
+    """A corruption: the fields of the pending counts written by hand (None: deleted)."""
+
+    def corrupt(q: QueueDriver) -> tuple[str, str]:
+        _jobs_of_two_types(q)
+        for job_type, value in fields.items():
+            if value is None:
+                q.redis.hdel(q.keys.pending_counts, job_type)
+            else:
+                q.redis.hset(q.keys.pending_counts, job_type, value)
+        return "pending_count", PENDING_COUNTS
+
+    return corrupt
+
+
+def _counted_right(q: QueueDriver) -> None:
+    assert pending_counts(q) == {"t": "1", "email": "2"}
+
+
 CASES = {
     "missing hash (pending)": Case(_missing_hash, _missing_hash_check),
     "missing hash (scheduled)": Case(_missing_hash_zset, _missing_hash_check),
-    "orphan pending hash": Case(_orphan_pending, _settled(State.PENDING, "p")),
+    "orphan pending hash": Case(_orphan_pending, _settled(State.PENDING, "p"), Miscount.UNTIL_REPAIRED),
     "orphan scheduled hash": Case(_orphan_scheduled, _orphan_scheduled_check),
     "orphan dead hash": Case(_orphan_dead, _settled(State.DEAD, "d")),
     "active without deadline": Case(_active_no_deadline, _back_to_pending),
     "active without token": Case(_active_no_token, _back_to_pending),
     "done without ttl": Case(_done_without_ttl, _done_check),
-    "state mismatch": Case(_state_mismatch, _settled(State.PENDING, "m")),
+    "state mismatch": Case(_state_mismatch, _settled(State.PENDING, "m"), Miscount.UNTIL_REPAIRED),
     "duplicate pending": Case(_duplicate_pending, _duplicate_check),
-    "orphan pending hash of a priority": Case(_orphan_priority, _orphan_priority_check),
+    "orphan pending hash of a priority": Case(_orphan_priority, _orphan_priority_check, Miscount.UNTIL_REPAIRED),
     "duplicate across priorities": Case(_duplicate_across_priorities, _duplicate_across_check),
-    "held hash out of its list": Case(_orphan_held, _held_back_to_pending),
+    "held hash out of its list": Case(_orphan_held, _held_back_to_pending, Miscount.UNTIL_REPAIRED),
     "slot of a job that is gone": Case(_leaked_slot, _slot_given_back),
     "active without token, holding a slot": Case(_active_no_token_slot, _unleased_and_slot_back),
     "slot hash of another type": Case(_slot_hash_wrong_type, _gone(lambda k: k.slots("t"))),
-    "job key of another type": Case(_job_key_wrong_type, _job_key_gone),
+    "job key of another type": Case(_job_key_wrong_type, _job_key_gone, Miscount.RECOUNTED),
     "unique lock of another type": Case(_unique_lock_wrong_type, _gone(lambda k: k.unique("k"))),
     "schedule of another type": Case(_schedule_wrong_type, _gone(lambda k: k.schedule("s"))),
     "held list of another type": Case(_held_list_wrong_type, _gone(lambda k: k.held("t"))),
@@ -608,7 +660,7 @@ CASES = {
     "unique lock without ttl": Case(_unique_no_ttl, _unique_ttl_check),
     "dead set too old": Case(_dead_too_old, _dead_trimmed),
     "waiting for a job that never registered it": Case(_unregistered_dependency, _registered_again),
-    "waiting for a job deleted by hand": Case(_vanished_dependency, _failed_as_gone),
+    "waiting for a job deleted by hand": Case(_vanished_dependency, _failed_as_gone, Miscount.RECOUNTED),
     "a batch callback whose batch expired": Case(_expired_batch, _settled(State.PENDING, "nightly.on_complete")),
     "a batch callback its batch never told": Case(_batch_fired_untold, _told_with_counts),
     "waiting for nothing": Case(_waiting_for_nothing, _waits_then_runs_after("first", "next")),
@@ -621,6 +673,16 @@ CASES = {
     "settings of another type": Case(_string_at(lambda k: k.settings), _gone(lambda k: k.settings)),
     "a bound that is not a whole number": Case(_bad_setting("max_pending", "lots"), _setting_gone("max_pending")),
     "a refusal count that is not a count": Case(_bad_setting("refused", "1.5"), _setting_gone("refused")),
+    "a type's bound that is not a whole number": Case(
+        _bad_setting("max_pending:email", "abc"), _setting_gone("max_pending:email")
+    ),
+    "a type's bound of 0": Case(_bad_setting("max_pending:t", "0"), _setting_gone("max_pending:t")),
+    "pending counts of another type": Case(_string_at(lambda k: k.pending_counts), _gone(lambda k: k.pending_counts)),
+    "a count too high": Case(_miscounted(email="5"), _counted_right),
+    "a count too low": Case(_miscounted(email="1"), _counted_right),
+    "a type not counted": Case(_miscounted(t=None), _counted_right),
+    "a type counted that has no job": Case(_miscounted(gone="3"), _counted_right),
+    "a count that is not a number": Case(_miscounted(email="two"), _counted_right),
     "dependents set of another type": Case(_string_at(lambda k: k.dependents("x")), _gone(lambda k: k.dependents("x"))),
     "waiter of another type": Case(_list_at(lambda k: k.waiter("x")), _gone(lambda k: k.waiter("x"))),
     "rate key of another type": Case(_list_at(lambda k: k.tat("@t")), _gone(lambda k: k.tat("@t"))),
@@ -655,6 +717,7 @@ TESTED_BY = {
         "settled list of another type",
         "paused of another type",
         "settings of another type",
+        "pending counts of another type",
     ],
     "mistyped_job_keys": ["job key of another type"],
     "mistyped_held_lists": ["held list of another type", "held list of an unindexed group"],
@@ -709,7 +772,21 @@ TESTED_BY = {
         "a batch callback whose batch expired",
         "a batch callback its batch never told",
     ],
-    "bad_settings": ["a bound that is not a whole number", "a refusal count that is not a count"],
+    "bad_settings": [
+        "a bound that is not a whole number",
+        "a refusal count that is not a count",
+        "a type's bound that is not a whole number",
+        "a type's bound of 0",
+    ],
+    "pending_counts": [
+        "a count too high",
+        "a count too low",
+        "a type not counted",
+        "a type counted that has no job",
+        "a count that is not a number",
+        "test_each_wrong_count_is_named_in_one_finding",
+        "test_pending_counts_of_another_type_are_deleted_then_recounted",
+    ],
     "dead_over_limit": ["dead set too old"],
 }
 
@@ -738,14 +815,21 @@ def test_corruption_is_reported_then_repaired(q: QueueDriver, run: Run, case: Ca
     assert kind == check.kind, f"{check.name} makes {check.kind} findings"
     before = q.snapshot()
 
+    miscounted = [(Kind.PENDING_COUNT, PENDING_COUNTS)] if case.miscount is not Miscount.NONE else []
+    recounted = [(Kind.PENDING_COUNT, PENDING_COUNTS)] if case.miscount is Miscount.RECOUNTED else []
+
     code, found = findings(run)
     assert code == 1
-    assert [(f["queue"], f["kind"], f["id"], f["repaired"]) for f in found] == [("default", kind, job_id, False)]
+    assert [(f["queue"], f["kind"], f["id"], f["repaired"]) for f in found] == [
+        ("default", k, i, False) for k, i in [(kind, job_id), *miscounted]
+    ]
     assert q.snapshot() == before  # a check alone changes nothing
 
     code, found = findings(run, "--repair")
     assert code == 0, found
-    assert [(f["kind"], f["id"], f["repaired"]) for f in found] == [(kind, job_id, True)]
+    assert [(f["kind"], f["id"], f["repaired"]) for f in found] == [
+        (k, i, True) for k, i in [(kind, job_id), *recounted]
+    ]
     case.check(q)
     assert run() == (0, CLEAN, "")
 
@@ -852,3 +936,77 @@ def test_lines_and_exit_codes_of_a_real_process(q: QueueDriver, config: Path) ->
     done = cli("fsck", "--json", "-c", str(config))
     assert (done.returncode, done.stdout) == (0, "[]\n"), done
     assert cli("fsck", "--queue", "bad name", "-c", str(config)).returncode == 2
+
+
+def test_each_wrong_count_is_named_in_one_finding(q: QueueDriver, run: Run) -> None:
+    _jobs_of_two_types(q)
+    q.redis.hset(q.keys.job("untyped"), "state", "pending")  # written by hand: a job without a type
+    q.redis.lpush(q.keys.pending, "untyped")
+    q.redis.hset(q.keys.pending_counts, mapping={"email": "5", "gone": "3", "t": "1.0"})
+    line = (
+        "default pending_count pending_counts: jobs without a type: not counted, 1 pending or held; "
+        "type email: counted 5, 2 pending or held; type gone: counted 3, 0 pending or held; "
+        "type t: counted '1.0', 1 pending or held"
+    )
+    assert run() == (1, line + "\n", "")
+    assert run("--repair") == (0, line + " [repaired]\n", "")
+    assert pending_counts(q) == {"": "1", "t": "1", "email": "2"}
+    assert run() == (0, CLEAN, "")
+
+
+def test_true_counts_are_not_reported(q: QueueDriver, run: Run) -> None:
+    _jobs_of_two_types(q)
+    before = q.snapshot()
+    assert run("--repair") == (0, CLEAN, "")
+    assert q.snapshot() == before
+
+
+def test_pending_counts_of_another_type_are_deleted_then_recounted(q: QueueDriver, run: Run) -> None:
+    _jobs_of_two_types(q)
+    q.redis.delete(q.keys.pending_counts)
+    q.redis.lpush(q.keys.pending_counts, "written by something else")
+    code, found = findings(run)
+    assert code == 1
+    assert [(f["kind"], f["id"]) for f in found] == [("wrong_type", q.keys.pending_counts)], "no count read from it"
+
+    code, found = findings(run, "--repair")
+    assert code == 0, found
+    assert [(f["kind"], f["id"], f["repaired"]) for f in found] == [
+        ("wrong_type", q.keys.pending_counts, True),
+        ("pending_count", PENDING_COUNTS, True),
+    ]
+    _counted_right(q)
+    assert run() == (0, CLEAN, "")
+
+
+def test_a_count_right_by_the_time_of_its_repair_is_dropped(q: QueueDriver) -> None:
+    """The recount is the repair's atomic re-check: a count that a picture read while daemons ran made look wrong
+    is left alone, and the finding dropped."""
+    _jobs_of_two_types(q)
+    suspect = Suspect(PENDING_COUNTS, "type email: counted 1, 2 pending or held")
+
+    def repair() -> Suspect | None:
+        return run_async(q.redis, lambda client: recount(Target(client, q.keys, q.dead_limits), suspect))
+
+    before = q.snapshot()
+    assert repair() is None
+    assert q.snapshot() == before
+    q.redis.hset(q.keys.pending_counts, "email", "1")
+    assert repair() == suspect
+    _counted_right(q)
+
+
+def test_a_reported_count_is_confirmed_at_one_instant_first(q: QueueDriver) -> None:
+    """Without --repair, a count the picture shows wrong is reported only if a recount that writes nothing finds
+    it wrong too: a busy queue's lists, hashes and counts, read apart, would almost always disagree."""
+    _jobs_of_two_types(q)
+    suspect = Suspect(PENDING_COUNTS, "type email: counted 1, 2 pending or held")
+
+    def confirm() -> Suspect | None:
+        return run_async(q.redis, lambda client: confirm_count(Target(client, q.keys, q.dead_limits), suspect))
+
+    assert confirm() is None, "a passing view"
+    q.redis.hset(q.keys.pending_counts, "email", "1")
+    before = q.snapshot()
+    assert confirm() == suspect
+    assert q.snapshot() == before, "a confirmation writes nothing"

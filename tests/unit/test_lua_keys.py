@@ -12,6 +12,7 @@ import redis
 
 from jobcar.keys import QueueKeys
 from jobcar.leasing import SETTLED_WAKE
+from jobcar.queue_settings import MAX_PENDING_FIELD, REFUSED_FIELD, type_bound_field
 from jobcar.scripts import assemble, expand_includes
 
 LUA = resources.files("jobcar") / "lua"
@@ -45,6 +46,7 @@ MIRROR: dict[str, Callable[[QueueKeys, str], str]] = {
     "limit_groups_key_of": lambda k, _: k.limit_groups,
     "throttled_key_of": lambda k, _: k.throttled,
     "settings_key_of": lambda k, _: k.settings,
+    "pending_counts_key_of": lambda k, _: k.pending_counts,
     "log_key_of": lambda k, x: k.log(x),
     "steps_key_of": lambda k, x: k.steps(x),
     "children_key_of": lambda k, x: k.children(x),
@@ -98,3 +100,12 @@ def test_the_pending_lists_are_those_keys_py_names(r: redis.Redis, namespace: st
 def test_the_settled_wake_is_the_element_the_watchers_look_for(r: redis.Redis) -> None:
     body = '#!lua\n--- @include "wake"\nreturn SETTLED_WAKE\n'
     assert r.eval(assemble(body), 0) == SETTLED_WAKE
+
+
+def test_the_settings_fields_are_those_queue_settings_names(r: redis.Redis) -> None:
+    body = '#!lua\n--- @include "settings_fields"\nreturn {MAX_PENDING_FIELD, REFUSED_FIELD, TYPE_BOUND_PREFIX}\n'
+    assert r.eval(assemble(body), 0) == [
+        MAX_PENDING_FIELD.encode(),
+        REFUSED_FIELD.encode(),
+        type_bound_field("").encode(),
+    ]

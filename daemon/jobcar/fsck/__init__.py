@@ -4,7 +4,8 @@ The queue is read first (`reading`), then each check of the table (`checks.CHECK
 what was read, in order, and with --repair each suspect is repaired at once where a safe repair exists
 (`repairs`). The reads are plain commands, so under a running daemon they are not one instant: every repair
 re-checks its condition atomically, and a finding whose condition was gone when its repair ran was a
-passing view, not corruption, and is dropped from the result. With --repair, a round that repaired anything
+passing view, not corruption, and is dropped from the result; a check whose findings a busy queue would make
+up (the pending counts) confirms them atomically before they are reported. With --repair, a round that repaired anything
 is followed by another read and round, so that one run converges: the result holds every repair made and
 what the last round found and could not repair.
 """
@@ -43,10 +44,12 @@ async def check_queue(
         reported = []
         made = len(repaired)
         for check in CHECKS:
-            for suspect in check.find(seen):
+            for found in check.find(seen):
                 if not repair or check.repair is None:
-                    reported.append(Finding(keys.queue, check.kind, suspect.job_id, suspect.detail))
-                elif (done := await check.repair(target, suspect)) is not None:
+                    suspect = found if check.confirm is None else await check.confirm(target, found)
+                    if suspect is not None:
+                        reported.append(Finding(keys.queue, check.kind, suspect.job_id, suspect.detail))
+                elif (done := await check.repair(target, found)) is not None:
                     repaired.append(Finding(keys.queue, check.kind, done.job_id, done.detail, repaired=True))
         if len(repaired) == made:
             break

@@ -16,10 +16,10 @@ from typing import Final
 from jobcar.fsck.findings import Kind, Suspect
 from jobcar.fsck.plain_reads import Mistyped
 from jobcar.fsck.reading import JobHash, Lock, Picture
-from jobcar.fsck.repairs import REPAIR_TTL_MS, Repair, delete_apart, script, trim_dead
+from jobcar.fsck.repairs import REPAIR_TTL_MS, Repair, confirm_count, delete_apart, recount, script, trim_dead
 from jobcar.fsck.waiting import rebuild_waits, settle_lost
 from jobcar.job import STORED_IN_SETS, State
-from jobcar.queue_settings import MAX_PENDING_FIELD, REFUSED_FIELD
+from jobcar.queue_settings import MAX_PENDING_FIELD, REFUSED_FIELD, TYPE_BOUND_PREFIX
 
 Finder = Callable[[Picture], Iterator[Suspect]]
 
@@ -33,6 +33,9 @@ class Check:
     find: Finder
     #: None: no safe repair, so the finding is reported even with --repair.
     repair: Repair | None
+    #: Without --repair, what re-checks a suspect atomically before it is reported (the suspect as reported, or
+    #: None: a passing view); None: reported as found.
+    confirm: Repair | None = None
 
 
 # -- keys of another type -------------------------------------------------------------------------
@@ -245,22 +248,56 @@ def _handler_data_no_ttl(seen: Picture) -> Iterator[Suspect]:
             yield Suspect(data.key, detail, (data.job_id,))
 
 
+#: A whole number of at least 1: a bound as the daemons write it, a count of jobs as the scripts keep it.
+_AT_LEAST_ONE: Final = re.compile(r"[1-9][0-9]*").fullmatch
 #: What the enqueue script needs of each field of a queue's settings (lua/includes/max_pending.lua): the daemons
 #: write a bound as a whole number of at least 1, and the refusals are counted with HINCRBY, which fails on
 #: anything but a whole number (the full queue's refusal would then be a bare error).
 _SETTINGS: Final = {
-    MAX_PENDING_FIELD: (re.compile(r"[1-9][0-9]*").fullmatch, "a whole number of at least 1"),
+    MAX_PENDING_FIELD: (_AT_LEAST_ONE, "a whole number of at least 1"),
     REFUSED_FIELD: (re.compile(r"0|[1-9][0-9]*").fullmatch, "a count"),
 }
 
 
 def _bad_setting(seen: Picture) -> Iterator[Suspect]:
     """Its repair deletes the field: a bound the daemons serving the queue write again at their next start or
-    reload (none meanwhile), a count that starts again from 0."""
+    reload (none meanwhile), a count that starts again from 0. A type's bound, `max_pending:<type>`, is checked
+    as the queue's is."""
     for name, value in sorted(seen.settings.items()):
-        rule = _SETTINGS.get(name)
+        rule = _SETTINGS.get(MAX_PENDING_FIELD if name.startswith(TYPE_BOUND_PREFIX) else name)
         if rule is not None and not rule[0](value):
             yield Suspect(name, f"the queue's setting {name} is {value[:40]!r}, not {rule[1]}", (value,))
+
+
+#: The id of a pending_count finding: one per queue, since its repair recounts every type at once.
+PENDING_COUNTS: Final = "pending_counts"
+#: At most this many types are named in its detail, the wrong counts of the others only counted.
+_TYPES_SHOWN: Final = 10
+
+
+def _counted(value: str | None) -> str:
+    if value is None:
+        return "not counted"
+    return f"counted {value if _AT_LEAST_ONE(value) else repr(value[:40])}"
+
+
+def _pending_counts(seen: Picture) -> Iterator[Suspect]:
+    """The stored count of each type against the jobs the picture shows pending or held. One finding for the
+    queue, naming each type that differs: its repair (`repairs.recount`) recounts them all in one atomic call,
+    which a picture read while daemons ran needs (lists, hashes and counts read apart may disagree for a
+    moment). Counts of another type are left to their own check, which deletes them: the next round recounts."""
+    stored = seen.pending_counts
+    if stored is None:
+        return
+    wrong: list[str] = []
+    for job_type in sorted(stored.keys() | seen.pending_or_held.keys()):
+        value, jobs = stored.get(job_type), seen.pending_or_held.get(job_type, 0)
+        if value != (str(jobs) if jobs else None):
+            what = f"type {job_type}" if job_type else "jobs without a type"
+            wrong.append(f"{what}: {_counted(value)}, {jobs} pending or held")
+    if wrong:
+        more = f"; and {len(wrong) - _TYPES_SHOWN} types more" if len(wrong) > _TYPES_SHOWN else ""
+        yield Suspect(PENDING_COUNTS, "; ".join(wrong[:_TYPES_SHOWN]) + more)
 
 
 def _dead_over_limit(seen: Picture) -> Iterator[Suspect]:
@@ -335,5 +372,8 @@ CHECKS: Final = (
     Check("waiting_for_nothing", Kind.WAITING_FOR_NOTHING, _waiting_for_nothing, rebuild_waits),
     Check("lost_dependency", Kind.LOST_DEPENDENCY, _lost_dependency, settle_lost),
     Check("bad_settings", Kind.BAD_SETTING, _bad_setting, script(Kind.BAD_SETTING)),
+    # After every repair that moves jobs into or out of the pending and held lists: the recount counts what they
+    # left.
+    Check("pending_counts", Kind.PENDING_COUNT, _pending_counts, recount, confirm_count),
     Check("dead_over_limit", Kind.DEAD_OVER_LIMIT, _dead_over_limit, trim_dead),
 )

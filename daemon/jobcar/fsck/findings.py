@@ -31,6 +31,7 @@ class Kind:
     ORPHAN_HANDLER_DATA: Final = "orphan_handler_data"  # a job's log, steps or children without its job hash
     HANDLER_DATA_NO_TTL: Final = "handler_data_no_ttl"  # a job's log, steps or children that outlives its job
     BAD_SETTING: Final = "bad_setting"  # a field of a queue's settings that the enqueue script cannot use
+    PENDING_COUNT: Final = "pending_count"  # a queue's pending counts by type that are not its pending and held jobs
 
 
 @dataclass(frozen=True, slots=True)
@@ -38,7 +39,7 @@ class Finding:
     queue: str
     kind: str
     #: The job id; for unique-lock, handler-data and wrong_type findings the key; "dead" for the dead set's
-    #: bounds.
+    #: bounds, "pending_counts" for the queue's pending counts.
     job_id: str
     detail: str
     repaired: bool = False

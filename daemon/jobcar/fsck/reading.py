@@ -27,6 +27,8 @@ from jobcar.transport import AsyncRedis
 
 #: A waiting job younger than this is left alone: its producer may still be storing the jobs it waits for.
 SETTLING_MS: Final = 60_000
+#: The states of a listed job that the pending counts count (includes/count_pending.lua).
+_COUNTED_STATES: Final = frozenset({State.PENDING.value, State.HELD.value})
 
 
 @dataclass(frozen=True, slots=True)
@@ -34,6 +36,8 @@ class JobHash:
     state: str | None
     token: bool
     pttl: int
+    #: Its `type` field, None when it has none.
+    job_type: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -61,8 +65,8 @@ class HandlerData:
 class Picture:
     """One queue as fsck read it, and the bounds its dead set is held to."""
 
-    #: The queue's own keys (state sets and lists, settled, wake, schedules, limit groups, throttled) that
-    #: hold another type.
+    #: The queue's own keys (state sets and lists, settled, wake, schedules, limit groups, throttled, paused,
+    #: settings, pending counts) that hold another type.
     mistyped_own: list[Mistyped]
     hashes: dict[str, JobHash]
     #: The job keys that hold another type than a hash, by id.
@@ -103,6 +107,12 @@ class Picture:
     handler_data: list[HandlerData]
     #: The queue's settings hash, field by field (empty when it holds another type).
     settings: dict[str, str]
+    #: The queue's pending counts as stored, type -> the field's text; None when the key holds another type
+    #: (its own check reports it).
+    pending_counts: dict[str, str] | None
+    #: What they count: by job type ("" for none), the ids in a pending list or a held list of an indexed group
+    #: (each once) whose hash is in state pending or held (lua/recount_pending.lua).
+    pending_or_held: dict[str, int]
     #: Each waiting job old enough to check, with each dependency it waits for and why that one will never
     #: tell it it ended (None when it will).
     dependencies: dict[str, dict[str, str | None]]
@@ -129,7 +139,10 @@ async def read_queue(
     # list before (or without) indexing it, and a slot hash of a type whose groups never filled counts.
     held_keys = {keys.held(group) for group in groups} | set(await scan(client, all_starting(keys.held(""))))
     mistyped_held = await mistyped_keys(client, dict.fromkeys(sorted(held_keys), "list"))
-    places, pending_count = _places(pending, zsets, await _held_ids(client, keys, groups), hashes)
+    held = await _held_ids(client, keys, groups)
+    # Right after the lists: what the counts are compared with is read as near them in time as plain reads allow.
+    pending_counts = await _read_pending_counts(client, keys) if "pending_counts" in usable else None
+    places, pending_count = _places(pending, zsets, held, hashes)
     locks, mistyped_locks = await _read_locks(client, keys)
     windows, mistyped_windows = await _read_windows(client, keys)
     indexed, next_ticks, mistyped_schedules = await _read_schedules(client, keys, "schedules" in usable)
@@ -162,6 +175,8 @@ async def read_queue(
         mistyped_namespace=mistyped_namespace,
         handler_data=handler_data,
         settings=await _read_settings(client, keys) if "settings" in usable else {},
+        pending_counts=pending_counts,
+        pending_or_held=_pending_or_held(pending, held, hashes),
         dependencies=await _read_dependencies(client, keys, zsets[State.WAITING.value], now, set(mistyped_deps)),
         dead=zsets[State.DEAD.value],
         now=now,
@@ -189,6 +204,9 @@ def _own_keys(keys: QueueKeys) -> dict[str, tuple[str, str]]:
         "paused": (keys.paused, "string"),
         # Every enqueue into the queue reads it (its max_pending): of another type, each one fails.
         "settings": (keys.settings, "hash"),
+        # The scripts pass over one of another type (includes/count_pending.lua), so its counts stay wrong: deleted,
+        # it is recounted (the check `pending_counts`).
+        "pending_counts": (keys.pending_counts, "hash"),
     }
 
 
@@ -206,7 +224,7 @@ async def _read_hashes(client: AsyncRedis, keys: QueueKeys) -> tuple[dict[str, J
     for chunk in chunks(ids):
         pipe = client.pipeline(transaction=False)
         for job_id in chunk:
-            pipe.hmget(keys.job(job_id), ["state", "token"])
+            pipe.hmget(keys.job(job_id), ["state", "token", "type"])
             pipe.pttl(keys.job(job_id))
         replies = await pipe.execute(raise_on_error=False)
         for i, job_id in enumerate(chunk):
@@ -216,8 +234,8 @@ async def _read_hashes(client: AsyncRedis, keys: QueueKeys) -> tuple[dict[str, J
                 continue
             if int(pttl) == -2:
                 continue  # gone since the scan
-            state, token = fields
-            hashes[job_id] = JobHash(None if state is None else as_text(state), token is not None, int(pttl))
+            state, token, job_type = (None if f is None else as_text(f) for f in fields)
+            hashes[job_id] = JobHash(state, token is not None, int(pttl), job_type)
     mistyped = await mistyped_keys(client, {keys.job(job_id): "hash" for job_id in refused})
     return hashes, {m.key[len(prefix) :]: m for m in mistyped}
 
@@ -270,6 +288,20 @@ def _places(
         if job is not None and job.state == State.HELD.value and State.HELD.value not in places.get(job_id, []):
             places.setdefault(job_id, []).append(State.HELD.value)
     return places, pending_count
+
+
+def _pending_or_held(pending: list[str], held: list[str], hashes: dict[str, JobHash]) -> dict[str, int]:
+    """By job type, the jobs the pending counts count (see `Picture`)."""
+    counts: dict[str, int] = {}
+    for job_id in set(pending) | set(held):
+        job = hashes.get(job_id)
+        if job is not None and job.state in _COUNTED_STATES:
+            counts[job.job_type or ""] = counts.get(job.job_type or "", 0) + 1
+    return counts
+
+
+async def _read_pending_counts(client: AsyncRedis, keys: QueueKeys) -> dict[str, str]:
+    return {as_text(field): as_text(n) for field, n in (await client.hgetall(keys.pending_counts)).items()}
 
 
 # -- the keys apart from the state sets -----------------------------------------------------------

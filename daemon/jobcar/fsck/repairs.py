@@ -15,6 +15,7 @@ from dataclasses import dataclass, replace
 from typing import Final, TypeAlias
 
 from jobcar.fsck.findings import Kind, Suspect
+from jobcar.fsck.recount import recount_pending
 from jobcar.keys import QueueKeys
 from jobcar.replies import as_int
 from jobcar.scripts import Arg, call
@@ -74,3 +75,18 @@ async def trim_dead(target: Target, suspect: Suspect) -> Suspect:
     while (n := await run_script(target, Kind.DEAD_OVER_LIMIT, "", limits.max_jobs, limits.max_age_ms)) > 0:
         trimmed += n
     return replace(suspect, detail=f"{suspect.detail}; trimmed {trimmed}")
+
+
+async def confirm_count(target: Target, suspect: Suspect) -> Suspect | None:
+    """A wrong count as the picture shows it, confirmed by the recount at one instant without writing (fsck's
+    report: on a busy queue, lists, hashes and counts read apart almost always disagree for a moment); None
+    when the counts are right. The detail stays the picture's: on a busy queue, its numbers are those of a moment
+    near the recount's."""
+    return suspect if (await recount_pending(target.client, target.keys, write=False)).changed else None
+
+
+async def recount(target: Target, suspect: Suspect) -> Suspect | None:
+    """Recounts the queue's pending counts (`lua/recount_pending.lua`), atomically: a count that a picture read
+    while daemons ran made look wrong, but that was right when the recount ran, is left as it is (nothing changed:
+    the finding is dropped)."""
+    return suspect if (await recount_pending(target.client, target.keys)).changed else None

@@ -25,6 +25,7 @@
 --- @include "unpark"
 --- @include "tell_dependents"
 --- @include "handler_data"
+--- @include "count_pending"
 
 local prefix, id = ARGV[1], ARGV[2]
 local state = redis.call('HGET', KEYS[3], 'state')
@@ -56,6 +57,7 @@ elseif state == 'held' then
     forget_idle_group(prefix, group)
   end
 end
+if state == 'pending' or state == 'held' then count_pending(prefix, redis.call('HGET', KEYS[3], 'type'), -1) end
 release_unique(prefix, KEYS[3], id)
 count_in_batch(prefix, KEYS[3], 'canceled', 1)
 tell_dependents(prefix, KEYS[3], id, 'canceled', marked)

@@ -28,6 +28,7 @@
 --- @include "unpark"
 --- @include "tell_dependents"
 --- @include "handler_data"
+--- @include "count_pending"
 
 local prefix, wanted = ARGV[1], ARGV[2]
 if wanted ~= 'pending' and wanted ~= 'scheduled' and wanted ~= 'held' and wanted ~= 'waiting' then
@@ -50,10 +51,11 @@ local function mark(list, index, id)
   return true
 end
 local canceled, left = 0, 0
+local uncounted = {}  -- type -> pending or held jobs canceled (includes/count_pending.lua)
 for i = 3, #ARGV - 1, 2 do
   local id, index = ARGV[i], tonumber(ARGV[i + 1]) or -1
   local job_key = job_key_of(prefix, id)
-  local f = redis.pcall('HMGET', job_key, 'state', 'priority', 'held')
+  local f = redis.pcall('HMGET', job_key, 'state', 'priority', 'held', 'type')
   if f.err or f[1] ~= wanted then
     left = left + 1
   else
@@ -77,6 +79,10 @@ for i = 3, #ARGV - 1, 2 do
         group_list[#group_list + 1] = f[3]
       end
     end
+    if wanted == 'pending' or wanted == 'held' then
+      local job_type = f[4] or ''
+      uncounted[job_type] = (uncounted[job_type] or 0) - 1
+    end
     release_unique(prefix, job_key, id)
     count_in_batch(prefix, job_key, 'canceled', 1)
     told.add(job_key, id, 'canceled')
@@ -91,5 +97,6 @@ end
 for _, group in ipairs(group_list) do
   forget_idle_group(prefix, group)
 end
+count_pending_by_type(prefix, uncounted)
 told.push()
 return {canceled, left}

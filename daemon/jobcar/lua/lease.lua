@@ -58,6 +58,7 @@
 --- @include "pending_lists"
 --- @include "move_to_dead"
 --- @include "lease_limits"
+--- @include "count_pending"
 
 local prefix = ARGV[1]
 local dead = dead_key_of(prefix)
@@ -107,11 +108,20 @@ local expired = reply[5]
 local deadline = now + lease_ms
 local leased = 0
 local deadlines = {}  -- score, id, score, id...: one ZADD for the batch (chunks of 1,000 keep pairs whole)
+-- type -> how many of its jobs this call made pending (promoted) less those it took out of the pending and
+-- held lists (leased, expired, moved to the dead set): one HINCRBY per type at the end (includes/count_pending.lua)
+local counted = {}
+local function tally(job_type, n)
+  job_type = job_type or ''
+  counted[job_type] = (counted[job_type] or 0) + n
+end
 
 -- A job a limit would hold whose group's held list holds another type (fsck reports it): the script has
 -- written already, so the job goes to the dead set with the reason (and is reported as dropped) rather than
 -- stay in no list.
 local function cannot_hold(job_key, id, why)
+  local f = redis.call('HMGET', job_key, 'state', 'type')
+  if f[1] == 'pending' or f[1] == 'held' then tally(f[2], -1) end
   move_to_dead(prefix, dead, job_key, id, now, why, tonumber(ARGV[7]), tonumber(ARGV[8]))
   redis.call('HDEL', job_key, 'held', 'held_at')
   dropped[#dropped + 1] = {id, why .. '; moved to the dead set'}
@@ -178,7 +188,9 @@ if due_now then
     local job_key = job_key_of(prefix, id)
     if redis.call('TYPE', job_key).ok == 'hash' then
       redis.call('HSET', job_key, 'state', 'pending')
-      redis.call('LPUSH', pending_key(KEYS[1], redis.call('HGET', job_key, 'priority')), id)
+      local fields = redis.call('HMGET', job_key, 'priority', 'type')
+      redis.call('LPUSH', pending_key(KEYS[1], fields[1]), id)
+      tally(fields[2], 1)
     end
   end
   redis.call('ZREM', KEYS[2], unpack(due))
@@ -219,11 +231,15 @@ local function lease_job(id, hold_only)
   end
   local at = {}  -- field name -> index of its value in job
   for i = 1, #job, 2 do at[job[i]] = i + 1 end
+  -- Counted while pending or held: a stray id of a job in another state (fsck reports it) was never counted.
+  local state = at.state and job[at.state]
+  local counted_as = (state == 'pending' or state == 'held') and (job[at.type] or '')
   local expires_at = at.expires_at and tonumber(job[at.expires_at])
   -- A deadline counts until the first start: a job that ran once is retried whatever the time.
   if expires_at and expires_at <= now and not tonumber(at.attempt and job[at.attempt]) then
     move_to_dead(prefix, dead, job_key, id, now, 'expired: not started by its deadline (' ..
       (now - expires_at) .. ' ms ago)', tonumber(ARGV[7]), tonumber(ARGV[8]))
+    if counted_as then tally(counted_as, -1) end
     expired[#expired + 1] = id
     return true
   end
@@ -238,6 +254,7 @@ local function lease_job(id, hold_only)
     slots = taken
   end
   leased = leased + 1
+  if counted_as then tally(counted_as, -1) end
   local token = token_base .. '.' .. leased
   -- An attempt count that is not a number (a hash written by hand) counts as none.
   local attempt = tostring((tonumber(at.attempt and job[at.attempt]) or 0) + 1)
@@ -298,6 +315,7 @@ end
 if limiter and leased >= count and limiter.binds() then hold_ahead() end
 
 call_in_chunks('ZADD', KEYS[3], deadlines)
+count_pending_by_type(prefix, counted)
 if limiter then limiter.add_taken() end
 if redis.call('LLEN', KEYS[1]) == 0 and (others == 0 or redis.call('EXISTS', unpack(lists, 2)) == 0) then
   redis.call('DEL', KEYS[4])

@@ -87,7 +87,7 @@ for n, id in ipairs(expired) do
       record_error(job_key, attempt, now, 'lease expired: the daemon running attempt ' .. attempt ..
         ' stopped renewing it')
       redis.call('HSET', job_key, 'run_at', now)
-      move_to_pending(job_key, KEYS[2], id)
+      move_to_pending(prefix, job_key, KEYS[2], id)
       requeued = true
       result = 'pending'
     end

@@ -40,7 +40,7 @@ for _, id in ipairs(ids) do
       redis.call('HSET', job_key, 'attempt', 0, 'run_at', now)
       redis.call('HDEL', job_key, 'finished', 'deferrals')
       count_in_batch(prefix, job_key, 'dead', -1)
-      move_to_pending(job_key, KEYS[2], id)
+      move_to_pending(prefix, job_key, KEYS[2], id)
       moved = moved + 1
     end
   end

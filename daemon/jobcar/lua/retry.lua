@@ -103,7 +103,7 @@ if delay > 0 then
   if redis.call('ZRANGE', KEYS[3], 0, 0)[1] == id then wake(KEYS[5]) end
 else
   redis.call('HSET', job_key, 'run_at', now)
-  move_to_pending(job_key, KEYS[2], id)
+  move_to_pending(prefix, job_key, KEYS[2], id)
   wake(KEYS[5])
 end
 return 1

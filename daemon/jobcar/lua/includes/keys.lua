@@ -28,3 +28,4 @@ local function settled_key_of(prefix) return prefix .. 'settled' end
 local function limit_groups_key_of(prefix) return prefix .. 'limit_groups' end
 local function throttled_key_of(prefix) return prefix .. 'throttled' end
 local function settings_key_of(prefix) return prefix .. 'settings' end
+local function pending_counts_key_of(prefix) return prefix .. 'pending_counts' end

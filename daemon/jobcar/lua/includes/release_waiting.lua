@@ -2,6 +2,7 @@
 --- @include "now_ms"
 --- @include "wake"
 --- @include "pending_key"
+--- @include "count_pending"
 
 -- A waiting job told that its dependencies `refs` ("<queue>/<id>") ended done, or count as done: they leave
 -- its <prefix>deps:<id>, and with the last of them it becomes pending, ready from now (its wait for the
@@ -26,7 +27,9 @@ local function release_waiting(prefix, id, refs, counts)
   end
   redis.call('ZREM', waiting_key_of(prefix), id)
   redis.call('HSET', job_key, 'state', 'pending', 'run_at', now_ms())
-  redis.call('LPUSH', pending_key(pending_key_of(prefix), redis.call('HGET', job_key, 'priority')), id)
+  local fields = redis.call('HMGET', job_key, 'priority', 'type')
+  redis.call('LPUSH', pending_key(pending_key_of(prefix), fields[1]), id)
+  count_pending(prefix, fields[2], 1)
   wake(wake_key_of(prefix))
   return 'pending'
 end

@@ -4,6 +4,7 @@
 --- @include "call_in_chunks"
 --- @include "wrong_type"
 --- @include "pending_key"
+--- @include "count_pending"
 
 -- Storing new jobs, shared by enqueue and the scripts that create jobs of their own (a schedule's fire).
 -- A record is ARGV values back to back:
@@ -195,6 +196,7 @@ local function store_jobs(prefix, records, now, pending, scheduled, wake_key)
   local woken = false
   -- ids for each pending list, pushed together at the end (in order, as one LPUSH each would)
   local runnable, lists = {}, {}
+  local made_pending = {}  -- type -> how many, counted once each at the end (includes/count_pending.lua)
   -- jobs stored per batch, counted once each at the end (a Spark partition's jobs share one)
   local totals, batches = {}, {}
   for _, record in ipairs(records) do
@@ -270,6 +272,7 @@ local function store_jobs(prefix, records, now, pending, scheduled, wake_key)
         end
         local ids = runnable[list]
         ids[#ids + 1] = id
+        made_pending[job_type] = (made_pending[job_type] or 0) + 1
       end
       if record.batch then
         if not totals[record.batch] then batches[#batches + 1] = record.batch end
@@ -279,6 +282,7 @@ local function store_jobs(prefix, records, now, pending, scheduled, wake_key)
     end
   end
   for _, list in ipairs(lists) do call_in_chunks('LPUSH', list, runnable[list]) end
+  count_pending_by_type(prefix, made_pending)
   for _, batch in ipairs(batches) do bump_batch(batch_key_of(prefix, batch), 'total', totals[batch]) end
   if #lists > 0 and not woken then wake(wake_key) end
   return replies
