@@ -220,7 +220,8 @@ async def _json_errors(request: web.Request, handler: Handler) -> web.StreamResp
         stored = [_info(info) for info in exc.stored]
         return web.json_response(
             {"error": str(exc), "queue": exc.queue, "pending": exc.pending, "max_pending": exc.max_pending,
-             "refused": exc.refused, **({"jobs": stored} if stored else {})},
+             "refused": exc.refused, **({"type": exc.job_type} if exc.job_type is not None else {}),
+             **({"jobs": stored} if stored else {})},
             status=429, headers={"Retry-After": str(exc.retry_after)},
         )  # fmt: skip
     except JobNotFound:

@@ -11,7 +11,7 @@ import json
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Final
+from typing import Final, NamedTuple
 
 from jobcar.errors import QueueFull
 from jobcar.job import EnqueueStatus, JobInfo, State
@@ -131,16 +131,27 @@ def enqueue_calls(namespace: str, records: Sequence[EnqueueRecord]) -> list[Scri
 
 
 _CREATED_STATES: Final = {b"pending": State.PENDING, b"scheduled": State.SCHEDULED, b"waiting": State.WAITING}
-#: The enqueue script's refusal by backpressure (lua/includes/max_pending.lua, ADR 0024).
-_FULL: Final = re.compile(r"FULL jobcar enqueue: (\d+) pending, max_pending (\d+), (\d+) new refused")
+#: The enqueue script's refusal by backpressure (lua/includes/max_pending.lua, ADR 0024): by the queue's bound,
+#: or by a type's ("of type <type>"; a type name holds no newline).
+_FULL: Final = re.compile(r"FULL jobcar enqueue: (\d+) pending(?: of type (.+))?, max_pending (\d+), (\d+) new refused")
 
 
-def full_refusal(reply: Reply) -> tuple[int, int, int] | None:
-    """(pending, max_pending, new jobs refused) of an enqueue call's backpressure refusal, else None."""
+class FullRefusal(NamedTuple):
+    """An enqueue call's backpressure refusal: the jobs pending or held (of `job_type`, when a type's bound
+    refused it, else of the queue), the bound, and the call's new jobs refused."""
+
+    pending: int
+    max_pending: int
+    refused: int
+    job_type: str | None
+
+
+def full_refusal(reply: Reply) -> FullRefusal | None:
+    """The backpressure refusal an enqueue call's reply is, else None."""
     if not isinstance(reply, Exception):
         return None
-    match = _FULL.match(str(reply))
-    return (int(match[1]), int(match[2]), int(match[3])) if match else None
+    match = _FULL.fullmatch(str(reply))
+    return FullRefusal(int(match[1]), int(match[3]), int(match[4]), match[2]) if match else None
 
 
 def parse_enqueue(records: Sequence[EnqueueRecord], replies: Sequence[Reply]) -> list[JobInfo]:
@@ -148,15 +159,15 @@ def parse_enqueue(records: Sequence[EnqueueRecord], replies: Sequence[Reply]) ->
     backpressure raises QueueFull once every reply is read (the jobs the other calls stored in it); another
     error reply is raised as it is."""
     infos: list[JobInfo | None] = [None] * len(records)
-    full: tuple[str, int, int] | None = None
+    full: tuple[str, FullRefusal] | None = None
     refused = 0
     for chunk, reply in zip(_chunks(records), replies, strict=True):
         if isinstance(reply, Exception):
             counts = full_refusal(reply)
             if counts is None:
                 raise reply
-            full = full or (records[chunk[0]].queue, counts[0], counts[1])
-            refused += counts[2]
+            full = full or (records[chunk[0]].queue, counts)
+            refused += counts.refused
             continue
         for index, entry in zip(chunk, as_list(reply), strict=True):
             record = records[index]
@@ -168,5 +179,6 @@ def parse_enqueue(records: Sequence[EnqueueRecord], replies: Sequence[Reply]) ->
                 infos[index] = JobInfo(job_id, record.queue, State(state), EnqueueStatus(status))
     stored = [info for info in infos if info is not None]
     if full is not None:
-        raise QueueFull(*full, refused, stored)
+        queue, first = full
+        raise QueueFull(queue, first.pending, first.max_pending, refused, stored, job_type=first.job_type)
     return stored

@@ -18,7 +18,8 @@
 -- Touches per job: <prefix>job:<id> HASH (created), <prefix>unique:<key> or <prefix>window:<key> STRING
 --   (SET NX PX), <prefix>debounce:<key> STRING, <prefix>batch:<batch> HASH (HINCRBY total) when the job names
 --   a batch, <prefix>pending:<p> LIST (priority p > 0), and for dependencies <prefix>waiting ZSET,
---   <prefix>deps:<id> SET, <prefix>dependents:<id> SET.
+--   <prefix>deps:<id> SET, <prefix>dependents:<id> SET; <prefix>pending_counts HASH (HINCRBY of each type by
+--   the jobs it made pending: includes/count_pending.lua).
 -- Returns an array with one entry per job, in order:
 --   "pending" | "scheduled" | "waiting"      created, in that state (waiting: the record has `after`)
 --   {"exists", id, state}                    a job with this id exists (nothing written but the record's
@@ -27,7 +28,8 @@
 --   {"debounced", waiting id, "scheduled"}   the debounce key's scheduled job took the payload
 -- A run-at in the past makes the job runnable now. Time is Redis time.
 -- Refused whole with an error reply "FULL jobcar enqueue: <pending> pending, max_pending <max>, <new> new refused"
--- when <prefix>settings holds a `max_pending` that the call's new jobs would take the pending lists past
+-- (or "<pending> pending of type <type>, ...") when <prefix>settings holds a `max_pending` (or a
+-- `max_pending:<type>`) that the call's new jobs would take the queue's pending and held jobs (of that type) past
 -- (includes/max_pending.lua, ADR 0024); nothing is written but the count of refused jobs (`refused`).
 -- A key of another Redis type is refused with "WRONGTYPE jobcar: ..." before the first write.
 -- docs/conformance/producer.json holds cases of every reply, with the keys they leave.
@@ -40,6 +42,6 @@ local records = parse_records(2)
 if records.err then return records end
 local refused = refuse_wrong_types(ARGV[1], records, KEYS[1], KEYS[2])
 if refused then return refused end
-local full = refuse_over_max_pending(ARGV[1], records, KEYS[1])
+local full = refuse_over_max_pending(ARGV[1], records)
 if full then return full end
 return store_jobs(ARGV[1], records, now_ms(), KEYS[1], KEYS[2], KEYS[3])

@@ -1,39 +1,92 @@
 --- @include "keys"
---- @include "pending_lists"
+--- @include "settings_fields"
 
--- Backpressure (ADR 0024): a queue's `max_pending`, which the daemons serving it write into <prefix>settings,
--- bounds the jobs its pending lists hold (every priority's and `pending:released`; not the scheduled, held,
--- waiting or active ones). `refuse_over_max_pending` refuses a call whose new jobs would take that count
--- past it, whole, before anything is written:
+-- Backpressure (ADR 0024): a queue's `max_pending` and its types' `max_pending:<type>`, which the daemons serving
+-- it write into <prefix>settings, bound the jobs pending or held in the queue (its pending lists and its limits'
+-- held lists; not the scheduled, waiting or active ones), all of them and those of each type: the counts of
+-- <prefix>pending_counts (includes/count_pending.lua). `refuse_over_max_pending` refuses a call whose new jobs
+-- would take a count past its bound, whole, before anything is written:
 --   FULL jobcar enqueue: <pending> pending, max_pending <max>, <new> new refused
+--   FULL jobcar enqueue: <pending> pending of type <type>, max_pending <max>, <new> new refused
 -- Every record counts as one new job whatever state it would be created in, except a record whose id names a
--- job already stored (it writes nothing), looked for only when the quick count says no. No bound (no field,
--- or one that is not a positive number) costs one HGET; a bound, an LLEN and an EXISTS more (and eleven LLENs
--- where other priorities or released jobs wait): O(1), however long the lists.
+-- job already stored (it writes nothing), looked for only when the quick count says no. No bound costs one
+-- HMGET (the queue's field and one per type of the call); a bound, one read of the counts more: O(1) for a
+-- type, O(types) for the queue, however many jobs wait.
 -- A refusal adds its new jobs to the hash's `refused` field, the only write it makes.
 -- Returns that error reply, or nil.
-local function refuse_over_max_pending(prefix, records, pending)
-  local max = tonumber(redis.call('HGET', settings_key_of(prefix), 'max_pending'))
-  if not max or max < 1 then return nil end
-  -- `pending` is checked to be a list. The other levels' lists and the released one are read only when one of
-  -- them exists (one EXISTS: most queues use neither priorities nor limits); one of another type (fsck's) holds
-  -- no pending job.
-  local n = redis.call('LLEN', pending)
-  local lists = pending_lists(pending)
-  if redis.call('EXISTS', unpack(lists, 2)) > 0 then
-    for i = 2, #lists do
-      local length = redis.pcall('LLEN', lists[i])
-      if type(length) == 'number' then n = n + length end
+local function refuse_over_max_pending(prefix, records)
+  local settings = settings_key_of(prefix)
+  -- type -> its records in this call, and the fields of the bounds that apply, the queue's first
+  local calls, types, fields = {}, {}, {MAX_PENDING_FIELD}
+  for _, record in ipairs(records) do
+    local job_type = ARGV[record.at + 1]
+    if not calls[job_type] then
+      calls[job_type] = 0
+      types[#types + 1] = job_type
+      fields[#fields + 1] = TYPE_BOUND_PREFIX .. job_type
+    end
+    calls[job_type] = calls[job_type] + 1
+  end
+  -- Each bound as a number, or false (no field, or one that is not a positive number: fsck reports it). The
+  -- functions below are made only past this point: a queue without a bound pays for none of them.
+  local bounds, bounded = redis.call('HMGET', settings, unpack(fields)), false
+  for i = 1, #bounds do
+    local max = tonumber(bounds[i])
+    bounds[i] = max and max >= 1 and max
+    bounded = bounded or bounds[i]
+  end
+  if not bounded then return nil end
+  -- A counts key of another type, or a field that is no count (fsck reports both), counts as none.
+  local counts_key = pending_counts_key_of(prefix)
+  local function count_of(job_type)
+    return tonumber(redis.pcall('HGET', counts_key, job_type)) or 0
+  end
+  -- The records whose id names no stored job, of one type or all: read once, and only when a bound would be
+  -- passed if every record were new.
+  local new_ones = nil
+  local function new_of(job_type)
+    if not new_ones then
+      new_ones = {}
+      for _, record in ipairs(records) do
+        if redis.call('EXISTS', job_key_of(prefix, ARGV[record.at])) == 0 then
+          local t = ARGV[record.at + 1]
+          new_ones[t] = (new_ones[t] or 0) + 1
+        end
+      end
+    end
+    if job_type then return new_ones[job_type] or 0 end
+    local n = 0
+    for _, each in pairs(new_ones) do n = n + each end
+    return n
+  end
+  local function refuse(n, of_type, max, new)
+    -- Counted where every producer's refusals meet: `jobcar stats` and the metrics show it.
+    redis.call('HINCRBY', settings, REFUSED_FIELD, new)
+    return redis.error_reply('FULL jobcar enqueue: ' .. n .. ' pending' .. of_type .. ', max_pending ' .. max .. ', '
+      .. new .. ' new refused')
+  end
+  local queue_max = bounds[1]
+  if queue_max then
+    -- HGETALL, not HVALS: the commands a confined ACL user is given stay those of the last version.
+    local n = 0
+    local counts = redis.pcall('HGETALL', counts_key)
+    if not counts.err then
+      for i = 2, #counts, 2 do n = n + (tonumber(counts[i]) or 0) end
+    end
+    if n + #records > queue_max then
+      local new = new_of(nil)
+      if new > 0 and n + new > queue_max then return refuse(n, '', queue_max, new) end
     end
   end
-  local new = #records
-  if n + new <= max then return nil end
-  for _, record in ipairs(records) do
-    if redis.call('EXISTS', job_key_of(prefix, ARGV[record.at])) == 1 then new = new - 1 end
+  for i, job_type in ipairs(types) do
+    local max = bounds[i + 1]
+    if max then
+      local n = count_of(job_type)
+      if n + calls[job_type] > max then
+        local new = new_of(job_type)
+        if new > 0 and n + new > max then return refuse(n, ' of type ' .. job_type, max, new) end
+      end
+    end
   end
-  if new == 0 or n + new <= max then return nil end
-  -- Counted where every producer's refusals meet: `jobcar stats` and the metrics show it.
-  redis.call('HINCRBY', settings_key_of(prefix), 'refused', new)
-  return redis.error_reply('FULL jobcar enqueue: ' .. n .. ' pending, max_pending ' .. max .. ', ' .. new
-    .. ' new refused')
+  return nil
 end
