@@ -72,6 +72,10 @@ def cmd_stats(args: argparse.Namespace) -> int:
         for s, (m, h) in zip(stats, counts, strict=True)
     ]  # fmt: skip
     print("\n".join(table(header, rows, numeric={1, 2, 3, 4, 5, 6, 8, 9, 10, 11, 12, 13, 14})))
+    # The types' bounds under the table, a line each: a column per type would not fit, and few types have one.
+    for s in stats:
+        for job_type, bound in sorted(s.max_pending_by_type.items()):
+            print(f"{s.queue}: {printable(job_type)} {s.pending_counts.get(job_type, 0)} of max_pending {bound}")
     return EX_OK
 
 

@@ -217,6 +217,7 @@ def _top_level(r: Reader, root: yaml.Node) -> dict[str, Any]:
         except Invalid as exc:
             r.error(node, ("handlers",), exc.message)
         _check_batch_sizes(r, node, values)
+        _check_type_bounds(r, node, values)
     return values
 
 
@@ -235,6 +236,17 @@ def _check_api_tokens(r: Reader, entries: Mapping[str, Entry], values: dict[str,
             r.error(node, where, f"the same token as {same}: give each name its own token")
         elif setting.token:
             seen[setting.name] = setting.token
+
+
+def _check_type_bounds(r: Reader, handlers_node: yaml.Node, values: dict[str, Any]) -> None:
+    """A type's bound is written to the literal queues of `queues` (queue_settings.py): with patterns only, none."""
+    if values.get("queues", {"default": 1}):
+        return
+    for name, handler in values.get("handlers", {}).items():
+        if handler.max_pending is not None:
+            path = ("handlers", name, "max_pending")
+            node = r.entries(r.entries(handlers_node, path[:1])[name].value, path[:2])["max_pending"].key
+            r.error(node, path, "queues names patterns only: no daemon would write this bound (name a queue)")
 
 
 def _check_batch_sizes(r: Reader, handlers_node: yaml.Node, values: dict[str, Any]) -> None:

@@ -134,6 +134,7 @@ _HANDLER_FIELDS: Final[Mapping[str, Converter]] = {
     "batch": batch_section,
     "max_extend": duration(),
     "max_snoozes": integer(0),
+    "max_pending": integer(1, optional=True),
 }
 HTTP_FIELDS: Final[Mapping[str, Converter]] = {
     "url": _url,

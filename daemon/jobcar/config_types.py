@@ -109,6 +109,9 @@ class HandlerBase:
     #: How many times a job may come back later without spending an attempt over its life: its handler's
     #: snoozes and its 429/503 answers with Retry-After together. Past it, they spend an attempt.
     max_snoozes: int = DEFAULT_MAX_SNOOZES
+    #: Backpressure per type: the most jobs of this type, pending or held, an enqueue may leave each of the
+    #: config's queues with (None: no bound of its own). The daemons write it to Redis (queue_settings.py).
+    max_pending: int | None = None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

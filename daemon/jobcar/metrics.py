@@ -243,11 +243,21 @@ class Metrics:
         )
         self.queue_paused = Gauge("jobcar_queue_paused", "1 while the queue is paused.", ["queue"], registry=r)
         self.queue_max_pending = Gauge(
-            "jobcar_queue_max_pending", "The backpressure bound of the queue's pending jobs (absent: none).",
+            "jobcar_queue_max_pending", "The backpressure bound of the queue's pending and held jobs (absent: none).",
             ["queue"], registry=r,
         )  # fmt: skip
+        self.type_max_pending = Gauge(
+            "jobcar_type_max_pending",
+            "The backpressure bound of a type's pending and held jobs in the queue (absent: none).",
+            ["queue", "type"], registry=r,
+        )  # fmt: skip
+        self.type_pending = Gauge(
+            "jobcar_type_pending_jobs",
+            "A bounded type's jobs pending or held in the queue, the count its bound holds.",
+            ["queue", "type"], registry=r,
+        )  # fmt: skip
         self.queue_refused = Gauge(
-            "jobcar_queue_refused_jobs", "Jobs an enqueue refused by max_pending, ever, by every producer (a count).",
+            "jobcar_queue_refused_jobs", "Jobs an enqueue refused by a max_pending, ever, by every producer (a count).",
             ["queue"], registry=r,
         )  # fmt: skip
         self.jobs_held = Gauge(
@@ -340,11 +350,26 @@ class Metrics:
                 else:
                     with contextlib.suppress(KeyError):  # a bound lifted: its series goes
                         self.queue_max_pending.remove(k.queue)
+                self._set_type_bounds(k.queue, stats)
                 self._set_held(k.queue, stats.held_by_type)
             self._stats_at = time.monotonic()
         if openmetrics:
             return bytes(generate_openmetrics(self.registry))  # type: ignore[no-untyped-call]
         return generate_latest(self.registry)
+
+    def _set_type_bounds(self, queue: str, stats: transitions.QueueStats) -> None:
+        """The bounded types' bounds and counts; a bound lifted, its two series go. Only the config's types:
+        bounds of several types do not add up under `other`."""
+        bounds = {t: n for t, n in stats.max_pending_by_type.items() if t in self.types}
+        seen = {sample.labels["type"] for family in self.type_max_pending.collect() for sample in family.samples
+                if sample.labels["queue"] == queue}  # fmt: skip
+        for job_type in seen - bounds.keys():
+            self.type_max_pending.remove(queue, job_type)
+            with contextlib.suppress(KeyError):
+                self.type_pending.remove(queue, job_type)
+        for job_type, bound in bounds.items():
+            self.type_max_pending.labels(queue, job_type).set(bound)
+            self.type_pending.labels(queue, job_type).set(stats.pending_counts.get(job_type, 0))
 
     def _set_held(self, queue: str, by_type: Mapping[str, int]) -> None:
         """Held jobs by type: configured types by name, any other under `other`; a type none are held of, 0."""

@@ -339,10 +339,16 @@ class QueueStats:
     held_by_type: dict[str, int] = field(default_factory=dict)
     #: Jobs waiting for others to end (`after`, ADR 0016).
     waiting: int = 0
-    #: The backpressure bound of the pending jobs, as Redis holds it (None: none; ADR 0024).
+    #: The backpressure bound of the pending and held jobs, as Redis holds it (None: none; ADR 0024).
     max_pending: int | None = None
-    #: Jobs enqueue refused by that bound, ever, by every producer.
+    #: Jobs enqueue refused by that bound and by the types' bounds, ever, by every producer.
     refused: int = 0
+    #: Job type -> its jobs pending or held, the count a type's bound holds (<prefix>pending_counts; a type
+    #: with none is absent).
+    pending_counts: dict[str, int] = field(default_factory=dict)
+    #: Job type -> the backpressure bound of its pending and held jobs, as Redis holds it (a type without one
+    #: is absent; `handlers.<type>.max_pending`).
+    max_pending_by_type: dict[str, int] = field(default_factory=dict)
 
     @property
     def latency_s(self) -> float:
@@ -361,9 +367,13 @@ def stats_call(keys: QueueKeys) -> ScriptCall:
 
 
 def parse_stats(keys: QueueKeys, reply: Reply) -> QueueStats:
-    *counts, by_type, waiting, max_pending, refused = as_list(reply)
-    now, pending, scheduled, active, dead, paused, oldest, held = (as_int(x) for x in counts)
-    pairs = as_list(by_type)
+    values = as_list(reply)
+    # By position: a later version of the script may append elements (docs/protocol.md).
+    now, pending, scheduled, active, dead, paused, oldest, held = (as_int(x) for x in values[:8])
+    by_type, waiting, max_pending, refused, typed = values[8:13]
+    pairs, triples = as_list(by_type), as_list(typed)
+    counts = {as_text(triples[i]): as_int(triples[i + 1]) for i in range(0, len(triples), 3)}
+    bounds = {as_text(triples[i]): as_int(triples[i + 2]) for i in range(0, len(triples), 3)}
     return QueueStats(
         queue=keys.queue,
         now_ms=now,
@@ -378,6 +388,8 @@ def parse_stats(keys: QueueKeys, reply: Reply) -> QueueStats:
         waiting=as_int(waiting),
         max_pending=None if as_int(max_pending) < 0 else as_int(max_pending),
         refused=as_int(refused),
+        pending_counts={job_type: n for job_type, n in counts.items() if n > 0},
+        max_pending_by_type={job_type: n for job_type, n in bounds.items() if n >= 1},
     )
 
 

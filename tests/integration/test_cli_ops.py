@@ -174,8 +174,9 @@ def test_stats_counts_each_state_of_each_queue(run: Run, client: Client, config:
     assert set(by_queue["default"]) == {
         "queue", "pending", "scheduled", "active", "held", "waiting", "dead", "paused", "latency_seconds",
         "processed_last_minute", "failed_last_minute", "processed_last_hour", "failed_last_hour", "max_pending",
-        "refused",
+        "refused", "max_pending_by_type",
     }  # fmt: skip
+    assert by_queue["default"]["max_pending_by_type"] == {}, "no type is bounded"
     default = by_queue["default"]
     assert (default["pending"], default["scheduled"], default["active"]) == (3, 1, 1)
     assert (default["held"], default["waiting"], default["dead"]) == (0, 1, 1)

@@ -315,6 +315,39 @@ def test_max_pending_errors(text: str, error: str) -> None:
     assert errors[0].startswith(error), errors
 
 
+def test_a_handlers_max_pending_bounds_its_type() -> None:
+    config = parse(
+        """\
+        handlers:
+          email: {url: "http://h/email", max_pending: 100}
+          resize: {command: [resize], max_pending: "${BOUND}"}
+          plain: {url: "http://h/plain", max_pending: ~}
+          other: {command: [other]}
+        """,
+        {"BOUND": "7"},
+    )
+    bounds = {name: handler.max_pending for name, handler in config.handlers.items()}
+    assert bounds == {"email": 100, "resize": 7, "plain": None, "other": None}
+
+
+@pytest.mark.parametrize(
+    ("text", "where", "error"),
+    [
+        ("  a: {url: 'http://h/', max_pending: 0}", "2:38", "must be at least 1, not 0"),
+        ("  a:\n    command: [a]\n    max_pending: many", "4:18", "must be an integer, not 'many'"),
+        ("  a: {command: [a], max_pending: -5}", "2:34", "must be at least 1, not -5"),
+        ("  a: {url: 'http://h/', max_pending: [1]}", "2:38", "must be an integer, not a list"),
+        ("  a: {url: 'http://h/', max_pending: 1.5}", "2:38", "must be an integer"),
+        ("  a: {url: 'http://h/', max_pending: 3}\nqueues: {'t-*': 1}", "2:25",
+         "queues names patterns only: no daemon would write this bound"),
+    ],
+)  # fmt: skip
+def test_a_handlers_max_pending_errors(text: str, where: str, error: str) -> None:
+    errors = errors_of("handlers:\n" + text + "\n")
+    assert len(errors) == 1, errors
+    assert errors[0].startswith(f"jobcar.yaml:{where} handlers.a.max_pending: {error}"), errors
+
+
 def test_handlers_inherit_defaults_and_a_partial_backoff_merges_over_them() -> None:
     config = parse(
         """\

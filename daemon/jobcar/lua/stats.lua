@@ -10,19 +10,22 @@
 -- Pending counts every priority's list (`pending`, `pending:1` to `pending:9`).
 -- Returns {now_ms, pending, scheduled, active, dead, paused (0/1), oldest_ready_ms (-1: none), held,
 --          {type, held, type, held, ...}, waiting, max_pending (-1: none),
---          refused}
+--          refused, {type, pending_or_held, max_pending (-1: none), ...}}
 --   oldest_ready_ms: when the job that has waited longest became runnable: the oldest pending job,
 --   or a scheduled job already due but not yet promoted (no daemon is leasing), whichever is older.
 --   held: jobs waiting for a concurrency limit's slot, in the lists of <prefix>limit_groups (ADR 0014);
 --   then the same by job type (a group is "<type>", "<type>#<key>", "@<type>", "@<type>#<key>" or
 --   "~<type>#<key>").
 --   waiting: jobs waiting for others to end (<prefix>waiting, ADR 0016).
---   max_pending: the bound enqueue holds the pending count to; refused: the jobs enqueue refused by it, ever
---   (both in <prefix>settings, ADR 0024).
+--   max_pending: the bound enqueue holds the pending and held count to; refused: the jobs enqueue refused by
+--   it and by the types' bounds, ever (both in <prefix>settings, ADR 0024).
+--   Then by type, sorted by type, each type with a count in <prefix>pending_counts or a bound in
+--   <prefix>settings (`max_pending:<type>`): its jobs pending or held (0: none) and its bound.
 
 --- @include "keys"
 --- @include "now_ms"
 --- @include "pending_lists"
+--- @include "settings_fields"
 
 local prefix = ARGV[1]
 local oldest = -1
@@ -61,10 +64,37 @@ for job_type, n in pairs(by_type) do
   held_by_type[#held_by_type + 1] = n
 end
 local waiting = redis.pcall('ZCARD', waiting_key_of(prefix))
-local settings = redis.pcall('HMGET', settings_key_of(prefix), 'max_pending', 'refused')
-if settings.err then settings = {} end
-local max_pending = tonumber(settings[1]) or -1
+-- A bound as the enqueue script takes it: a number of at least 1 (rounded down here), else none (-1).
+local function bound_of(value)
+  local max = tonumber(value)
+  return max and max >= 1 and math.floor(max) or -1
+end
+-- A key of another type (fsck reports it) reads as empty, as in the enqueue script.
+local function fields_of(key)
+  local flat = redis.pcall('HGETALL', key)
+  local fields = {}
+  if not flat.err then
+    for i = 1, #flat, 2 do fields[flat[i]] = flat[i + 1] end
+  end
+  return fields
+end
+local settings, counts = fields_of(settings_key_of(prefix)), fields_of(pending_counts_key_of(prefix))
+local types, typed = {}, {}
+for field in pairs(settings) do
+  if string.sub(field, 1, #TYPE_BOUND_PREFIX) == TYPE_BOUND_PREFIX then
+    types[#types + 1] = string.sub(field, #TYPE_BOUND_PREFIX + 1)
+  end
+end
+for job_type in pairs(counts) do
+  if not settings[TYPE_BOUND_PREFIX .. job_type] then types[#types + 1] = job_type end
+end
+table.sort(types)
+for _, job_type in ipairs(types) do
+  typed[#typed + 1] = job_type
+  typed[#typed + 1] = tonumber(counts[job_type]) or 0
+  typed[#typed + 1] = bound_of(settings[TYPE_BOUND_PREFIX .. job_type])
+end
 return {now, pending, redis.call('ZCARD', KEYS[2]), redis.call('ZCARD', KEYS[3]),
   redis.call('ZCARD', KEYS[4]), redis.call('EXISTS', KEYS[5]), oldest, held, held_by_type,
-  type(waiting) == 'number' and waiting or 0, max_pending >= 1 and math.floor(max_pending) or -1,
-  tonumber(settings[2]) or 0}
+  type(waiting) == 'number' and waiting or 0, bound_of(settings[MAX_PENDING_FIELD]),
+  tonumber(settings[REFUSED_FIELD]) or 0, typed}
