@@ -16,8 +16,10 @@ two ways per round (--mode both, the default):
   `jobcar.__file__`), after 200 untimed calls; the sides' order rotated every round. Each commit's Python and
   script, but a slow spell of a shared machine during one side's second moves its figure.
 - fine: one child on AFTER_REV's code, the three sides' calls in blocks of 100 taken in turn (two untimed rounds
-  first); `before` sends BEFORE_REV's enqueue.lua body, assembled by the same loader. The script's cost alone (the
-  Python around it is the same), with load drifts spread over all three sides alike.
+  first); `before` sends BEFORE_REV's enqueue script, assembled by BEFORE_REV's own loader from its own includes
+  (what the check costs includes what AFTER_REV's includes add for it, such as counting the jobs a call makes
+  pending). The script's cost alone (the Python around it is the same), with load drifts spread over all three
+  sides alike.
 
 The revs are checked out with `git worktree add --detach` under a temporary directory, removed at exit. One
 redis-server (the test harness's binary) serves the run, flushed (keys and scripts) before every measurement.
@@ -92,7 +94,7 @@ def fine(argv: list[str]) -> None:
     parser = argparse.ArgumentParser(prog=f"backpressure.py {FINE}")
     parser.add_argument("--expect", type=Path, required=True)
     parser.add_argument("--redis", required=True)
-    parser.add_argument("--old-body", type=Path, required=True)
+    parser.add_argument("--old-source", type=Path, required=True)
     parser.add_argument("--enqueues", type=int, required=True)
     parser.add_argument("--block", type=int, default=100)
     args = parser.parse_args(argv)
@@ -104,7 +106,7 @@ def fine(argv: list[str]) -> None:
     located = Path(jobcar.__file__).resolve()
     if not located.is_relative_to(args.expect.resolve()):
         raise SystemExit(f"jobcar comes from {located}, not from {args.expect}: PYTHONPATH lost")
-    source = scripts.assemble(args.old_body.read_text())
+    source = args.old_source.read_text()
     old = scripts.Script("enqueue", source, hashlib.sha1(source.encode()).hexdigest())
     new = scripts.script("enqueue")
     if "max_pending" in old.source or "max_pending" not in new.source:
@@ -189,8 +191,12 @@ def main() -> None:
     with contextlib.ExitStack() as stack:
         tmp = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="jobcar-bp-")))
         before, after = checkout(stack, args.before, tmp), checkout(stack, args.after, tmp)
-        old_body = tmp / "enqueue-before.lua"
-        old_body.write_text((before / "jobcar" / "lua" / "enqueue.lua").read_text())
+        old_source = tmp / "enqueue-before.lua"
+        assembled = subprocess.run(
+            [sys.executable, "-c", "from jobcar import scripts; print(scripts.script('enqueue').source, end='')"],
+            env={"PYTHONPATH": str(before), "PATH": "/usr/bin:/bin"}, check=True, capture_output=True, text=True,
+        )  # fmt: skip
+        old_source.write_text(assembled.stdout)
         sides = [("before", before, 0), ("unbounded", after, 0), ("bounded", after, NEVER_REACHED)]
         server = RedisServer(find_server_binary(), tmp / "redis").start()
         stack.callback(server.stop)
@@ -208,7 +214,7 @@ def main() -> None:
                 control.flushall()
                 control.script_flush()
                 command = [sys.executable, __file__, FINE, "--expect", str(after), "--redis", server.url,
-                           "--old-body", str(old_body), "--enqueues", str(args.enqueues)]  # fmt: skip
+                           "--old-source", str(old_source), "--enqueues", str(args.enqueues)]  # fmt: skip
                 done = subprocess.run(command, env={"PYTHONPATH": str(after), "PATH": "/usr/bin:/bin"},
                                       capture_output=True, text=True, timeout=1200)  # fmt: skip
                 if done.returncode != 0:
