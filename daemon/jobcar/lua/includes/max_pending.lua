@@ -15,27 +15,49 @@
 -- A refusal adds its new jobs to the hash's `refused` field, the only write it makes.
 -- Returns that error reply, or nil.
 local function refuse_over_max_pending(prefix, records)
+  if #records == 0 then return nil end
   local settings = settings_key_of(prefix)
-  -- type -> its records in this call, and the fields of the bounds that apply, the queue's first
-  local calls, types, fields = {}, {}, {MAX_PENDING_FIELD}
-  for _, record in ipairs(records) do
-    local job_type = ARGV[record.at + 1]
-    if not calls[job_type] then
-      calls[job_type] = 0
-      types[#types + 1] = job_type
-      fields[#fields + 1] = TYPE_BOUND_PREFIX .. job_type
+  -- The bounds that apply, read in one HMGET: the queue's, then each of the call's types'. The usual call has one
+  -- type, and then builds no table: in an enqueue, a table costs about as much as a command.
+  local first = ARGV[records[1].at + 1]
+  local mixed = false
+  for i = 2, #records do
+    if ARGV[records[i].at + 1] ~= first then
+      mixed = true
+      break
     end
-    calls[job_type] = calls[job_type] + 1
   end
-  -- Each bound as a number, or false (no field, or one that is not a positive number: fsck reports it). The
-  -- functions below are made only past this point: a queue without a bound pays for none of them.
-  local bounds, bounded = redis.call('HMGET', settings, unpack(fields)), false
+  local order, bounds = nil, nil  -- order: the types in the order of their bounds, when there are several
+  if not mixed then
+    bounds = redis.call('HMGET', settings, MAX_PENDING_FIELD, TYPE_BOUND_PREFIX .. first)
+  else
+    local fields, named = {MAX_PENDING_FIELD}, {}
+    order = {}
+    for _, record in ipairs(records) do
+      local job_type = ARGV[record.at + 1]
+      if not named[job_type] then
+        named[job_type] = true
+        order[#order + 1] = job_type
+        fields[#fields + 1] = TYPE_BOUND_PREFIX .. job_type
+      end
+    end
+    bounds = redis.call('HMGET', settings, unpack(fields))
+  end
+  -- Each bound as a number, or false (no field, or one that is not a positive number: fsck reports it). What
+  -- follows is done only for a bounded queue or type: a call without a bound pays for none of it.
+  local bounded = false
   for i = 1, #bounds do
     local max = tonumber(bounds[i])
     bounds[i] = max and max >= 1 and max
     bounded = bounded or bounds[i]
   end
   if not bounded then return nil end
+  order = order or {first}
+  local calls = {}  -- type -> its records in this call
+  for _, record in ipairs(records) do
+    local job_type = ARGV[record.at + 1]
+    calls[job_type] = (calls[job_type] or 0) + 1
+  end
   -- A counts key of another type, or a field that is no count (fsck reports both), counts as none.
   local counts_key = pending_counts_key_of(prefix)
   local function count_of(job_type)
@@ -78,7 +100,7 @@ local function refuse_over_max_pending(prefix, records)
       if new > 0 and n + new > queue_max then return refuse(n, '', queue_max, new) end
     end
   end
-  for i, job_type in ipairs(types) do
+  for i, job_type in ipairs(order) do
     local max = bounds[i + 1]
     if max then
       local n = count_of(job_type)

@@ -196,7 +196,10 @@ local function store_jobs(prefix, records, now, pending, scheduled, wake_key)
   local woken = false
   -- ids for each pending list, pushed together at the end (in order, as one LPUSH each would)
   local runnable, lists = {}, {}
-  local made_pending = {}  -- type -> how many, counted once each at the end (includes/count_pending.lua)
+  -- The jobs made pending, counted once per type at the end (includes/count_pending.lua): those of the first
+  -- such type in two locals, any other type's in a table made only then (a table costs an enqueue about as much
+  -- as a command).
+  local made_type, made, made_others = nil, 0, nil
   -- jobs stored per batch, counted once each at the end (a Spark partition's jobs share one)
   local totals, batches = {}, {}
   for _, record in ipairs(records) do
@@ -272,7 +275,12 @@ local function store_jobs(prefix, records, now, pending, scheduled, wake_key)
         end
         local ids = runnable[list]
         ids[#ids + 1] = id
-        made_pending[job_type] = (made_pending[job_type] or 0) + 1
+        if made == 0 or job_type == made_type then
+          made_type, made = job_type, made + 1
+        else
+          made_others = made_others or {}
+          made_others[job_type] = (made_others[job_type] or 0) + 1
+        end
       end
       if record.batch then
         if not totals[record.batch] then batches[#batches + 1] = record.batch end
@@ -282,7 +290,8 @@ local function store_jobs(prefix, records, now, pending, scheduled, wake_key)
     end
   end
   for _, list in ipairs(lists) do call_in_chunks('LPUSH', list, runnable[list]) end
-  count_pending_by_type(prefix, made_pending)
+  if made > 0 then count_pending(prefix, made_type, made) end
+  if made_others then count_pending_by_type(prefix, made_others) end
   for _, batch in ipairs(batches) do bump_batch(batch_key_of(prefix, batch), 'total', totals[batch]) end
   if #lists > 0 and not woken then wake(wake_key) end
   return replies
