@@ -13,9 +13,10 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Final
 
+from jobcar.fsck.apart_reads import Lock
 from jobcar.fsck.findings import Kind, Suspect
 from jobcar.fsck.plain_reads import Mistyped
-from jobcar.fsck.reading import JobHash, Lock, Picture
+from jobcar.fsck.reading import JobHash, Picture
 from jobcar.fsck.repairs import REPAIR_TTL_MS, Repair, confirm_count, delete_apart, recount, script, trim_dead
 from jobcar.fsck.waiting import rebuild_waits, settle_lost
 from jobcar.job import STORED_IN_SETS, State

@@ -15,13 +15,24 @@ from typing import Final
 
 from redis.exceptions import ResponseError
 
-from jobcar.fsck.plain_reads import Mistyped, chunks, hash_fields, mistyped_keys, redis_now_ms, scan, set_members
+from jobcar.fsck.apart_reads import (
+    HandlerData,
+    Lock,
+    apart_keys,
+    namespace_keys,
+    read_handler_data,
+    read_locks,
+    read_mistyped_deps,
+    read_schedules,
+    read_slots,
+    read_text_hash,
+    read_windows,
+)
+from jobcar.fsck.plain_reads import Mistyped, chunks, mistyped_keys, redis_now_ms, scan, set_members
 from jobcar.fsck.waiting import why_silent
 from jobcar.job import State
-from jobcar.keys import QueueKeys, all_starting, daemons_key, layout_key, queues_key
-from jobcar.limit_groups import GroupKind, parse_group
+from jobcar.keys import QueueKeys, all_starting
 from jobcar.replies import as_text
-from jobcar.schedules import index_key
 from jobcar.transitions import DeadLetterLimits
 from jobcar.transport import AsyncRedis
 
@@ -38,27 +49,6 @@ class JobHash:
     pttl: int
     #: Its `type` field, None when it has none.
     job_type: str | None = None
-
-
-@dataclass(frozen=True, slots=True)
-class Lock:
-    """A unique lock: the job holding it, and its PTTL (-1: it never expires)."""
-
-    key: str
-    holder: str
-    pttl: int
-
-
-@dataclass(frozen=True, slots=True)
-class HandlerData:
-    """A key of what a job's handlers wrote beside its hash (its log, steps or children: `QueueKeys.log`,
-    `steps`, `children`), with its PTTL and its job hash's, read one after the other (-2: none; -1: it never
-    expires)."""
-
-    key: str
-    job_id: str
-    pttl: int
-    job_pttl: int
 
 
 @dataclass(frozen=True, slots=True)
@@ -141,17 +131,17 @@ async def read_queue(
     mistyped_held = await mistyped_keys(client, dict.fromkeys(sorted(held_keys), "list"))
     held = await _held_ids(client, keys, groups)
     # Right after the lists: what the counts are compared with is read as near them in time as plain reads allow.
-    pending_counts = await _read_pending_counts(client, keys) if "pending_counts" in usable else None
+    pending_counts = await read_text_hash(client, keys.pending_counts) if "pending_counts" in usable else None
     places, pending_count = _places(pending, zsets, held, hashes)
-    locks, mistyped_locks = await _read_locks(client, keys)
-    windows, mistyped_windows = await _read_windows(client, keys)
-    indexed, next_ticks, mistyped_schedules = await _read_schedules(client, keys, "schedules" in usable)
-    slots, mistyped_slots = await _read_slots(client, keys, groups)
+    locks, mistyped_locks = await read_locks(client, keys)
+    windows, mistyped_windows = await read_windows(client, keys)
+    indexed, next_ticks, mistyped_schedules = await read_schedules(client, keys, "schedules" in usable)
+    slots, mistyped_slots = await read_slots(client, keys, groups)
     mistyped_batches = await mistyped_keys(client, dict.fromkeys(await scan(client, keys.all_batches()), "hash"))
-    mistyped_deps = await _read_mistyped_deps(client, keys)
-    handler_data, mistyped_handler_data = await _read_handler_data(client, keys)
-    mistyped_apart = await mistyped_keys(client, await _apart_keys(client, keys)) + mistyped_handler_data
-    mistyped_namespace = await mistyped_keys(client, _namespace_keys(keys.namespace)) if namespace else []
+    mistyped_deps = await read_mistyped_deps(client, keys)
+    handler_data, mistyped_handler_data = await read_handler_data(client, keys)
+    mistyped_apart = await mistyped_keys(client, await apart_keys(client, keys)) + mistyped_handler_data
+    mistyped_namespace = await mistyped_keys(client, namespace_keys(keys.namespace)) if namespace else []
     now = await redis_now_ms(client)
     return Picture(
         mistyped_own=mistyped_own,
@@ -174,7 +164,7 @@ async def read_queue(
         mistyped_apart=mistyped_apart,
         mistyped_namespace=mistyped_namespace,
         handler_data=handler_data,
-        settings=await _read_settings(client, keys) if "settings" in usable else {},
+        settings=await read_text_hash(client, keys.settings) if "settings" in usable else {},
         pending_counts=pending_counts,
         pending_or_held=_pending_or_held(pending, held, hashes),
         dependencies=await _read_dependencies(client, keys, zsets[State.WAITING.value], now, set(mistyped_deps)),
@@ -298,150 +288,6 @@ def _pending_or_held(pending: list[str], held: list[str], hashes: dict[str, JobH
         if job is not None and job.state in _COUNTED_STATES:
             counts[job.job_type or ""] = counts.get(job.job_type or "", 0) + 1
     return counts
-
-
-async def _read_pending_counts(client: AsyncRedis, keys: QueueKeys) -> dict[str, str]:
-    return {as_text(field): as_text(n) for field, n in (await client.hgetall(keys.pending_counts)).items()}
-
-
-# -- the keys apart from the state sets -----------------------------------------------------------
-
-
-async def _read_locks(client: AsyncRedis, keys: QueueKeys) -> tuple[list[Lock], list[Mistyped]]:
-    """The unique locks, each with the job holding it, and those that are not a string."""
-    locks: list[Lock] = []
-    refused: list[str] = []
-    for chunk in chunks(await scan(client, keys.all_unique_locks())):
-        pipe = client.pipeline(transaction=False)
-        for lock in chunk:
-            pipe.get(lock)
-            pipe.pttl(lock)
-        replies = await pipe.execute(raise_on_error=False)
-        for i, lock in enumerate(chunk):
-            holder, pttl = replies[2 * i], replies[2 * i + 1]
-            if isinstance(holder, ResponseError):
-                refused.append(lock)
-            elif holder is not None:  # else expired since the scan
-                locks.append(Lock(lock, as_text(holder), int(pttl)))
-    return locks, await mistyped_keys(client, dict.fromkeys(refused, "string"))
-
-
-async def _read_windows(client: AsyncRedis, keys: QueueKeys) -> tuple[dict[str, int], list[Mistyped]]:
-    """Unique windows and debounce keys outlive their jobs on purpose: each is a string that must expire."""
-    timed = await scan(client, keys.all_windows()) + await scan(client, keys.all_debounce_keys())
-    mistyped = await mistyped_keys(client, dict.fromkeys(timed, "string"))
-    strings = [key for key in timed if key not in {m.key for m in mistyped}]
-    windows: dict[str, int] = {}
-    for chunk in chunks(strings):
-        pipe = client.pipeline(transaction=False)
-        for key in chunk:
-            pipe.pttl(key)
-        windows.update(zip(chunk, (int(pttl) for pttl in await pipe.execute()), strict=True))
-    return windows, mistyped
-
-
-async def _read_schedules(
-    client: AsyncRedis, keys: QueueKeys, zset_usable: bool
-) -> tuple[dict[str, int], dict[str, int | None], list[Mistyped]]:
-    """The schedules ZSET, and each schedule hash's next tick (None when paused or without one)."""
-    indexed: dict[str, int] = {}
-    if zset_usable:
-        read = client.pipeline(transaction=False)
-        read.zrange(keys.schedules, 0, -1, withscores=True)
-        (members,) = await read.execute()
-        indexed = {as_text(member): int(score) for member, score in members}
-    prefix = keys.schedule("")
-    names = [key[len(prefix) :] for key in await scan(client, keys.all_schedules())]
-    pipe = client.pipeline(transaction=False)
-    for name in names:
-        pipe.hmget(keys.schedule(name), "next", "paused")
-    next_ticks: dict[str, int | None] = {}
-    refused: list[str] = []
-    for name, reply in zip(names, await pipe.execute(raise_on_error=False), strict=True):
-        if isinstance(reply, ResponseError):
-            refused.append(keys.schedule(name))
-            continue
-        waits_at, paused = (None if v is None else as_text(v) for v in reply)
-        next_ticks[name] = int(waits_at) if waits_at and paused != "1" else None
-    return indexed, next_ticks, await mistyped_keys(client, dict.fromkeys(refused, "hash"))
-
-
-async def _read_slots(
-    client: AsyncRedis, keys: QueueKeys, groups: list[str]
-) -> tuple[dict[str, list[str]], list[Mistyped]]:
-    """The ids holding each type's slots. The types whose groups are indexed: a rate group takes no slot, a
-    key's turn group's type is indexed itself."""
-    names = [parse_group(group) for group in groups]
-    slot_types = sorted({name.job_type for name in names if name.kind is GroupKind.CONCURRENCY})
-    slot_keys = {keys.slots(job_type) for job_type in slot_types} | set(
-        await scan(client, all_starting(keys.slots("")))
-    )
-    mistyped = await mistyped_keys(client, dict.fromkeys(sorted(slot_keys), "hash"))
-    slots: dict[str, list[str]] = {}
-    for job_type in slot_types:
-        if keys.slots(job_type) not in {m.key for m in mistyped}:
-            slots[job_type] = sorted(as_text(m) for m in await hash_fields(client, keys.slots(job_type)))
-    return slots, mistyped
-
-
-async def _read_mistyped_deps(client: AsyncRedis, keys: QueueKeys) -> dict[str, Mistyped]:
-    """The deps keys that hold another type than a SET, by their job's id: whatever waits there cannot be
-    read, so the job is not `waiting_for_nothing` (its own check rebuilds what it waits for)."""
-    prefix = keys.deps("")
-    found = await mistyped_keys(client, dict.fromkeys(await scan(client, all_starting(prefix)), "set"))
-    return {m.key[len(prefix) :]: m for m in found}
-
-
-async def _apart_keys(client: AsyncRedis, keys: QueueKeys) -> dict[str, str]:
-    """The queue's keys of one per id, group or hour that no other check reads, with the type each holds."""
-    kinds = (
-        (keys.dependents(""), "set"),
-        (keys.waiter(""), "string"),
-        (keys.history + ":", "hash"),
-        (keys.alive(""), "string"),
-        (keys.tat(""), "string"),
-        (keys.turns(""), "zset"),
-    )
-    expected: dict[str, str] = {}
-    for start, holds in kinds:
-        expected.update(dict.fromkeys(await scan(client, all_starting(start)), holds))
-    return expected
-
-
-async def _read_settings(client: AsyncRedis, keys: QueueKeys) -> dict[str, str]:
-    return {as_text(field): as_text(value) for field, value in (await client.hgetall(keys.settings)).items()}
-
-
-async def _read_handler_data(client: AsyncRedis, keys: QueueKeys) -> tuple[list[HandlerData], list[Mistyped]]:
-    """Every key of the jobs' handler data, with its PTTL and its job hash's, and those of another type. A key
-    and its job are read one right after the other, so that a job acked meanwhile is seen with its data (both
-    gone, or both there) rather than one without the other, as a hash read by the earlier SCAN would."""
-    kinds = ((keys.log(""), "list"), (keys.steps(""), "hash"), (keys.children(""), "zset"))
-    expected: dict[str, str] = {}
-    job_ids: dict[str, str] = {}
-    for start, holds in kinds:
-        for key in await scan(client, all_starting(start)):
-            expected[key], job_ids[key] = holds, key[len(start) :]
-    mistyped = await mistyped_keys(client, expected)
-    wrong = {m.key for m in mistyped}
-    found: list[HandlerData] = []
-    for chunk in chunks([key for key in expected if key not in wrong]):
-        pipe = client.pipeline(transaction=False)
-        for key in chunk:
-            pipe.pttl(key)
-            pipe.pttl(keys.job(job_ids[key]))
-        replies = await pipe.execute()
-        for i, key in enumerate(chunk):
-            pttl, job_pttl = int(replies[2 * i]), int(replies[2 * i + 1])
-            if pttl != -2:  # else gone since the scan
-                found.append(HandlerData(key, job_ids[key], pttl, job_pttl))
-    return found, mistyped
-
-
-def _namespace_keys(namespace: str) -> dict[str, str]:
-    """The namespace's keys outside every queue, with the type each holds."""
-    return {queues_key(namespace): "set", daemons_key(namespace): "hash", layout_key(namespace): "string",
-            index_key(namespace): "hash"}  # fmt: skip
 
 
 async def _read_dependencies(
