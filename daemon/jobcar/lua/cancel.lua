@@ -57,7 +57,7 @@ elseif state == 'held' then
     forget_idle_group(prefix, group)
   end
 end
-if state == 'pending' or state == 'held' then count_pending(prefix, redis.call('HGET', KEYS[3], 'type'), -1) end
+if is_counted(state) then count_pending(prefix, redis.call('HGET', KEYS[3], 'type'), -1) end
 release_unique(prefix, KEYS[3], id)
 count_in_batch(prefix, KEYS[3], 'canceled', 1)
 tell_dependents(prefix, KEYS[3], id, 'canceled', marked)

@@ -121,7 +121,7 @@ end
 -- stay in no list.
 local function cannot_hold(job_key, id, why)
   local f = redis.call('HMGET', job_key, 'state', 'type')
-  if f[1] == 'pending' or f[1] == 'held' then tally(f[2], -1) end
+  if is_counted(f[1]) then tally(f[2], -1) end
   move_to_dead(prefix, dead, job_key, id, now, why, tonumber(ARGV[7]), tonumber(ARGV[8]))
   redis.call('HDEL', job_key, 'held', 'held_at')
   dropped[#dropped + 1] = {id, why .. '; moved to the dead set'}
@@ -233,7 +233,7 @@ local function lease_job(id, hold_only)
   for i = 1, #job, 2 do at[job[i]] = i + 1 end
   -- Counted while pending or held: a stray id of a job in another state (fsck reports it) was never counted.
   local state = at.state and job[at.state]
-  local counted_as = (state == 'pending' or state == 'held') and (job[at.type] or '')
+  local counted_as = is_counted(state) and (job[at.type] or '')
   local expires_at = at.expires_at and tonumber(job[at.expires_at])
   -- A deadline counts until the first start: a job that ran once is retried whatever the time.
   if expires_at and expires_at <= now and not tonumber(at.attempt and job[at.attempt]) then

@@ -22,6 +22,7 @@
 --- @include "keys"
 --- @include "pending_lists"
 --- @include "call_in_chunks"
+--- @include "count_pending"
 
 local prefix = ARGV[1]
 local seen, counts = {}, {}
@@ -32,7 +33,7 @@ local function count_ids(ids)
     if not seen[id] then
       seen[id] = true
       local f = redis.pcall('HMGET', job_key_of(prefix, id), 'state', 'type')
-      if not f.err and (f[1] == 'pending' or f[1] == 'held') then
+      if not f.err and is_counted(f[1]) then
         local job_type = f[2] or ''
         counts[job_type] = (counts[job_type] or 0) + 1
       end

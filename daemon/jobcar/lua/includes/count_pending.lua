@@ -7,6 +7,10 @@
 -- reaches 0 is deleted, and so is one below it (a count gone wrong: fsck finds it and recounts the queue). A
 -- key or field that holds no count (fsck reports it) is passed over: a count is not worth failing the move it
 -- follows.
+
+-- Whether a job in `state` is counted: the one definition of what the count counts.
+local function is_counted(state) return state == 'pending' or state == 'held' end
+
 local function count_pending(prefix, job_type, n)
   local key, field = pending_counts_key_of(prefix), job_type or ''
   local left = redis.pcall('HINCRBY', key, field, n)
