@@ -34,7 +34,17 @@
 -- A key of another Redis type is refused with "WRONGTYPE jobcar: ..." before the first write.
 -- docs/conformance/producer.json holds cases of every reply, with the keys they leave.
 
---- @include "now_ms"
+--- @include "store_plain"
+
+-- The usual call, one plain job into a queue without a bound, ends here: the helpers of the general path below
+-- are not even made (a script's whole body runs on every call, and each helper costs a closure).
+local bounds = nil
+if is_plain(2) then
+  local reply
+  reply, bounds = store_plain(ARGV[1], 2, KEYS[1], KEYS[3])
+  if reply then return reply end
+end
+
 --- @include "store_jobs"
 --- @include "max_pending"
 
@@ -42,6 +52,6 @@ local records = parse_records(2)
 if records.err then return records end
 local refused = refuse_wrong_types(ARGV[1], records, KEYS[1], KEYS[2])
 if refused then return refused end
-local full = refuse_over_max_pending(ARGV[1], records)
+local full = refuse_over_max_pending(ARGV[1], records, bounds)
 if full then return full end
 return store_jobs(ARGV[1], records, now_ms(), KEYS[1], KEYS[2], KEYS[3])

@@ -13,8 +13,9 @@
 -- HMGET (the queue's field and one per type of the call); a bound, one read of the counts more: O(1) for a
 -- type, O(types) for the queue, however many jobs wait.
 -- A refusal adds its new jobs to the hash's `refused` field, the only write it makes.
+-- `read`, when given, is the HMGET of a lone record's bounds that the caller already made (includes/store_plain.lua).
 -- Returns that error reply, or nil.
-local function refuse_over_max_pending(prefix, records)
+local function refuse_over_max_pending(prefix, records, read)
   if #records == 0 then return nil end
   local settings = settings_key_of(prefix)
   -- The bounds that apply, read in one HMGET: the queue's, then each of the call's types'. The usual call has one
@@ -29,7 +30,7 @@ local function refuse_over_max_pending(prefix, records)
   end
   local order, bounds = nil, nil  -- order: the types in the order of their bounds, when there are several
   if not mixed then
-    bounds = redis.call('HMGET', settings, MAX_PENDING_FIELD, TYPE_BOUND_PREFIX .. first)
+    bounds = read or redis.call('HMGET', settings, MAX_PENDING_FIELD, TYPE_BOUND_PREFIX .. first)
   else
     local fields, named = {MAX_PENDING_FIELD}, {}
     order = {}
