@@ -253,6 +253,20 @@ def test_one_ack_call_finishes_many_jobs_each_by_its_own_lease(q: QueueDriver) -
     assert q.redis.hgetall(q.keys.batch("b1")) == {b"total": b"4", b"done": b"2", b"canceled": b"1"}
 
 
+def test_one_ack_call_keeps_for_its_waiter_only_the_job_someone_waits_for(q: QueueDriver) -> None:
+    # The script looks for waiters with one EXISTS over the call's jobs, then reads the waited one's PTTL.
+    for job_id in ("a", "b", "c"):
+        q.enqueue(job_id=job_id)
+    leased = {j.job.id: j for j in q.lease(count=3).jobs}
+    q.redis.set(q.keys.waiter("b"), "1", px=60_000)
+    merged = transitions.merge_acks([transitions.ack_call(q.keys, i, leased[i].token) for i in ("a", "b", "c")])
+    assert q.run(merged) == [1, 1, 1]
+    assert q.where("a") is None
+    assert q.where("c") is None
+    assert q.where("b") is State.DONE
+    assert 55_000 < q.redis.pttl(q.keys.job("b")) <= 60_000
+
+
 def test_coalesce_keeps_other_calls_and_other_queues_apart(q: QueueDriver) -> None:
     other = QueueDriver(q.redis, q.namespace, queue="other").keys
     calls = [
