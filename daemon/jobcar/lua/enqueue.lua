@@ -50,8 +50,8 @@ end
 
 local records = parse_records(2)
 if records.err then return records end
-local refused = refuse_wrong_types(ARGV[1], records, KEYS[1], KEYS[2])
+local refused, states = refuse_wrong_types(ARGV[1], records, KEYS[1], KEYS[2])
 if refused then return refused end
 local full = refuse_over_max_pending(ARGV[1], records, bounds)
 if full then return full end
-return store_jobs(ARGV[1], records, now_ms(), KEYS[1], KEYS[2], KEYS[3])
+return store_jobs(ARGV[1], records, now_ms(), KEYS[1], KEYS[2], KEYS[3], states)

@@ -137,24 +137,29 @@ end
 -- lone record runnable now (no run_at, delay or debounce: the usual call), which cannot write it. A batch's
 -- counters need none: `bump_batch` skips another type; nor do the priorities' lists: `pending_key` passes
 -- over one.
+-- In a call of several, each record's job hash is checked by reading its state (HGET through pcall) rather than
+-- its type: the read store_jobs needs anyway, done once here. Returns nil and those states then (an array, in
+-- the records' order; false for no job), for store_jobs.
 local function refuse_wrong_types(prefix, records, pending, scheduled)
   local lone = records[2] == nil and records[1]
   if lone and not lone.debounce_key and tonumber(ARGV[lone.at + 3]) == 0 and tonumber(ARGV[lone.at + 4]) == 0 then
     return wrong_type({pending, 'list'})
   end
-  local expected = {pending, 'list', scheduled, 'zset'}
-  if #records > 1 then
-    for _, record in ipairs(records) do
-      expected[#expected + 1] = job_key_of(prefix, ARGV[record.at])
-      expected[#expected + 1] = 'hash'
-      local lock = lock_of(prefix, record)
-      if lock then
-        expected[#expected + 1] = lock
-        expected[#expected + 1] = 'string'
-      end
+  local refused = wrong_type({pending, 'list', scheduled, 'zset'})
+  if refused or not records[2] then return refused end
+  local states, locks = {}, {}
+  for i, record in ipairs(records) do
+    local job_key = job_key_of(prefix, ARGV[record.at])
+    local state = redis.pcall('HGET', job_key, 'state')
+    if type(state) == 'table' then return wrong_type({job_key, 'hash'}) end
+    states[i] = state
+    local lock = lock_of(prefix, record)
+    if lock then
+      locks[#locks + 1] = lock
+      locks[#locks + 1] = 'string'
     end
   end
-  return wrong_type(expected)
+  return wrong_type(locks), states
 end
 
 -- A debounced record whose key names a job still waiting (scheduled) gives that job its payload and a
@@ -191,8 +196,11 @@ end
 --   {"exists", id, state}                       a job with this id exists (nothing written)
 --   {"duplicate", holder's id, holder's state}  the unique key is held (nothing written)
 --   {"debounced", waiting id, "scheduled"}      the debounce key's waiting job took the payload
-local function store_jobs(prefix, records, now, pending, scheduled, wake_key)
+local function store_jobs(prefix, records, now, pending, scheduled, wake_key, states)
   local replies = {}
+  -- With `states` (refuse_wrong_types read them), a record's job is as read there, or as an earlier record of
+  -- this call stored it (`stored`: id -> state).
+  local stored = states and {}
   local woken = false
   -- ids for each pending list, pushed together at the end (in order, as one LPUSH each would)
   local runnable, lists = {}, {}
@@ -202,14 +210,19 @@ local function store_jobs(prefix, records, now, pending, scheduled, wake_key)
   local made_type, made, made_others = nil, 0, nil
   -- jobs stored per batch, counted once each at the end (a Spark partition's jobs share one)
   local totals, batches = {}, {}
-  for _, record in ipairs(records) do
+  for i, record in ipairs(records) do
     local r = record.at
     local id, job_type, payload = ARGV[r], ARGV[r + 1], ARGV[r + 2]
     local run_at, delay = tonumber(ARGV[r + 3]), tonumber(ARGV[r + 4])
     local unique, unique_ttl = ARGV[r + 5], ARGV[r + 6]
 
     local job_key = job_key_of(prefix, id)
-    local existing = redis.call('HGET', job_key, 'state')
+    local existing = nil
+    if states then
+      existing = stored[id] or states[i]
+    else
+      existing = redis.call('HGET', job_key, 'state')
+    end
     local lock = lock_of(prefix, record)
     local holder, debounced = nil, nil
     if not existing and record.debounce_key then
@@ -241,6 +254,7 @@ local function store_jobs(prefix, records, now, pending, scheduled, wake_key)
         state = 'scheduled'
       end
       redis.call('HSET', job_key, 'type', job_type, 'payload', payload, 'state', state, 'created', now)
+      if stored then stored[id] = state end
       if record.fields and #record.fields > 0 then redis.call('HSET', job_key, unpack(record.fields)) end
       if record.expires_in then redis.call('HSET', job_key, 'expires_at', now + record.expires_in) end
       if record.debounce_key then
