@@ -7,10 +7,9 @@ BIN := $(VENV)/bin
 # pyproject.toml after a change to it, so an existing venv installs what it now names.
 RUN_STAMP := $(VENV)/.installed-runtime
 STAMP := $(VENV)/.installed
-# Four workers on a 2-core machine: most tests wait on daemons, servers and Spark rather than compute, and more
-# workers fill those waits (the first pass took 15:38 with two workers, 9:44 with three, same machine; beside
-# `stress-ng --cpu 2`, 14:47 with three and 11:18 with four, 2,242 tests each).
-PYTEST_ARGS ?= -n 4
+# Three workers on a 2-core machine: most tests wait on daemons, servers and Spark rather than compute, and a
+# third worker fills those waits (the first pass took 15:38 with two workers, 9:44 with three, same machine).
+PYTEST_ARGS ?= -n 3
 # `make bench`: the peers (bench/requirements.txt) live in their own venv, never in .venv.
 BENCH_PYTHON ?= python3.11
 BENCH_VENV := .venv-bench
